@@ -1,0 +1,49 @@
+# verl-otel: `make demo` runs the CPU demo of a real verl run with telemetry on; `make test` runs the tests.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip -q --disable-pip-version-check
+VERL_VERSION ?= 0.9.1
+STAMP := $(VENV)/.installed-$(VERL_VERSION)
+STEPS ?= 5
+OUT ?= ./verl-otel-data
+
+.PHONY: install demo test test-fast prometheus verl-compat bench dashboards clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	# the CPU build of torch lies on local disk; install it first so nothing pulls a CUDA build
+	$(PIP) install torch==2.13.0 2>&1 | grep -v '^WARNING: Location' || true
+	$(PIP) install -e '.[verl,test]' verl==$(VERL_VERSION) 2>&1 | grep -v '^WARNING: Location' || true
+	$(PY) -c 'import verl, verl_otel, opentelemetry.sdk' && rm -f $(VENV)/.installed-* && touch $@
+
+install: $(STAMP)
+
+demo: install
+	$(VENV)/bin/verl-otel demo --steps $(STEPS) --out $(OUT)
+
+prometheus:
+	@command -v promtool >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; }
+	@promtool --version 2>&1 | head -1
+
+test: install prometheus
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+# everything but the real-verl runs (seconds, for quick iteration)
+test-fast: install
+	$(PY) -m pytest -q -p no:cacheprovider -m 'not verl' tests
+
+# the same hook tests against older verl releases, each in its own venv
+verl-compat:
+	$(MAKE) VENV=.venv-verl080 VERL_VERSION=0.8.0 install
+	.venv-verl080/bin/python -m pytest -q -p no:cacheprovider tests/test_hooks_compat.py
+	$(MAKE) VENV=.venv-verl090 VERL_VERSION=0.9.0 install
+	.venv-verl090/bin/python -m pytest -q -p no:cacheprovider tests/test_hooks_compat.py
+
+bench: install
+	$(PY) bench/run.py
+
+dashboards: install
+	$(PY) -m verl_otel.dashboards.build
+
+clean:
+	rm -rf $(VENV) .venv-verl0* verl-otel-data

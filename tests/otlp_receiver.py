@@ -1,0 +1,177 @@
+"""A protocol-level OTLP receiver for tests: real gRPC (TraceService/MetricsService) and real
+OTLP/HTTP (protobuf POST /v1/traces, /v1/metrics) on 127.0.0.1, decoding what it receives.
+
+It can be stopped and restarted on the same ports (collector going away and coming back) and
+can answer slowly (a collector under load).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from concurrent import futures
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import grpc
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Received:
+    spans: list[dict[str, Any]] = field(default_factory=list)
+    metric_names: set[str] = field(default_factory=set)
+    metric_points: list[tuple[str, dict[str, str], float]] = field(default_factory=list)
+    requests: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add_traces(self, req: trace_service_pb2.ExportTraceServiceRequest) -> None:
+        with self.lock:
+            self.requests += 1
+            for rs in req.resource_spans:
+                res = {a.key: _any(a.value) for a in rs.resource.attributes}
+                for ss in rs.scope_spans:
+                    for sp in ss.spans:
+                        self.spans.append({
+                            "name": sp.name,
+                            "trace_id": sp.trace_id.hex(),
+                            "span_id": sp.span_id.hex(),
+                            "parent_id": sp.parent_span_id.hex(),
+                            "attributes": {a.key: _any(a.value) for a in sp.attributes},
+                            "status": sp.status.code,
+                            "resource": res,
+                        })
+
+    def add_metrics(self, req: metrics_service_pb2.ExportMetricsServiceRequest) -> None:
+        with self.lock:
+            self.requests += 1
+            for rm in req.resource_metrics:
+                for sm in rm.scope_metrics:
+                    for m in sm.metrics:
+                        self.metric_names.add(m.name)
+                        kind = m.WhichOneof("data")
+                        for p in getattr(getattr(m, kind), "data_points", []):
+                            labels = {a.key: str(_any(a.value)) for a in p.attributes}
+                            val = p.as_double if p.HasField("as_double") else p.as_int if hasattr(p, "as_int") and \
+                                p.HasField("as_int") else getattr(p, "sum", 0.0)
+                            self.metric_points.append((m.name, labels, float(val)))
+
+
+def _any(v: Any) -> Any:
+    kind = v.WhichOneof("value")
+    return getattr(v, kind) if kind else None
+
+
+class _TraceSvc(trace_service_pb2_grpc.TraceServiceServicer):
+    def __init__(self, rx: "OtlpReceiver") -> None:
+        self.rx = rx
+
+    def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 - gRPC method name
+        self.rx._delay()
+        self.rx.received.add_traces(request)
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+
+class _MetricsSvc(metrics_service_pb2_grpc.MetricsServiceServicer):
+    def __init__(self, rx: "OtlpReceiver") -> None:
+        self.rx = rx
+
+    def Export(self, request: Any, context: Any) -> Any:  # noqa: N802
+        self.rx._delay()
+        self.rx.received.add_metrics(request)
+        return metrics_service_pb2.ExportMetricsServiceResponse()
+
+
+class OtlpReceiver:
+    def __init__(self, grpc_port: int | None = None, http_port: int | None = None, delay_s: float = 0.0) -> None:
+        self.grpc_port = grpc_port or free_port()
+        self.http_port = http_port or free_port()
+        self.delay_s = delay_s
+        self.received = Received()
+        self._grpc: grpc.Server | None = None
+        self._http: ThreadingHTTPServer | None = None
+
+    @property
+    def grpc_endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.grpc_port}"
+
+    @property
+    def http_endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def _delay(self) -> None:
+        if self.delay_s:
+            time.sleep(self.delay_s)
+
+    def start(self) -> "OtlpReceiver":
+        self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceSvc(self), self._grpc)
+        metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(_MetricsSvc(self), self._grpc)
+        self._grpc.add_insecure_port(f"127.0.0.1:{self.grpc_port}")
+        self._grpc.start()
+        rx = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                rx._delay()
+                if self.path == "/v1/traces":
+                    req = trace_service_pb2.ExportTraceServiceRequest()
+                    req.ParseFromString(body)
+                    rx.received.add_traces(req)
+                    resp = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
+                elif self.path == "/v1/metrics":
+                    mreq = metrics_service_pb2.ExportMetricsServiceRequest()
+                    mreq.ParseFromString(body)
+                    rx.received.add_metrics(mreq)
+                    resp = metrics_service_pb2.ExportMetricsServiceResponse().SerializeToString()
+                else:
+                    self.send_response(404)
+                    self.end_headers()
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(resp)))
+                self.end_headers()
+                self.wfile.write(resp)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._http = ThreadingHTTPServer(("127.0.0.1", self.http_port), Handler)
+        self._http.daemon_threads = True
+        threading.Thread(target=self._http.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._grpc is not None:
+            self._grpc.stop(grace=None)
+            self._grpc = None
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None
+
+    def wait_for(self, predicate: Any, timeout: float = 20.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.received.lock:
+                if predicate(self.received):
+                    return True
+            time.sleep(0.1)
+        return False
+
+    def __enter__(self) -> "OtlpReceiver":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

@@ -1,0 +1,31 @@
+"""verl-otel: OpenTelemetry and Prometheus observability for verl RL training.
+
+Usage::
+
+    pip install verl-otel
+    OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4317 python -m verl.trainer.main_ppo ...
+
+or ``VERL_OTEL_ENABLED=1`` for the embedded default (``./verl-otel-data/traces.jsonl``, local
+``/metrics``), or in code :func:`instrument` / :func:`uninstrument`, or ``opentelemetry-instrument``.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+
+def instrument() -> None:
+    """Hook verl in this process (and, through ``ray.init``, in the job's Ray workers)."""
+    from verl_otel.instrumentor import VerlInstrumentor
+
+    VerlInstrumentor().instrument()
+
+
+def uninstrument() -> None:
+    """Restore every verl function verl-otel wrapped."""
+    from verl_otel.instrumentor import VerlInstrumentor
+
+    VerlInstrumentor().uninstrument()
+
+
+__all__ = ["__version__", "instrument", "uninstrument"]

@@ -1,0 +1,9 @@
+"""verl hooks: where verl's functions are wrapped. Each module lists its targets as data
+(:class:`~verl_otel.hooks.registry.HookTarget`); :data:`ALL_TARGETS` is every one of them."""
+
+from __future__ import annotations
+
+from verl_otel.hooks.registry import HookTarget
+from verl_otel.hooks.trainer import TRAINER_TARGETS
+
+ALL_TARGETS: tuple[HookTarget, ...] = (*TRAINER_TARGETS,)

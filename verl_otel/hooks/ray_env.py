@@ -1,0 +1,45 @@
+"""Make the telemetry settings travel with the Ray job.
+
+A local ``ray.init`` starts workers that inherit the driver's environment, but on a ``ray start``
+cluster they inherit the raylet's. So ``ray.init`` gets our variables (VERL_OTEL_*, OTEL_*, the
+seed's VERL_PROGRESS_*) added to ``runtime_env.env_vars``, never overriding what the user set.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from verl_otel import semconv as sc
+from verl_otel.hooks._safe import safe
+from verl_otel.hooks.registry import HookTarget
+
+
+def job_env() -> dict[str, str]:
+    """The variables to forward; VERL_OTEL_DIR made absolute (workers may run elsewhere)."""
+    os.environ[sc.ENV_DIR] = os.path.abspath(os.environ.get(sc.ENV_DIR) or "./verl-otel-data")
+    return {k: v for k, v in os.environ.items() if k.startswith(sc.PROPAGATED_ENV_PREFIXES)}
+
+
+def merge_runtime_env(runtime_env: Any, env: dict[str, str]) -> dict[str, Any]:
+    merged = dict(runtime_env or {})
+    env_vars = dict(merged.get("env_vars") or {})
+    for key, val in env.items():
+        env_vars.setdefault(key, val)
+    merged["env_vars"] = env_vars
+    return merged
+
+
+def _add_env(kwargs: dict[str, Any]) -> None:
+    kwargs["runtime_env"] = merge_runtime_env(kwargs.get("runtime_env"), job_env())
+
+
+def _init_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    safe(_add_env, kwargs)
+    return wrapped(*args, **kwargs)
+
+
+RAY_TARGETS: tuple[HookTarget, ...] = (
+    HookTarget("ray", "init", _init_wrapper, "settings propagation to Ray workers"),
+)

@@ -1,0 +1,132 @@
+"""Hook targets as data, installed when their verl module is imported.
+
+Ray freezes an actor's methods when the class is made remote, so patches must be in place at import
+time in every process: each target registers a post-import hook (wrapt) that wraps the function the
+moment its module loads (or at once if it is already loaded). Adding a verl version is adding a row.
+A target missing in the installed verl gives one warning naming the verl version; training goes on.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import wrapt
+from packaging.version import InvalidVersion, Version
+
+from verl_otel._log import warn_once
+
+Wrapper = Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Any]
+
+
+@dataclass(frozen=True)
+class HookTarget:
+    module: str  # e.g. "verl.trainer.ppo.ray_trainer"
+    attr: str  # e.g. "RayPPOTrainer.fit" (dotted path inside the module)
+    wrapper: Wrapper
+    feature: str  # what is lost without it, for the warning
+    min_verl: str = "0.0"
+    max_verl: str | None = None  # exclusive
+
+    @property
+    def key(self) -> str:
+        return f"{self.module}.{self.attr}"
+
+
+_lock = threading.Lock()
+_active: dict[str, HookTarget] = {}  # registered and wanted
+_installed: dict[str, tuple[Any, str]] = {}  # key -> (owner object, attribute name)
+_registered_hooks: set[str] = set()  # post-import hooks cannot be removed: remember which exist
+
+
+def verl_version() -> str | None:
+    try:
+        return importlib.metadata.version("verl")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _in_range(target: HookTarget, version: str | None) -> bool:
+    if version is None:
+        return True
+    try:
+        v = Version(version)
+        if v < Version(target.min_verl):
+            return False
+        return target.max_verl is None or v < Version(target.max_verl)
+    except InvalidVersion:
+        return True
+
+
+def _resolve(module: ModuleType, attr: str) -> tuple[Any, str] | None:
+    owner: Any = module
+    *parents, name = attr.split(".")
+    for part in parents:
+        owner = getattr(owner, part, None)
+        if owner is None:
+            return None
+    if isinstance(owner, type):
+        # wrap where it is defined on the class itself, never a base class' copy
+        if name not in owner.__dict__:
+            return None
+    elif not hasattr(owner, name):
+        return None
+    return owner, name
+
+
+def _apply(key: str, module: ModuleType) -> None:
+    with _lock:
+        target = _active.get(key)
+        if target is None or key in _installed:
+            return
+        version = verl_version()
+        if not _in_range(target, version):
+            return
+        found = _resolve(module, target.attr)
+        if found is None:
+            warn_once(f"missing:{key}", f"hook target {key} not found in verl {version}: {target.feature} "
+                      "is off; training continues")
+            return
+        owner, name = found
+        wrapt.wrap_function_wrapper(owner, name, target.wrapper)
+        _installed[key] = (owner, name)
+
+
+def install(targets: Iterable[HookTarget]) -> None:
+    for target in targets:
+        with _lock:
+            _active[target.key] = target
+            first = target.key not in _registered_hooks
+            _registered_hooks.add(target.key)
+        if first:
+            wrapt.register_post_import_hook(functools.partial(_apply, target.key), target.module)
+        else:
+            import sys
+
+            mod = sys.modules.get(target.module)
+            if mod is not None:
+                _apply(target.key, mod)
+
+
+def uninstall(targets: Iterable[HookTarget]) -> None:
+    """Restore verl's original functions exactly (symmetric to :func:`install`)."""
+    for target in targets:
+        with _lock:
+            _active.pop(target.key, None)
+            found = _installed.pop(target.key, None)
+        if found is None:
+            continue
+        owner, name = found
+        current = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+        if isinstance(current, wrapt.ObjectProxy):
+            setattr(owner, name, current.__wrapped__)
+
+
+def installed() -> list[str]:
+    with _lock:
+        return sorted(_installed)

@@ -1,0 +1,108 @@
+"""Trainer-process hooks: fit(), verl's phase timer, validation and the step's metrics log.
+
+``verl.utils.profiler.performance._timer`` is the one function every trainer's ``marked_timer``
+variant (plain, nvtx, mstx) delegates to, looked up at call time: wrapping it covers the legacy,
+v1 and async trainers. It is a generator used with ``yield from``, so the wrapper is one too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any
+
+from verl_otel import semconv as sc
+from verl_otel.hooks._safe import safe
+from verl_otel.hooks.registry import HookTarget
+from verl_otel.telemetry.steps import TRACER
+
+_wired = False
+
+
+def _wire_observers() -> None:
+    """Attach the console (and metrics) observers once, in the process where fit() runs."""
+    global _wired
+    if _wired:
+        return
+    _wired = True
+    from verl_otel.export import setup
+    from verl_otel.telemetry.console import StepConsole
+
+    if setup.get().settings.console:
+        TRACER.observers.append(StepConsole())
+
+_WATCHED_TIMERS = frozenset((sc.VERL_TIMER_STEP, *sc.VERL_TIMER_TO_PHASE))
+
+
+def _phase_generator(gen: Generator[Any, Any, Any], name: str) -> Generator[Any, Any, Any]:
+    token = safe(TRACER.phase_enter, name)
+    exc: BaseException | None = None
+    try:
+        return (yield from gen)
+    except GeneratorExit:
+        raise
+    except BaseException as err:
+        exc = err
+        raise
+    finally:
+        safe(TRACER.phase_exit, token, exc)
+
+
+def _timer_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    gen = wrapped(*args, **kwargs)
+    name = args[0] if args else kwargs.get("name")
+    # agent loops time every sample through the same function: only whitelisted names cost a span
+    if name not in _WATCHED_TIMERS or not TRACER.active:
+        return gen
+    return _phase_generator(gen, name)
+
+
+def _fit_wrapper(kind: str) -> Callable[..., Any]:
+    def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        safe(_wire_observers)
+        safe(TRACER.fit_started, instance, kind)
+        exc: BaseException | None = None
+        try:
+            return wrapped(*args, **kwargs)
+        except BaseException as err:
+            exc = err
+            raise
+        finally:
+            safe(TRACER.fit_ended, exc)
+
+    return wrapper
+
+
+def _validate_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    token = safe(TRACER.validate_enter) if TRACER.active else None
+    exc: BaseException | None = None
+    try:
+        return wrapped(*args, **kwargs)
+    except BaseException as err:
+        exc = err
+        raise
+    finally:
+        if token is not None:
+            safe(TRACER.validate_exit, token, exc)
+
+
+def _log_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        data = args[0] if args else kwargs.get("data")
+        step = args[1] if len(args) > 1 else kwargs.get("step")
+        if isinstance(data, dict):
+            safe(TRACER.metrics_logged, data, step)
+
+
+_LEGACY = "verl.trainer.ppo.ray_trainer"
+_V1 = "verl.trainer.ppo.v1.trainer_base"
+
+TRAINER_TARGETS: tuple[HookTarget, ...] = (
+    HookTarget("verl.utils.profiler.performance", "_timer", _timer_wrapper, "phase spans"),
+    HookTarget(_LEGACY, "RayPPOTrainer.fit", _fit_wrapper(sc.TRAINER_LEGACY), "legacy trainer step traces"),
+    HookTarget(_LEGACY, "RayPPOTrainer._validate", _validate_wrapper, "legacy validation spans"),
+    HookTarget(_V1, "PPOTrainer.fit", _fit_wrapper(sc.TRAINER_V1), "v1 trainer step traces", min_verl="0.9.0"),
+    HookTarget(_V1, "PPOTrainer._validate", _validate_wrapper, "v1 validation spans", min_verl="0.9.0"),
+    HookTarget("verl.utils.tracking", "Tracking.log", _log_wrapper, "step ends and training curves"),
+)

@@ -1,0 +1,311 @@
+"""The verl-otel vocabulary: every span name, attribute key, metric name, label and unit.
+
+Hooks, exporters, the CLI, dashboards and alert rules import names from here (or are tested
+against it). Metric names are a user-facing API: dashboards and alerts depend on them, so a
+rename needs a deprecation note in the README, as vLLM does for its ``vllm:`` metrics.
+
+No label carries a step number, sample index, uid or trace id: identities live in traces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+INSTRUMENTATION_NAME: Final = "verl_otel"
+SERVICE_NAME_DEFAULT: Final = "verl"
+
+# --------------------------------------------------------------------------------------------
+# Phases: verl's marked_timer names -> our canonical span names
+# --------------------------------------------------------------------------------------------
+PHASE_ROLLOUT: Final = "rollout"
+PHASE_REWARD: Final = "reward"
+PHASE_OLD_LOG_PROB: Final = "old_log_prob"
+PHASE_REF: Final = "ref"
+PHASE_VALUES: Final = "values"
+PHASE_ADV: Final = "adv"
+PHASE_UPDATE_CRITIC: Final = "update_critic"
+PHASE_UPDATE_ACTOR: Final = "update_actor"
+PHASE_SAVE_CHECKPOINT: Final = "save_checkpoint"
+PHASE_UPDATE_WEIGHTS: Final = "update_weights"
+PHASE_VALIDATE: Final = "validate"
+
+#: verl timer name -> canonical phase. Agent loops also call the timer once per sample: anything
+#: not in this table is ignored (a whitelist keeps the hot path free of spans).
+VERL_TIMER_TO_PHASE: Final[dict[str, str]] = {
+    "gen": PHASE_ROLLOUT,
+    "reward": PHASE_REWARD,
+    "old_log_prob": PHASE_OLD_LOG_PROB,
+    "ref": PHASE_REF,
+    "values": PHASE_VALUES,
+    "adv": PHASE_ADV,
+    "update_critic": PHASE_UPDATE_CRITIC,
+    "update_actor": PHASE_UPDATE_ACTOR,
+    "save_checkpoint": PHASE_SAVE_CHECKPOINT,
+    "update_weights": PHASE_UPDATE_WEIGHTS,
+    "testing": PHASE_VALIDATE,
+    # async trainers' own phases keep verl's names
+    "switch_to_trainer": "switch_to_trainer",
+    "switch_to_rollout": "switch_to_rollout",
+    "switch_wait": "switch_wait",
+    "dump_rollout_generations": "dump_rollout_generations",
+}
+#: verl's timer around the whole step (the root span is opened by our fit/step hook instead).
+VERL_TIMER_STEP: Final = "step"
+
+PHASES: Final[tuple[str, ...]] = (
+    PHASE_ROLLOUT,
+    PHASE_REWARD,
+    PHASE_OLD_LOG_PROB,
+    PHASE_REF,
+    PHASE_VALUES,
+    PHASE_ADV,
+    PHASE_UPDATE_CRITIC,
+    PHASE_UPDATE_ACTOR,
+    PHASE_SAVE_CHECKPOINT,
+    PHASE_UPDATE_WEIGHTS,
+    PHASE_VALIDATE,
+)
+
+# --------------------------------------------------------------------------------------------
+# Spans
+# --------------------------------------------------------------------------------------------
+SPAN_STEP: Final = "step"
+SPAN_ROLLOUT_WORKER: Final = "rollout.worker"
+SPAN_ROLLOUT_SAMPLE: Final = "rollout.sample"
+
+# Attributes on the step span
+ATTR_GLOBAL_STEP: Final = "verl.global_step"
+ATTR_EPOCH: Final = "verl.epoch"
+ATTR_PROJECT: Final = "verl.project"
+ATTR_EXPERIMENT: Final = "verl.experiment"
+ATTR_TRAINER: Final = "verl.trainer"
+ATTR_ROLLOUT_N: Final = "verl.rollout_n"
+ATTR_BATCH_SIZE: Final = "verl.batch_size"
+ATTR_PHASE: Final = "verl.phase"
+ATTR_PHASE_SLOWEST: Final = "verl.slowest_phase"
+ATTR_STEPS_PLANNED: Final = "verl.steps_planned"
+
+#: verl metric key -> step-span attribute, so Jaeger can search steps by them.
+STEP_METRIC_ATTRS: Final[dict[str, str]] = {
+    "critic/score/mean": "verl.score_mean",
+    "critic/rewards/mean": "verl.reward_mean",
+    "response_length/mean": "verl.response_length_mean",
+    "timing_s/step": "verl.step_time_s",
+    "perf/throughput": "verl.throughput",
+    "actor/entropy": "verl.entropy",
+    "actor/grad_norm": "verl.grad_norm",
+}
+
+# Attributes on rollout spans (issue: slow steps)
+ATTR_WORKER_INDEX: Final = "verl.rollout.worker"
+ATTR_MODE: Final = "verl.rollout.mode"
+ATTR_SAMPLES: Final = "verl.rollout.samples"
+ATTR_SAMPLES_SPANNED: Final = "verl.rollout.samples_spanned"
+ATTR_SAMPLE_INDEX: Final = "verl.sample.index"
+ATTR_SAMPLE_ROLLOUT_N: Final = "verl.sample.rollout_n"
+ATTR_SAMPLE_PROMPT_TOKENS: Final = "verl.sample.prompt_tokens"
+ATTR_SAMPLE_RESPONSE_TOKENS: Final = "verl.sample.response_tokens"
+ATTR_SAMPLE_TURNS: Final = "verl.sample.turns"
+ATTR_SAMPLE_TOOL_CALLS: Final = "verl.sample.tool_calls"
+ATTR_SAMPLE_SCORE: Final = "verl.sample.reward_score"
+
+# Resource attributes: what each process is
+RES_ROLE: Final = "verl.process.role"
+RES_WORKER_INDEX: Final = "verl.process.worker_index"
+RES_NODE: Final = "host.name"
+RES_PID: Final = "process.pid"
+
+#: Process roles (resource attribute values)
+ROLE_DRIVER: Final = "driver"
+ROLE_TRAINER: Final = "trainer"
+ROLE_AGENT_LOOP: Final = "agent_loop_worker"
+ROLE_REWARD: Final = "reward_worker"
+ROLE_WORKER: Final = "train_worker"
+ROLE_OTHER: Final = "ray_worker"
+
+TRAINER_LEGACY: Final = "legacy"
+TRAINER_V1: Final = "v1"
+
+# --------------------------------------------------------------------------------------------
+# Metrics
+# --------------------------------------------------------------------------------------------
+MetricKind = Literal["gauge", "counter", "histogram"]
+
+LABEL_WORKER: Final = "worker"
+LABEL_MODE: Final = "mode"
+LABEL_PHASE: Final = "phase"
+LABEL_ROLE: Final = "role"
+LABEL_KEY: Final = "key"
+LABEL_REASON: Final = "reason"
+
+MODE_TRAIN: Final = "train"
+MODE_VALIDATE: Final = "validate"
+
+#: Histogram buckets, seconds: one second to hours (a step takes minutes).
+DURATION_BUCKETS_S: Final[tuple[float, ...]] = (
+    1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400,
+)
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    """One exported metric. ``name`` is the Prometheus name users see; ``otel_name`` and
+    ``unit`` are chosen so the OTel Collector's prometheus exporter translates back to it."""
+
+    name: str
+    kind: MetricKind
+    help: str
+    labels: tuple[str, ...] = ()
+    unit: str = ""
+    otel_name: str = ""
+    buckets: tuple[float, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not self.otel_name:
+            object.__setattr__(self, "otel_name", _otel_name_for(self.name, self.kind))
+
+
+def _otel_name_for(name: str, kind: MetricKind) -> str:
+    # Counters get `_total` appended by the OTLP->Prometheus translation: define them without it.
+    if kind == "counter" and name.endswith("_total"):
+        return name[: -len("_total")]
+    return name
+
+
+_ROLLOUT_LABELS = (LABEL_WORKER, LABEL_MODE)
+
+ROLLOUT_SAMPLES_COMPLETED = MetricDef(
+    "verl_rollout_samples_completed", "gauge",
+    "Samples (agent loops) finished so far in the current rollout of this agent-loop worker.",
+    _ROLLOUT_LABELS, unit="{sample}",
+)
+ROLLOUT_SAMPLES_EXPECTED = MetricDef(
+    "verl_rollout_samples_expected", "gauge",
+    "Samples this agent-loop worker was given in the current rollout.", _ROLLOUT_LABELS, unit="{sample}",
+)
+ROLLOUT_SAMPLES_INFLIGHT = MetricDef(
+    "verl_rollout_samples_inflight", "gauge",
+    "Samples started and not yet finished on this agent-loop worker.", _ROLLOUT_LABELS, unit="{sample}",
+)
+ROLLOUT_OLDEST_INFLIGHT = MetricDef(
+    "verl_rollout_oldest_inflight_seconds", "gauge",
+    "Age of the longest-running unfinished sample: a lost request keeps growing here.",
+    _ROLLOUT_LABELS, unit="s",
+)
+ROLLOUT_ELAPSED = MetricDef(
+    "verl_rollout_elapsed_seconds", "gauge",
+    "Seconds since the current rollout started on this worker.", _ROLLOUT_LABELS, unit="s",
+)
+ROLLOUT_ETA = MetricDef(
+    "verl_rollout_eta_seconds", "gauge",
+    "Estimated seconds until this worker's rollout completes (elapsed/completed x remaining).",
+    _ROLLOUT_LABELS, unit="s",
+)
+
+TRAINING_STEP = MetricDef(
+    "verl_training_step", "gauge", "Current trainer global step.", unit="{step}",
+)
+TRAINING_STEPS_PLANNED = MetricDef(
+    "verl_training_steps_planned", "gauge", "Total global steps this run plans (trainer.total_training_steps).",
+    unit="{step}",
+)
+TRAINING_ETA = MetricDef(
+    "verl_training_eta_seconds", "gauge", "Run ETA from the mean of recent step durations.", unit="s",
+)
+PHASE_ACTIVE = MetricDef(
+    "verl_phase_active", "gauge", "1 while the phase runs, else 0.", (LABEL_PHASE,), unit="",
+)
+PHASE_ELAPSED = MetricDef(
+    "verl_phase_elapsed_seconds", "gauge",
+    "Live elapsed time of the running phase (the heartbeat: growing = running, frozen at 0 = idle).",
+    (LABEL_PHASE,), unit="s",
+)
+STEP_DURATION = MetricDef(
+    "verl_step_duration_seconds", "histogram",
+    "Duration of each global step; exemplars carry the step's trace id.", unit="s", buckets=DURATION_BUCKETS_S,
+)
+PHASE_DURATION = MetricDef(
+    "verl_phase_duration_seconds", "histogram",
+    "Duration of each phase run; exemplars carry the step's trace id.", (LABEL_PHASE,), unit="s",
+    buckets=DURATION_BUCKETS_S,
+)
+
+UPDATE_MINIBATCHES_COMPLETED = MetricDef(
+    "verl_update_minibatches_completed", "gauge",
+    "Optimizer mini-batches done in the current actor/critic update.", (LABEL_ROLE,), unit="{minibatch}",
+)
+UPDATE_MINIBATCHES_EXPECTED = MetricDef(
+    "verl_update_minibatches_expected", "gauge",
+    "Optimizer mini-batches the current actor/critic update will run (all PPO epochs).", (LABEL_ROLE,),
+    unit="{minibatch}",
+)
+UPDATE_EPOCH = MetricDef(
+    "verl_update_epoch", "gauge", "Current PPO epoch (1-based) of the update.", (LABEL_ROLE,), unit="{epoch}",
+)
+UPDATE_ETA = MetricDef(
+    "verl_update_eta_seconds", "gauge", "Estimated seconds until the current update completes.", (LABEL_ROLE,),
+    unit="s",
+)
+
+TRAINING_METRIC = MetricDef(
+    "verl_training_metric", "gauge",
+    "Every scalar verl logs per step, by verl's own key (e.g. critic/score/mean).", (LABEL_KEY,), unit="",
+)
+PHASE_PEAK_MEMORY = MetricDef(
+    "verl_phase_peak_memory_bytes", "gauge",
+    "Peak accelerator memory allocated during the last run of the phase (torch.cuda only).",
+    (LABEL_PHASE, LABEL_ROLE), unit="By",
+)
+
+OTEL_DROPPED = MetricDef(
+    "verl_otel_dropped_total", "counter",
+    "Telemetry items dropped (queue full, exporter failure, bad value, key cap), by reason.", (LABEL_REASON,),
+    unit="{item}",
+)
+
+METRICS: Final[tuple[MetricDef, ...]] = (
+    ROLLOUT_SAMPLES_COMPLETED, ROLLOUT_SAMPLES_EXPECTED, ROLLOUT_SAMPLES_INFLIGHT, ROLLOUT_OLDEST_INFLIGHT,
+    ROLLOUT_ELAPSED, ROLLOUT_ETA,
+    TRAINING_STEP, TRAINING_STEPS_PLANNED, TRAINING_ETA, PHASE_ACTIVE, PHASE_ELAPSED, STEP_DURATION,
+    PHASE_DURATION,
+    UPDATE_MINIBATCHES_COMPLETED, UPDATE_MINIBATCHES_EXPECTED, UPDATE_EPOCH, UPDATE_ETA,
+    TRAINING_METRIC, PHASE_PEAK_MEMORY, OTEL_DROPPED,
+)
+assert len({m.name for m in METRICS}) == len(METRICS), "metric names must be unique"
+
+#: Reasons for verl_otel_dropped_total
+DROP_NON_SCALAR: Final = "non_scalar"
+DROP_NON_FINITE: Final = "non_finite"
+DROP_KEY_CAP: Final = "key_cap"
+DROP_EXPORT: Final = "export_failed"
+DROP_QUEUE: Final = "queue_full"
+
+# --------------------------------------------------------------------------------------------
+# Environment variables (ours and the seed's; OTEL_* are the standard ones)
+# --------------------------------------------------------------------------------------------
+ENV_ENABLED: Final = "VERL_OTEL_ENABLED"
+ENV_DIR: Final = "VERL_OTEL_DIR"
+ENV_PROM_PORT: Final = "VERL_OTEL_PROMETHEUS_PORT"
+ENV_PROM_HOST: Final = "VERL_OTEL_PROMETHEUS_HOST"
+ENV_SAMPLE_SPANS: Final = "VERL_OTEL_SAMPLE_SPANS"
+ENV_CAPTURE_TEXT: Final = "VERL_OTEL_CAPTURE_TEXT"
+ENV_MAX_TEXT: Final = "VERL_OTEL_MAX_TEXT"
+ENV_MAX_METRIC_KEYS: Final = "VERL_OTEL_MAX_METRIC_KEYS"
+ENV_CONSOLE: Final = "VERL_OTEL_CONSOLE"
+ENV_ROLE: Final = "VERL_OTEL_ROLE"
+
+ENV_PROGRESS_LOG: Final = "VERL_PROGRESS_LOG"
+ENV_PROGRESS_LOG_INTERVAL: Final = "VERL_PROGRESS_LOG_INTERVAL"
+ENV_PROGRESS_BAR_INTERVAL: Final = "VERL_PROGRESS_BAR_INTERVAL"
+ENV_PROGRESS_HEARTBEAT_SEC: Final = "VERL_PROGRESS_HEARTBEAT_SEC"
+ENV_ROLLOUT_PROGRESS_INTERVAL: Final = "VERL_ROLLOUT_PROGRESS_INTERVAL"
+ENV_ROLLOUT_PROGRESS_WORKER_INDEX: Final = "VERL_ROLLOUT_PROGRESS_WORKER_INDEX"
+ENV_ROLLOUT_PROGRESS_BAR_WIDTH: Final = "VERL_ROLLOUT_PROGRESS_BAR_WIDTH"
+
+#: Environment prefixes that travel to every Ray worker of the job (runtime_env env_vars).
+PROPAGATED_ENV_PREFIXES: Final[tuple[str, ...]] = ("VERL_OTEL_", "OTEL_", "VERL_PROGRESS_", "VERL_ROLLOUT_PROGRESS_")
+
+# Embedded-default file names under VERL_OTEL_DIR
+TRACES_FILE: Final = "traces.jsonl"
+PROM_TARGETS_FILE: Final = "prometheus_targets.json"

@@ -1,0 +1,293 @@
+"""Step traces: one trace per trainer global step, one child span per phase.
+
+The trainer hooks feed events in (fit start/end, timer enter/exit, validate enter/exit, metrics
+logged); this module turns them into spans and tells observers (metrics, console) what happened.
+The step span opens at verl's ``step`` timer (or at a validation outside any step, for the
+validation before training) and ends when the step's metrics are logged, so it includes
+validation, as verl's own ``timing_s`` does not.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Span, Status, StatusCode
+
+from verl_otel import semconv as sc
+from verl_otel._log import logger
+from verl_otel.export import setup
+from verl_otel.telemetry.values import to_scalar
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    trainer: str
+    project: str
+    experiment: str
+    steps_planned: int | None
+    rollout_n: int | None
+    batch_size: int | None
+
+
+@dataclass
+class StepResult:
+    global_step: int
+    seconds: float
+    phases: dict[str, float]
+    trace_id: str
+    error: bool
+
+
+class StepObserver(Protocol):
+    """Receives the model's events; implementations must be cheap and must not raise."""
+
+    def on_fit_start(self, run: RunInfo) -> None: ...
+    def on_phase_start(self, phase: str, global_step: int) -> None: ...
+    def on_phase_end(self, phase: str, global_step: int, seconds: float, trace_id: str) -> None: ...
+    def on_step_end(self, result: StepResult) -> None: ...
+    def on_metrics(self, data: Mapping[str, Any], global_step: int) -> None: ...
+
+
+@dataclass
+class _Open:
+    name: str
+    span: Span
+    start: float
+
+
+@dataclass
+class _Step:
+    number: int
+    span: Span
+    start: float
+    phases: dict[str, float] = field(default_factory=dict)
+    open: list[_Open] = field(default_factory=list)
+    error: bool = False
+
+
+def _cfg(config: Any, path: str, default: Any = None) -> Any:
+    node = config
+    for part in path.split("."):
+        try:
+            node = node[part] if isinstance(node, Mapping) or hasattr(node, "__getitem__") else getattr(node, part)
+        except Exception:  # noqa: BLE001 - missing keys in other verl versions
+            try:
+                node = getattr(node, part)
+            except Exception:  # noqa: BLE001
+                return default
+        if node is None:
+            return default
+    return node
+
+
+def run_info_from_trainer(trainer: Any, kind: str) -> RunInfo:
+    config = getattr(trainer, "config", None)
+
+    def _int(v: Any) -> int | None:
+        try:
+            return int(v)
+        except (TypeError, ValueError):
+            return None
+
+    planned = _int(getattr(trainer, "total_training_steps", None)) or _int(
+        _cfg(config, "trainer.total_training_steps")
+    )
+    return RunInfo(
+        trainer=kind,
+        project=str(_cfg(config, "trainer.project_name", "")),
+        experiment=str(_cfg(config, "trainer.experiment_name", "")),
+        steps_planned=planned,
+        rollout_n=_int(_cfg(config, "actor_rollout_ref.rollout.n")),
+        batch_size=_int(_cfg(config, "data.train_batch_size")),
+    )
+
+
+class StepTracer:
+    """State machine of the fit() process. Thread-safe; never raises into the caller."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._trainer: Any = None
+        self._run: RunInfo | None = None
+        self._step: _Step | None = None
+        self.observers: list[StepObserver] = []
+
+    # -- inputs from the hooks ----------------------------------------------------------------
+    def fit_started(self, trainer: Any, kind: str) -> None:
+        with self._lock:
+            self._trainer = trainer
+            self._run = run_info_from_trainer(trainer, kind)
+            setup.set_role(sc.ROLE_TRAINER)
+        self._notify("on_fit_start", self._run)
+
+    def fit_ended(self, exc: BaseException | None) -> None:
+        with self._lock:
+            if self._step is not None:
+                if exc is not None:
+                    self._fail(self._step, exc)
+                self._end_step(metrics=None)
+            self._trainer = None
+        setup.get().flush(block=True)
+
+    def phase_enter(self, verl_name: str) -> _Open | None:
+        """verl's timer opened ``verl_name``; returns a token for :meth:`phase_exit`."""
+        if verl_name == sc.VERL_TIMER_STEP:
+            with self._lock:
+                self._ensure_step()
+            return None
+        phase = sc.VERL_TIMER_TO_PHASE.get(verl_name)
+        if phase is None:
+            return None
+        return self._open_phase(phase)
+
+    def phase_exit(self, token: _Open | None, exc: BaseException | None) -> None:
+        if token is None:
+            return
+        with self._lock:
+            step = self._step
+            seconds = time.monotonic() - token.start
+            if exc is not None:
+                token.span.record_exception(exc)
+                token.span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:512]))
+                if step is not None:
+                    self._fail(step, exc, record=False)
+            token.span.end()
+            number = -1
+            trace_id = format(token.span.get_span_context().trace_id, "032x")
+            if step is not None:
+                number = step.number
+                step.phases[token.name] = step.phases.get(token.name, 0.0) + seconds
+                if token in step.open:
+                    step.open.remove(token)
+        self._notify("on_phase_end", token.name, number, seconds, trace_id)
+
+    def validate_enter(self) -> _Open | None:
+        """verl's ``_validate`` started. Inside a step the ``testing`` timer already made the
+        span; outside one (validation before training) it starts that step's own trace."""
+        with self._lock:
+            if self._step is not None and any(o.name == sc.PHASE_VALIDATE for o in self._step.open):
+                return None
+        return self._open_phase(sc.PHASE_VALIDATE)
+
+    def validate_exit(self, token: _Open | None, exc: BaseException | None) -> None:
+        self.phase_exit(token, exc)
+
+    def metrics_logged(self, data: Mapping[str, Any], step: Any) -> None:
+        """``Tracking.log``: the step's metrics are out; the step trace ends here."""
+        try:
+            number = int(step)
+        except (TypeError, ValueError):
+            number = -1
+        with self._lock:
+            if self._step is not None:
+                self._end_step(metrics=data)
+        self._notify("on_metrics", data, number)
+
+    def current_context(self) -> otel_context.Context | None:
+        """Context of the innermost open span (for propagation to Ray workers)."""
+        with self._lock:
+            step = self._step
+            if step is None:
+                return None
+            span = step.open[-1].span if step.open else step.span
+            return trace.set_span_in_context(span)
+
+    @property
+    def global_step(self) -> int:
+        return self._global_step()
+
+    @property
+    def active(self) -> bool:
+        """True while a fit() runs in this process (timers elsewhere, e.g. agent loops, are ignored)."""
+        return self._trainer is not None
+
+    # -- internals --------------------------------------------------------------------------
+    def _global_step(self) -> int:
+        try:
+            return int(getattr(self._trainer, "global_steps", -1))
+        except (TypeError, ValueError):
+            return -1
+
+    def _ensure_step(self) -> _Step:
+        if self._step is not None:
+            return self._step
+        tel = setup.get()
+        number = self._global_step()
+        run = self._run
+        attrs: dict[str, Any] = {sc.ATTR_GLOBAL_STEP: number}
+        if run is not None:
+            attrs.update({sc.ATTR_TRAINER: run.trainer, sc.ATTR_PROJECT: run.project,
+                          sc.ATTR_EXPERIMENT: run.experiment})
+            for key, val in ((sc.ATTR_ROLLOUT_N, run.rollout_n), (sc.ATTR_BATCH_SIZE, run.batch_size),
+                             (sc.ATTR_STEPS_PLANNED, run.steps_planned)):
+                if val is not None:
+                    attrs[key] = val
+        # a fresh root: each step is its own trace whatever context the caller runs in
+        span = tel.tracer.start_span(sc.SPAN_STEP, context=otel_context.Context(), attributes=attrs)
+        self._step = _Step(number=number, span=span, start=time.monotonic())
+        return self._step
+
+    def _open_phase(self, phase: str) -> _Open | None:
+        with self._lock:
+            step = self._ensure_step()
+            parent = step.open[-1].span if step.open else step.span
+            span = setup.get().tracer.start_span(
+                phase, context=trace.set_span_in_context(parent), attributes={sc.ATTR_PHASE: phase,
+                                                                               sc.ATTR_GLOBAL_STEP: step.number}
+            )
+            token = _Open(phase, span, time.monotonic())
+            step.open.append(token)
+            number = step.number
+        self._notify("on_phase_start", phase, number)
+        return token
+
+    def _fail(self, step: _Step, exc: BaseException, record: bool = True) -> None:
+        step.error = True
+        if record:
+            step.span.record_exception(exc)
+        step.span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:512]))
+
+    def _end_step(self, metrics: Mapping[str, Any] | None) -> None:
+        step = self._step
+        if step is None:
+            return
+        self._step = None
+        for token in reversed(step.open):  # phases left open by an exception path
+            token.span.set_status(Status(StatusCode.ERROR, "phase did not finish"))
+            token.span.end()
+        span = step.span
+        if metrics:
+            for key, attr in sc.STEP_METRIC_ATTRS.items():
+                if key in metrics:
+                    val, _ = to_scalar(metrics[key])
+                    if val is not None:
+                        span.set_attribute(attr, val)
+            epoch, _ = to_scalar(metrics.get("training/epoch"))
+            if epoch is not None:
+                span.set_attribute(sc.ATTR_EPOCH, int(epoch))
+        if step.phases:
+            slowest = max(step.phases, key=step.phases.__getitem__)
+            span.set_attribute(sc.ATTR_PHASE_SLOWEST, slowest)
+        seconds = time.monotonic() - step.start
+        span.end()
+        result = StepResult(step.number, seconds, dict(step.phases),
+                            format(span.get_span_context().trace_id, "032x"), step.error)
+        self._notify("on_step_end", result)
+        setup.get().flush(block=setup.get().settings.embedded)
+
+    def _notify(self, method: str, *args: Any) -> None:
+        for obs in list(self.observers):
+            try:
+                getattr(obs, method)(*args)
+            except Exception as exc:  # noqa: BLE001 - an observer bug must not reach training
+                logger.debug("observer %s.%s failed: %s", type(obs).__name__, method, exc)
+
+
+#: The fit() process has one trainer at a time.
+TRACER = StepTracer()
