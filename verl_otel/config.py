@@ -15,7 +15,7 @@ _FALSY = {"", "0", "false", "no", "off"}
 _TRUTHY = {"1", "true", "yes", "on"}
 
 
-def _flag(name: str, default: bool, env: dict[str, str]) -> bool:
+def flag(name: str, default: bool, env: dict[str, str]) -> bool:
     raw = env.get(name)
     if raw is None:
         return default
@@ -28,7 +28,7 @@ def _flag(name: str, default: bool, env: dict[str, str]) -> bool:
     return default
 
 
-def _number(name: str, default: float, env: dict[str, str], *, minimum: float | None = None) -> float:
+def number(name: str, default: float, env: dict[str, str], *, minimum: float | None = None) -> float:
     raw = env.get(name)
     if raw is None or raw.strip() == "":
         return default
@@ -53,7 +53,7 @@ def enabled(env: dict[str, str] | None = None) -> bool:
         return False
     raw = env.get(sc.ENV_ENABLED)
     if raw is not None and raw.strip() != "":
-        return _flag(sc.ENV_ENABLED, False, env)
+        return flag(sc.ENV_ENABLED, False, env)
     return bool(env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
 
 
@@ -111,7 +111,7 @@ def load(env: dict[str, str] | None = None) -> Settings:
     if prom_raw is None or prom_raw.strip() == "":
         prom_port = 0 if traces_ep is None else None  # embedded default: pull is on
     else:
-        prom_port = int(_number(sc.ENV_PROM_PORT, 0, env, minimum=0))
+        prom_port = int(number(sc.ENV_PROM_PORT, 0, env, minimum=0))
         if prom_port > 65535:
             warn_once("promport", f"{sc.ENV_PROM_PORT}={prom_raw!r} is not a port; using any free port")
             prom_port = 0
@@ -120,12 +120,43 @@ def load(env: dict[str, str] | None = None) -> Settings:
         traces_endpoint=traces_ep,
         metrics_endpoint=metrics_ep,
         protocol=protocol,
-        metric_export_interval_ms=int(_number("OTEL_METRIC_EXPORT_INTERVAL", 5000, env, minimum=100)),
+        metric_export_interval_ms=int(number("OTEL_METRIC_EXPORT_INTERVAL", 5000, env, minimum=100)),
         prometheus_port=prom_port,
         prometheus_host=env.get(sc.ENV_PROM_HOST, "127.0.0.1").strip() or "127.0.0.1",
-        sample_spans=int(_number(sc.ENV_SAMPLE_SPANS, 8, env, minimum=0)),
-        capture_text=_flag(sc.ENV_CAPTURE_TEXT, False, env),
-        max_text=int(_number(sc.ENV_MAX_TEXT, 2000, env, minimum=0)),
-        max_metric_keys=int(_number(sc.ENV_MAX_METRIC_KEYS, 2000, env, minimum=1)),
-        console=_flag(sc.ENV_CONSOLE, True, env),
+        sample_spans=int(number(sc.ENV_SAMPLE_SPANS, 8, env, minimum=0)),
+        capture_text=flag(sc.ENV_CAPTURE_TEXT, False, env),
+        max_text=int(number(sc.ENV_MAX_TEXT, 2000, env, minimum=0)),
+        max_metric_keys=int(number(sc.ENV_MAX_METRIC_KEYS, 2000, env, minimum=1)),
+        console=flag(sc.ENV_CONSOLE, True, env),
+    )
+
+
+@dataclass(frozen=True)
+class ProgressSettings:
+    """The seed's console progress knobs (VERL_PROGRESS_*, VERL_ROLLOUT_PROGRESS_*), same defaults."""
+
+    enabled: bool
+    log_interval: int  # print a step's lines only when step % interval == 0
+    bar_interval: int  # actor update bar every N mini-batches
+    heartbeat_s: float  # "still running" line for a long phase
+    meta_preview: int  # meta keys shown on the rollout start line
+    rollout_interval: int  # rollout bar every N finished samples
+    rollout_worker_index: int  # which agent-loop worker prints its bar; -1 = all
+    rollout_bar_width: int
+
+    def step_selected(self, step: int) -> bool:
+        return self.enabled and (step < 0 or step % self.log_interval == 0)
+
+
+def load_progress(env: dict[str, str] | None = None) -> ProgressSettings:
+    env = os.environ if env is None else env
+    return ProgressSettings(
+        enabled=flag(sc.ENV_PROGRESS_LOG, False, env),
+        log_interval=int(number(sc.ENV_PROGRESS_LOG_INTERVAL, 1, env, minimum=1)),
+        bar_interval=int(number(sc.ENV_PROGRESS_BAR_INTERVAL, 1, env, minimum=1)),
+        heartbeat_s=number(sc.ENV_PROGRESS_HEARTBEAT_SEC, 5.0, env, minimum=0.1),
+        meta_preview=int(number(sc.ENV_PROGRESS_LOG_META_PREVIEW, 6, env, minimum=0)),
+        rollout_interval=int(number(sc.ENV_ROLLOUT_PROGRESS_INTERVAL, 1, env, minimum=1)),
+        rollout_worker_index=int(number(sc.ENV_ROLLOUT_PROGRESS_WORKER_INDEX, 0, env, minimum=-1)),
+        rollout_bar_width=int(number(sc.ENV_ROLLOUT_PROGRESS_BAR_WIDTH, 24, env, minimum=1)),
     )

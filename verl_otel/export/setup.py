@@ -12,6 +12,7 @@ import os
 import socket
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
@@ -36,6 +37,7 @@ class Telemetry:
     provider: TracerProvider
     tracer: trace.Tracer
     destination: str
+    meter_provider: Any = None
 
     def flush(self, *, block: bool, timeout_s: float = 5.0) -> None:
         """Push finished spans out. Non-blocking flushes run on a daemon thread so a slow or
@@ -44,6 +46,8 @@ class Telemetry:
         def _do() -> None:
             try:
                 self.provider.force_flush(int(timeout_s * 1000))
+                if self.meter_provider is not None:
+                    self.meter_provider.force_flush(int(timeout_s * 1000))
             except Exception as exc:  # noqa: BLE001
                 warn_once("flush", f"flushing spans failed: {exc}")
 
@@ -152,10 +156,48 @@ def get() -> Telemetry:
         return _current
 
 
+_metrics_pid: int | None = None
+
+
+def ensure_metrics() -> None:
+    """Start this process' metric exporters once: the /metrics endpoint (pull; on by default in
+    the embedded mode) and OTLP push when an endpoint is configured."""
+    global _metrics_pid
+    if _metrics_pid == os.getpid():
+        return
+    with _lock:
+        if _metrics_pid == os.getpid():
+            return
+        _metrics_pid = os.getpid()
+        from verl_otel.telemetry.metrics import STATE
+
+        settings = get().settings
+        STATE.max_series_per_metric = settings.max_metric_keys
+        if settings.prometheus_port is not None:
+            try:
+                from verl_otel.export import prometheus
+
+                port = prometheus.serve(STATE, settings.prometheus_host, settings.prometheus_port)
+                role = _role[0]
+                prometheus.register_target(settings.data_dir, settings.prometheus_host, port, {"verl_role": role})
+            except Exception as exc:  # noqa: BLE001 - e.g. the port is taken
+                warn_once("prom-serve", f"cannot serve /metrics on {settings.prometheus_host}:"
+                          f"{settings.prometheus_port}: {exc}; the pull path is off in pid {os.getpid()}")
+        if settings.metrics_endpoint is not None:
+            try:
+                from verl_otel.export.otel_metrics import start_push
+
+                get().meter_provider = start_push(STATE, settings, get().provider.resource)
+            except Exception as exc:  # noqa: BLE001
+                warn_once("otlp-metrics", f"cannot start OTLP metrics export: {exc}")
+
+
 def reset_for_tests() -> None:
     """Forget the process' telemetry (tests switch settings between runs)."""
     global _current
+    global _metrics_pid
     with _lock:
+        _metrics_pid = None
         if _current is not None:
             try:
                 _current.provider.shutdown()

@@ -24,11 +24,21 @@ def _wire_observers() -> None:
     if _wired:
         return
     _wired = True
+    from verl_otel import config
     from verl_otel.export import setup
     from verl_otel.telemetry.console import StepConsole
+    from verl_otel.telemetry.metrics import STATE
+    from verl_otel.telemetry.progress_console import ProgressConsole
+    from verl_otel.telemetry.trainer_metrics import TrainerMetrics
 
+    setup.set_role(sc.ROLE_TRAINER)
+    setup.ensure_metrics()
+    TRACER.observers.append(TrainerMetrics(STATE))
     if setup.get().settings.console:
         TRACER.observers.append(StepConsole())
+    progress = config.load_progress()
+    if progress.enabled:
+        TRACER.observers.append(ProgressConsole(progress))
 
 _WATCHED_TIMERS = frozenset((sc.VERL_TIMER_STEP, *sc.VERL_TIMER_TO_PHASE))
 

@@ -1,0 +1,1 @@
+"""The ``verl-otel`` command line."""

@@ -1,0 +1,69 @@
+"""Push path: OTLP metrics, every ``OTEL_METRIC_EXPORT_INTERVAL`` ms (default 5 s).
+
+Gauges and the drop counter are observable instruments whose callbacks read
+:data:`~verl_otel.telemetry.metrics.STATE`; histograms are recorded when observed, inside the step
+span's context, so the SDK attaches the trace id as exemplar. Names and units are chosen (in
+semconv) so the Collector's prometheus exporter turns them back into the documented names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+from verl_otel import semconv as sc
+from verl_otel.config import Settings
+from verl_otel.telemetry.metrics import Labels, MetricsState
+
+
+def _attrs(metric: sc.MetricDef, labels: Labels) -> dict[str, str]:
+    return dict(zip(metric.labels, labels, strict=False))
+
+
+def start_push(state: MetricsState, settings: Settings, resource: Resource) -> MeterProvider:
+    if settings.protocol == "http/protobuf":
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpExp
+
+        exporter: Any = HttpExp(timeout=5)
+    else:
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcExp
+
+        exporter = GrpcExp(timeout=5)
+    reader = PeriodicExportingMetricReader(exporter, export_interval_millis=settings.metric_export_interval_ms)
+    views = [View(instrument_name=m.otel_name, aggregation=ExplicitBucketHistogramAggregation(m.buckets))
+             for m in sc.METRICS if m.kind == "histogram"]
+    provider = MeterProvider(metric_readers=[reader], resource=resource, views=views)
+    meter = provider.get_meter(sc.INSTRUMENTATION_NAME)
+
+    def _callback_for(metric: sc.MetricDef) -> Any:
+        def callback(options: CallbackOptions) -> list[Observation]:
+            return [Observation(v, _attrs(m, labels)) for m, labels, v in state.samples() if m is metric]
+
+        return callback
+
+    histograms = {}
+    for metric in sc.METRICS:
+        if metric.kind == "gauge":
+            meter.create_observable_gauge(metric.otel_name, [_callback_for(metric)], metric.unit, metric.help)
+        elif metric.kind == "counter":
+            meter.create_observable_counter(metric.otel_name, [_callback_for(metric)], metric.unit, metric.help)
+        else:
+            histograms[metric] = meter.create_histogram(metric.otel_name, metric.unit, metric.help)
+
+    def record(metric: sc.MetricDef, labels: Labels, value: float, trace_id: str | None) -> None:
+        ctx = None
+        if trace_id:
+            # a sampled span context carrying the step's trace id: the SDK's exemplar filter keeps it
+            span_ctx = SpanContext(int(trace_id, 16), 1, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+            ctx = trace.set_span_in_context(NonRecordingSpan(span_ctx))
+        histograms[metric].record(value, _attrs(metric, labels), context=ctx)
+
+    state.on_histogram.append(record)
+    return provider

@@ -1,0 +1,117 @@
+"""Pull path: a /metrics endpoint per instrumented process, and a Prometheus file_sd file listing
+every endpoint of the run (``$VERL_OTEL_DIR/prometheus_targets.json``).
+
+The collector renders :data:`~verl_otel.telemetry.metrics.STATE` at scrape time. Exemplars (the
+step's trace id on the duration histograms) appear when the scraper asks for OpenMetrics, which
+Prometheus does when started with ``--enable-feature=exemplar-storage``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.samples import Exemplar
+
+from verl_otel import semconv as sc
+from verl_otel._log import warn_once
+from verl_otel.telemetry.metrics import MetricsState
+
+PID_LABEL = "__verl_otel_pid"  # internal (dropped by Prometheus after relabeling): lets us prune dead entries
+
+
+class StateCollector:
+    def __init__(self, state: MetricsState) -> None:
+        self._state = state
+
+    def collect(self) -> Iterator[Metric]:
+        grouped: dict[sc.MetricDef, list[tuple[tuple[str, ...], float]]] = defaultdict(list)
+        for metric, labels, value in self._state.samples():
+            grouped[metric].append((labels, value))
+        for metric, rows in grouped.items():
+            family: Any
+            if metric.kind == "counter":
+                family = CounterMetricFamily(metric.otel_name, metric.help, labels=list(metric.labels))
+            else:
+                family = GaugeMetricFamily(metric.name, metric.help, labels=list(metric.labels))
+            for labels, value in rows:
+                family.add_metric(list(labels), value)
+            yield family
+        hist: dict[sc.MetricDef, HistogramMetricFamily] = {}
+        for metric, labels, series in self._state.histograms():
+            family = hist.get(metric)
+            if family is None:
+                family = hist[metric] = HistogramMetricFamily(metric.name, metric.help, labels=list(metric.labels))
+            buckets: list[Any] = []
+            running = 0
+            for i, count in enumerate(series.counts):
+                running += count
+                le = "+Inf" if i == len(series.bounds) else _fmt(series.bounds[i])
+                ex = series.exemplars.get(i)
+                exemplar = Exemplar({"trace_id": ex.trace_id}, ex.value, ex.timestamp) if ex else None
+                buckets.append((le, running, exemplar) if exemplar else (le, running))
+            family.add_metric(list(labels), buckets, series.total)
+        yield from hist.values()
+
+
+def _fmt(bound: float) -> str:
+    return str(int(bound)) if float(bound).is_integer() else repr(bound)
+
+
+def serve(state: MetricsState, host: str, port: int) -> int:
+    """Start /metrics on a daemon thread; returns the bound port."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StateCollector(state))  # type: ignore[arg-type]
+    server, _thread = start_http_server(port, addr=host, registry=registry)
+    return int(server.server_port)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _stale(group: dict[str, Any]) -> bool:
+    """An entry of a process of this host that has exited."""
+    local = {socket.gethostname(), "127.0.0.1", "localhost"}
+    targets = group.get("targets") or [""]
+    pid = str(group.get("labels", {}).get(PID_LABEL, ""))
+    return str(targets[0]).rsplit(":", 1)[0] in local and pid.isdigit() and not _alive(int(pid))
+
+
+def register_target(data_dir: Path, host: str, port: int, labels: dict[str, str]) -> None:
+    """Add this process' endpoint to the run's file_sd file (read-modify-rename under a lock),
+    pruning entries of dead processes on this host."""
+    addr_host = socket.gethostname() if host in ("0.0.0.0", "::") else host
+    entry = {"targets": [f"{addr_host}:{port}"], "labels": {**labels, PID_LABEL: str(os.getpid())}}
+    path = data_dir / sc.PROM_TARGETS_FILE
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        with open(data_dir / (sc.PROM_TARGETS_FILE + ".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                groups = json.loads(path.read_text()) if path.exists() else []
+                if not isinstance(groups, list):
+                    groups = []
+            except (OSError, ValueError):
+                groups = []
+            kept = [g for g in groups if isinstance(g, dict) and not _stale(g) and g.get("targets") != entry["targets"]]
+            kept.append(entry)
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps(kept, indent=1))
+            os.replace(tmp, path)
+    except OSError as exc:
+        warn_once("file_sd", f"cannot write {path}: {exc}; Prometheus will not discover this process")

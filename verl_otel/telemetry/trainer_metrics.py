@@ -1,0 +1,82 @@
+"""Trainer-process metrics: run progress and ETA, the phase running now with its live elapsed time
+(the heartbeat that tells a slow phase from a hung one), step/phase duration histograms with the
+step's trace id as exemplar, and every scalar verl logs as a training curve."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from verl_otel import semconv as sc
+from verl_otel.telemetry.eta import RunEta
+from verl_otel.telemetry.metrics import MetricsState, Sample
+from verl_otel.telemetry.steps import RunInfo, StepResult
+from verl_otel.telemetry.values import to_scalar
+
+
+class TrainerMetrics:
+    """A :class:`~verl_otel.telemetry.steps.StepObserver` writing into a :class:`MetricsState`."""
+
+    def __init__(self, state: MetricsState, eta_window: int = 5) -> None:
+        self._state = state
+        self._lock = threading.Lock()
+        self._running: dict[str, float] = {}  # phase -> monotonic start
+        self._planned: int | None = None
+        self._eta = RunEta(eta_window)
+        state.add_source(self._live)
+
+    def _live(self) -> Iterable[Sample]:
+        now = time.monotonic()
+        with self._lock:
+            running = dict(self._running)
+        for phase, start in running.items():
+            yield sc.PHASE_ELAPSED, (phase,), now - start
+
+    def on_fit_start(self, run: RunInfo) -> None:
+        self._planned = run.steps_planned
+        if run.steps_planned is not None:
+            self._state.set(sc.TRAINING_STEPS_PLANNED, (), float(run.steps_planned))
+
+    def on_phase_start(self, phase: str, global_step: int) -> None:
+        with self._lock:
+            self._running[phase] = time.monotonic()
+        self._state.set(sc.PHASE_ACTIVE, (phase,), 1.0)
+        self._state.set(sc.PHASE_ELAPSED, (phase,), 0.0)
+        if global_step >= 0:
+            self._state.set(sc.TRAINING_STEP, (), float(global_step))
+
+    def on_phase_end(self, phase: str, global_step: int, seconds: float, trace_id: str) -> None:
+        with self._lock:
+            self._running.pop(phase, None)
+        self._state.set(sc.PHASE_ACTIVE, (phase,), 0.0)
+        self._state.set(sc.PHASE_ELAPSED, (phase,), 0.0)
+        self._state.observe(sc.PHASE_DURATION, (phase,), seconds, trace_id)
+
+    def on_step_end(self, result: StepResult) -> None:
+        self._state.set(sc.TRAINING_STEP, (), float(result.global_step))
+        if result.global_step <= 0:
+            return  # the validation before training is no training step
+        self._state.observe(sc.STEP_DURATION, (), result.seconds, result.trace_id)
+        self._eta.add_step(result.seconds)
+        eta = self._eta.eta(result.global_step, self._planned)
+        if eta is not None:
+            self._state.set(sc.TRAINING_ETA, (), eta)
+
+    def on_metrics(self, data: Mapping[str, Any], global_step: int) -> None:
+        record_training_metrics(self._state, data)
+
+
+def record_training_metrics(state: MetricsState, data: Mapping[str, Any]) -> int:
+    """Set ``verl_training_metric{key}`` for every finite scalar; count the rest as dropped.
+    Returns how many were recorded. Keys are kept exactly as verl wrote them."""
+    recorded = 0
+    for key, raw in data.items():
+        value, reason = to_scalar(raw)
+        if value is None:
+            state.drop(reason or sc.DROP_NON_SCALAR)
+            continue
+        if state.set(sc.TRAINING_METRIC, (str(key)[:200],), value):
+            recorded += 1
+    return recorded
