@@ -109,6 +109,15 @@ ATTR_SAMPLE_RESPONSE_TOKENS: Final = "verl.sample.response_tokens"
 ATTR_SAMPLE_TURNS: Final = "verl.sample.turns"
 ATTR_SAMPLE_TOOL_CALLS: Final = "verl.sample.tool_calls"
 ATTR_SAMPLE_SCORE: Final = "verl.sample.reward_score"
+#: verl's per-sample timings (AgentLoopMetrics field -> attribute)
+SAMPLE_TIMING_ATTRS: Final[dict[str, str]] = {
+    "generate_sequences": "verl.sample.generate_s",
+    "tool_calls": "verl.sample.tool_calls_s",
+    "compute_score": "verl.sample.compute_score_s",
+    "num_preempted": "verl.sample.preemptions",
+}
+#: Key under which the trainer's W3C traceparent travels in verl's batch (meta_info / TensorDict)
+TRACEPARENT_KEY: Final = "verl_otel_traceparent"
 
 # Resource attributes: what each process is
 RES_ROLE: Final = "verl.process.role"

@@ -22,16 +22,20 @@ from packaging.version import InvalidVersion, Version
 from verl_otel._log import warn_once
 
 Wrapper = Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Any]
+Replacer = Callable[[Any], Any]  # original -> replacement (None: cannot hook this one)
 
 
 @dataclass(frozen=True)
 class HookTarget:
     module: str  # e.g. "verl.trainer.ppo.ray_trainer"
     attr: str  # e.g. "RayPPOTrainer.fit" (dotted path inside the module)
-    wrapper: Wrapper
+    wrapper: Wrapper | None  # a wrapt wrapper, the usual way ...
     feature: str  # what is lost without it, for the warning
     min_verl: str = "0.0"
     max_verl: str | None = None  # exclusive
+    # ... or a plain replacement, where a wrapt proxy cannot go (decorators that inspect frames,
+    # classes Ray pickles by value)
+    replace: Replacer | None = None
 
     @property
     def key(self) -> str:
@@ -40,7 +44,7 @@ class HookTarget:
 
 _lock = threading.Lock()
 _active: dict[str, HookTarget] = {}  # registered and wanted
-_installed: dict[str, tuple[Any, str]] = {}  # key -> (owner object, attribute name)
+_installed: dict[str, tuple[Any, str, Any]] = {}  # key -> (owner, attribute name, original)
 _registered_hooks: set[str] = set()  # post-import hooks cannot be removed: remember which exist
 
 
@@ -93,8 +97,17 @@ def _apply(key: str, module: ModuleType) -> None:
                       "is off; training continues")
             return
         owner, name = found
-        wrapt.wrap_function_wrapper(owner, name, target.wrapper)
-        _installed[key] = (owner, name)
+        original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+        if target.replace is not None:
+            new = target.replace(original)
+            if new is None:
+                warn_once(f"shape:{key}", f"hook target {key} has an unexpected shape in verl {version}: "
+                          f"{target.feature} is off; training continues")
+                return
+            setattr(owner, name, new)
+        else:
+            wrapt.wrap_function_wrapper(owner, name, target.wrapper)
+        _installed[key] = (owner, name, original)
 
 
 def install(targets: Iterable[HookTarget]) -> None:
@@ -121,10 +134,8 @@ def uninstall(targets: Iterable[HookTarget]) -> None:
             found = _installed.pop(target.key, None)
         if found is None:
             continue
-        owner, name = found
-        current = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
-        if isinstance(current, wrapt.ObjectProxy):
-            setattr(owner, name, current.__wrapped__)
+        owner, name, original = found
+        setattr(owner, name, original)
 
 
 def installed() -> list[str]:

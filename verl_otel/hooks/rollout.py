@@ -1,0 +1,201 @@
+"""Agent-loop hooks: rollout progress per worker and the trainer's trace context into the batch.
+
+Trainer side: the manager's ``generate_sequences`` puts the current span's traceparent into the
+batch (legacy: ``meta_info``; v1: a TensorDict entry). Worker side: ``generate_sequences`` opens the
+worker's batch (expected samples, mode, step, parent) and ``_run_agent_loop`` (one call per sample,
+legacy and v1) counts it in and out.
+
+v1's ``AgentLoopWorkerTQ`` is a module-level ``@ray.remote`` class, pickled by value: its own
+``generate_sequences`` is patched on the Ray class' ``modified_class`` in the process that creates
+the actors, with a plain (picklable) function.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from verl_otel import semconv as sc
+from verl_otel.hooks._safe import safe
+from verl_otel.hooks.registry import HookTarget
+from verl_otel.telemetry.rollout import TRACKER
+
+_AL = "verl.experimental.agent_loop.agent_loop"
+_TQ = "verl.trainer.ppo.v1.agent_loop_tq"
+_wired = False
+
+
+def _worker_index() -> int | None:
+    """Agent-loop actors are named ``agent_loop_worker_{i}_{uuid}`` by verl's manager."""
+    try:
+        import ray
+
+        name = ray.get_runtime_context().get_actor_name() or ""
+    except Exception:  # noqa: BLE001
+        return None
+    m = re.search(r"agent_loop_worker_(\d+)", name)
+    return int(m.group(1)) if m else None
+
+
+def _wire() -> None:
+    """First batch in this process: it is an agent-loop worker; start its exporters."""
+    global _wired
+    if _wired:
+        return
+    _wired = True
+    from verl_otel import config
+    from verl_otel.export import setup
+    from verl_otel.telemetry.metrics import STATE
+    from verl_otel.telemetry.progress_console import rollout_line
+    from verl_otel.telemetry.rollout_spans import emit_batch
+
+    TRACKER.worker = _worker_index()
+    setup.set_role(sc.ROLE_AGENT_LOOP, TRACKER.worker)
+    setup.ensure_metrics()
+    STATE.add_source(TRACKER.samples)
+    max_spans = setup.get().settings.sample_spans
+    TRACKER.on_batch_done.append(lambda worker, batch: emit_batch(worker, batch, max_spans))
+    progress = config.load_progress()
+    mine = progress.rollout_worker_index in (-1, TRACKER.worker if TRACKER.worker is not None else 0)
+    if progress.enabled and mine:
+        import time
+
+        def _bar(worker: int | None, batch: Any) -> None:
+            if (batch.completed % progress.rollout_interval == 0 or batch.done) and progress.step_selected(batch.step):
+                print(rollout_line(batch.step, worker, batch.mode, batch.completed, batch.expected,
+                                   time.monotonic() - batch.start, progress.rollout_bar_width), flush=True)
+
+        TRACKER.on_progress.append(_bar)
+
+
+def _mode(validate: Any) -> str:
+    return sc.MODE_VALIDATE if bool(validate) else sc.MODE_TRAIN
+
+
+def _current_traceparent() -> str | None:
+    from verl_otel.telemetry.rollout_spans import inject
+    from verl_otel.telemetry.steps import TRACER
+
+    return inject(TRACER.current_context())
+
+
+# -- trainer side ------------------------------------------------------------------------------
+def _inject_meta(prompts: Any) -> None:
+    tp = _current_traceparent()
+    if tp and isinstance(getattr(prompts, "meta_info", None), dict):
+        prompts.meta_info[sc.TRACEPARENT_KEY] = tp
+
+
+def _patch_legacy_manager(original: Callable[..., Any]) -> Callable[..., Any] | None:
+    """``AgentLoopManager.generate_sequences`` is ``@auto_await``, which inspects its caller's frame:
+    wrap the coroutine function underneath and apply ``auto_await`` again on top."""
+    inner = getattr(original, "__wrapped__", None)
+    if inner is None:
+        return None
+    from verl.utils.ray_utils import auto_await
+
+    @functools.wraps(inner)
+    async def generate_sequences(self: Any, prompts: Any, *args: Any, **kwargs: Any) -> Any:
+        safe(_inject_meta, prompts)
+        return await inner(self, prompts, *args, **kwargs)
+
+    return auto_await(generate_sequences)
+
+
+def _tq_manager_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    prompts = args[0] if args else kwargs.get("prompts")
+    tp = safe(_current_traceparent)
+    if tp is not None and hasattr(prompts, "set_non_tensor"):
+        safe(prompts.set_non_tensor, sc.TRACEPARENT_KEY, tp)
+    return wrapped(*args, **kwargs)
+
+
+# -- worker side -------------------------------------------------------------------------------
+def _on_legacy_batch(batch: Any) -> str:
+    _wire()
+    meta = getattr(batch, "meta_info", None) or {}
+    mode = _mode(meta.get("validate", False))
+    TRACKER.batch_started(mode, int(meta.get("global_steps", -1)), len(batch), meta.get(sc.TRACEPARENT_KEY))
+    return mode
+
+
+async def _finish_after(coro: Coroutine[Any, Any, Any], mode: str | None) -> Any:
+    try:
+        return await coro
+    finally:
+        if mode is not None:
+            safe(TRACKER.finish, mode)
+
+
+def _legacy_worker_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    batch = args[0] if args else kwargs.get("batch")
+    mode = safe(_on_legacy_batch, batch)
+    return _finish_after(wrapped(*args, **kwargs), mode)
+
+
+async def _timed_sample(coro: Coroutine[Any, Any, Any], mode: str, token: int, trajectory: dict[str, Any]) -> Any:
+    out = err = None
+    try:
+        out = await coro
+        return out
+    except BaseException as exc:
+        err = exc
+        raise
+    finally:
+        safe(TRACKER.sample_finished, mode, token, trajectory, out, err)
+
+
+def _run_agent_loop(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    trajectory = args[1] if len(args) > 1 else kwargs.get("trajectory")
+    if not isinstance(trajectory, dict):
+        return wrapped(*args, **kwargs)
+    mode = _mode(trajectory.get("validate"))
+    token = TRACKER.sample_started(mode)
+    return _timed_sample(wrapped(*args, **kwargs), mode, token, trajectory)
+
+
+def _nontensor(value: Any) -> Any:
+    data = getattr(value, "data", value)
+    if isinstance(data, (list, tuple)):
+        return data[0] if data else None
+    return data
+
+
+def _on_tq_batch(instance: Any, batch: Any) -> None:
+    _wire()
+    tp = None
+    if sc.TRACEPARENT_KEY in batch.keys():
+        tp = _nontensor(batch.pop(sc.TRACEPARENT_KEY))
+    validate = bool(_nontensor(batch["validate"])) if "validate" in batch.keys() else False
+    step = int(_nontensor(batch["global_steps"])) if "global_steps" in batch.keys() else -1
+    rollout = instance.config.actor_rollout_ref.rollout
+    n = int(rollout.val_kwargs.n if validate else rollout.n)
+    TRACKER.batch_started(_mode(validate), step, len(batch) * n, tp)
+
+
+def tq_worker_generate(original: Callable[..., Any]) -> Callable[..., Any]:
+    """A plain function wrapper (cloudpickle carries it to the worker with the class)."""
+
+    @functools.wraps(original)
+    async def generate_sequences(self: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
+        safe(_on_tq_batch, self, batch)
+        return await original(self, batch, *args, **kwargs)
+
+    generate_sequences.__verl_otel_original__ = original  # type: ignore[attr-defined]
+    return generate_sequences
+
+
+ROLLOUT_TARGETS: tuple[HookTarget, ...] = (
+    HookTarget(_AL, "AgentLoopWorker.generate_sequences", _legacy_worker_generate, "rollout progress (legacy)",
+               min_verl="0.7.1"),
+    HookTarget(_AL, "AgentLoopWorker._run_agent_loop", _run_agent_loop, "per-sample rollout progress",
+               min_verl="0.7.1"),
+    HookTarget(_AL, "AgentLoopManager.generate_sequences", None, "trace context to agent-loop workers",
+               min_verl="0.7.1", replace=_patch_legacy_manager),
+    HookTarget(_TQ, "AgentLoopManagerTQ.generate_sequences", _tq_manager_generate,
+               "trace context to v1 agent-loop workers", min_verl="0.9.0"),
+    HookTarget(_TQ, "AgentLoopWorkerTQ.__ray_metadata__.modified_class.generate_sequences", None,
+               "rollout progress (v1)", min_verl="0.9.0", replace=tq_worker_generate),
+)

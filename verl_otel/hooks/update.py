@@ -1,0 +1,131 @@
+"""Training-worker hooks (verl's engine path, ≥ 0.8): actor/critic update progress from
+``TrainingWorker.train_mini_batch`` (the total) and ``train_batch`` (one optimizer mini-batch), and
+per-phase peak accelerator memory where torch.cuda is available."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from verl_otel import semconv as sc
+from verl_otel.hooks._safe import safe
+from verl_otel.hooks.registry import HookTarget
+from verl_otel.telemetry.update import TRACKER
+
+_EW = "verl.workers.engine_workers"
+_wired = False
+
+
+def _wire() -> None:
+    global _wired
+    if _wired:
+        return
+    _wired = True
+    from verl_otel import config
+    from verl_otel.export import setup
+    from verl_otel.telemetry.metrics import STATE
+    from verl_otel.telemetry.progress_console import update_line
+
+    setup.set_role(sc.ROLE_WORKER)
+    setup.ensure_metrics()
+    STATE.add_source(TRACKER.samples)
+    progress = config.load_progress()
+    if progress.enabled:
+        def _bar(role: str, upd: Any) -> None:
+            if upd.completed % progress.bar_interval == 0 or upd.completed >= upd.expected:
+                mini = (upd.completed - 1) % upd.per_epoch + 1
+                epoch = min(upd.epochs, (upd.completed - 1) // upd.per_epoch + 1)
+                print(update_line(role, upd.completed, upd.expected, epoch, upd.epochs, mini, upd.per_epoch,
+                                  time.monotonic() - upd.start), flush=True)
+
+        TRACKER.on_progress.append(_bar)
+
+
+def _role(worker: Any) -> str:
+    model_type = getattr(getattr(worker, "config", None), "model_type", None)
+    return "critic" if model_type == "value_model" else "actor"
+
+
+def _is_rank0(worker: Any) -> bool:
+    return int(getattr(worker, "rank", 0) or 0) == 0
+
+
+def _begin(worker: Any, data: Any) -> None:
+    from verl.utils import tensordict_utils as tu
+
+    _wire()
+    dp = int(worker.engine.get_data_parallel_size())
+    mini = tu.get(data, "mini_batch_size", None)
+    num_mini = tu.get(data, "num_mini_batch", None)
+    epochs = int(tu.get(data, "epochs", 1) or 1)
+    per_dp = int(data.shape[0])
+    per_gpu = per_dp // int(num_mini) if mini is None and num_mini else int(mini) // dp
+    TRACKER.begin(_role(worker), per_dp // max(1, per_gpu) * epochs, epochs)
+
+
+def _train_mini_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    data = args[0] if args else kwargs.get("data")
+    rank0 = _is_rank0(instance)
+    if rank0:  # read the totals before verl pops them from the batch
+        safe(_begin, instance, data)
+    with _peak_memory(sc.PHASE_UPDATE_CRITIC if _role(instance) == "critic" else None, "critic"):
+        return wrapped(*args, **kwargs)
+
+
+def _train_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    out = wrapped(*args, **kwargs)
+    if _is_rank0(instance):
+        safe(TRACKER.minibatch_done, _role(instance))
+    return out
+
+
+class _peak_memory:  # noqa: N801 - used as a context manager
+    """Peak torch.cuda memory of one phase, as verl_phase_peak_memory_bytes{phase,role}."""
+
+    def __init__(self, phase: str | None, role: str) -> None:
+        self.phase, self.role = phase, role
+        self.cuda: Any = None
+        if phase is not None:
+            try:
+                import torch
+
+                if torch.cuda.is_available():
+                    self.cuda = torch.cuda
+            except Exception:  # noqa: BLE001
+                pass
+
+    def __enter__(self) -> None:
+        if self.cuda is not None:
+            safe(self.cuda.reset_peak_memory_stats)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.cuda is None:
+            return
+        from verl_otel.telemetry.metrics import STATE
+
+        peak = safe(self.cuda.max_memory_allocated)
+        if peak is not None:
+            _wire()
+            STATE.set(sc.PHASE_PEAK_MEMORY, (self.phase or "", self.role), float(peak))
+
+
+def _phase_method(phase: str, role: str) -> Callable[..., Any]:
+    def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        with _peak_memory(phase, role):
+            return wrapped(*args, **kwargs)
+
+    return wrapper
+
+
+UPDATE_TARGETS: tuple[HookTarget, ...] = (
+    HookTarget(_EW, "TrainingWorker.train_mini_batch", _train_mini_batch, "actor/critic update progress",
+               min_verl="0.8.0"),
+    HookTarget(_EW, "TrainingWorker.train_batch", _train_batch, "actor/critic update progress", min_verl="0.8.0"),
+    HookTarget(_EW, "ActorRolloutRefWorker.update_actor", _phase_method(sc.PHASE_UPDATE_ACTOR, "actor"),
+               "peak memory of update_actor", min_verl="0.8.0"),
+    HookTarget(_EW, "ActorRolloutRefWorker.compute_log_prob", _phase_method(sc.PHASE_OLD_LOG_PROB, "actor"),
+               "peak memory of old_log_prob", min_verl="0.8.0"),
+    HookTarget(_EW, "ActorRolloutRefWorker.compute_ref_log_prob", _phase_method(sc.PHASE_REF, "ref"),
+               "peak memory of ref", min_verl="0.8.0"),
+)

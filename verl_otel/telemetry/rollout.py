@@ -1,0 +1,141 @@
+"""Rollout progress of one agent-loop worker process, per mode (train / validate).
+
+The per-sample path (:meth:`RolloutTracker.sample_started` / :meth:`sample_finished`) only touches
+ints, a dict and a list; gauges are computed when read. When a worker's batch is done, the finished
+samples are handed to the span emitter, which keeps the slowest ones (issue: slow steps).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from verl_otel import semconv as sc
+from verl_otel.telemetry.eta import rate_eta
+from verl_otel.telemetry.metrics import Sample
+
+
+@dataclass
+class FinishedSample:
+    start_ns: int
+    end_ns: int
+    seconds: float
+    trajectory: dict[str, Any]
+    output: Any  # verl's per-sample output; fields are read only for samples that get a span
+    error: BaseException | None = None
+
+
+@dataclass
+class Batch:
+    """One rollout of this worker: from the first dispatch until completed == expected."""
+
+    mode: str
+    step: int
+    expected: int = 0
+    completed: int = 0
+    start: float = field(default_factory=time.monotonic)
+    start_ns: int = field(default_factory=time.time_ns)
+    active: dict[int, float] = field(default_factory=dict)  # token -> monotonic start
+    finished: list[FinishedSample] = field(default_factory=list)
+    parent: str | None = None  # W3C traceparent of the trainer's span
+    end: float | None = None  # monotonic time the last expected sample finished
+
+    @property
+    def done(self) -> bool:
+        return self.expected > 0 and self.completed >= self.expected
+
+
+class RolloutTracker:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.worker: int | None = None
+        self._batches: dict[str, Batch] = {}
+        self._next_token = 0
+        self.on_batch_done: list[Callable[[int | None, Batch], None]] = []
+        self.on_progress: list[Callable[[int | None, Batch], None]] = []
+
+    # -- dispatch -------------------------------------------------------------------------------
+    def batch_started(self, mode: str, step: int, n_samples: int, parent: str | None) -> None:
+        """A chunk of ``n_samples`` reached this worker. A finished rollout of that mode starts
+        anew; an unfinished one (async trainers overlap) grows."""
+        with self._lock:
+            cur = self._batches.get(mode)
+            if cur is None or cur.done or cur.expected == 0 or cur.step != step and not cur.active:
+                cur = self._batches[mode] = Batch(mode=mode, step=step, parent=parent)
+            cur.expected += n_samples
+            cur.step = step
+            if parent:
+                cur.parent = parent
+
+    # -- per sample (hot path) --------------------------------------------------------------------
+    def sample_started(self, mode: str) -> int:
+        with self._lock:
+            self._next_token += 1
+            token = self._next_token
+            batch = self._batches.get(mode)
+            if batch is None:  # a sample outside any known dispatch (e.g. an unhooked caller)
+                batch = self._batches[mode] = Batch(mode=mode, step=-1)
+            batch.active[token] = time.monotonic()
+        return token
+
+    def sample_finished(self, mode: str, token: int, trajectory: dict[str, Any], output: Any,
+                        error: BaseException | None = None) -> None:
+        now = time.monotonic()
+        now_ns = time.time_ns()
+        with self._lock:
+            batch = self._batches.get(mode)
+            if batch is None:
+                return
+            start = batch.active.pop(token, now)
+            batch.completed += 1
+            seconds = now - start
+            batch.finished.append(FinishedSample(now_ns - int(seconds * 1e9), now_ns, seconds, trajectory, output,
+                                                 error))
+            done = batch.done
+            if done:
+                batch.end = now
+        for cb in self.on_progress:
+            cb(self.worker, batch)
+        if done:
+            self.finish(mode)
+
+    def finish(self, mode: str) -> None:
+        """Hand the finished samples of ``mode`` to the span emitter (once)."""
+        with self._lock:
+            batch = self._batches.get(mode)
+            if batch is None or not batch.finished:
+                return
+            snapshot = Batch(batch.mode, batch.step, batch.expected, batch.completed, batch.start, batch.start_ns,
+                             {}, batch.finished, batch.parent)
+            batch.finished = []
+        for cb in self.on_batch_done:
+            cb(self.worker, snapshot)
+
+    # -- gauges -------------------------------------------------------------------------------------
+    def samples(self) -> Iterable[Sample]:
+        now = time.monotonic()
+        worker = "" if self.worker is None else str(self.worker)
+        with self._lock:
+            rows = [(b.mode, b.expected, b.completed, len(b.active), min(b.active.values(), default=None),
+                     b.start, b.end) for b in self._batches.values()]
+        for mode, expected, completed, inflight, oldest, start, end in rows:
+            labels = (worker, mode)
+            elapsed = (end if end is not None else now) - start
+            yield sc.ROLLOUT_SAMPLES_EXPECTED, labels, float(expected)
+            yield sc.ROLLOUT_SAMPLES_COMPLETED, labels, float(completed)
+            yield sc.ROLLOUT_SAMPLES_INFLIGHT, labels, float(inflight)
+            yield sc.ROLLOUT_OLDEST_INFLIGHT, labels, 0.0 if oldest is None else now - oldest
+            yield sc.ROLLOUT_ELAPSED, labels, elapsed
+            eta = rate_eta(elapsed, completed, expected)
+            if eta is not None:  # unknown until the first sample finishes
+                yield sc.ROLLOUT_ETA, labels, eta
+
+    def snapshot(self, mode: str) -> Batch | None:
+        with self._lock:
+            return self._batches.get(mode)
+
+
+TRACKER = RolloutTracker()

@@ -1,0 +1,113 @@
+"""Spans of an agent-loop worker's batch: ``rollout.worker`` under the trainer's rollout/validate
+span (its W3C traceparent travels in the batch), and ``rollout.sample`` spans for the slowest
+samples only (VERL_OTEL_SAMPLE_SPANS per worker per batch, chosen when the batch is done), so the
+long tail is always visible and the span volume does not grow with the batch size."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from verl_otel import semconv as sc
+from verl_otel.export import setup
+from verl_otel.telemetry.rollout import Batch, FinishedSample
+from verl_otel.telemetry.values import to_scalar
+
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+
+def inject(ctx: otel_context.Context | None) -> str | None:
+    """The W3C traceparent of ``ctx``, or None."""
+    if ctx is None:
+        return None
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier, context=ctx)
+    return carrier.get("traceparent")
+
+
+def extract(traceparent: str | None) -> otel_context.Context:
+    if not traceparent:
+        return otel_context.Context()
+    return _PROPAGATOR.extract({"traceparent": str(traceparent)}, context=otel_context.Context())
+
+
+def _tokens(output: Any) -> tuple[int | None, int | None]:
+    """(prompt, response) token counts of verl's padded per-sample output."""
+    try:
+        mask = output.attention_mask
+        plen = output.prompt_ids.shape[-1]
+        return int(mask[..., :plen].sum()), int(mask[..., plen:].sum())
+    except Exception:  # noqa: BLE001 - other verl versions, other shapes
+        try:
+            return len(output.prompt_ids), len(output.response_ids)
+        except Exception:  # noqa: BLE001
+            return None, None
+
+
+def sample_attributes(sample: FinishedSample) -> dict[str, Any]:
+    traj = sample.trajectory or {}
+    attrs: dict[str, Any] = {sc.ATTR_GLOBAL_STEP: int(traj.get("step", -1) or -1)}
+    for key, attr in (("sample_index", sc.ATTR_SAMPLE_INDEX), ("rollout_n", sc.ATTR_SAMPLE_ROLLOUT_N)):
+        if traj.get(key) is not None:
+            try:
+                attrs[attr] = int(traj[key])
+            except (TypeError, ValueError):
+                pass
+    out = sample.output
+    if out is None:
+        return attrs
+    prompt, response = _tokens(out)
+    if prompt is not None:
+        attrs[sc.ATTR_SAMPLE_PROMPT_TOKENS] = prompt
+    if response is not None:
+        attrs[sc.ATTR_SAMPLE_RESPONSE_TOKENS] = response
+    turns = getattr(out, "num_turns", None)
+    if isinstance(turns, int):
+        attrs[sc.ATTR_SAMPLE_TURNS] = turns
+    extra = getattr(out, "extra_fields", None) or {}
+    for key in ("num_tool_calls", "tool_calls"):
+        if isinstance(extra.get(key), int):
+            attrs[sc.ATTR_SAMPLE_TOOL_CALLS] = extra[key]
+            break
+    score, _ = to_scalar(getattr(out, "reward_score", None))
+    if score is not None:
+        attrs[sc.ATTR_SAMPLE_SCORE] = score
+    metrics = getattr(out, "metrics", None)
+    for field, attr in sc.SAMPLE_TIMING_ATTRS.items():
+        val, _ = to_scalar(getattr(metrics, field, None) if metrics is not None else None)
+        if val is not None and val >= 0:
+            attrs[attr] = val
+    return attrs
+
+
+def emit_batch(worker: int | None, batch: Batch, max_sample_spans: int) -> None:
+    tel = setup.get()
+    parent = extract(batch.parent)
+    slowest = sorted(batch.finished, key=lambda s: s.seconds, reverse=True)[:max_sample_spans]
+    attrs = {
+        sc.ATTR_MODE: batch.mode,
+        sc.ATTR_GLOBAL_STEP: batch.step,
+        sc.ATTR_SAMPLES: len(batch.finished),
+        sc.ATTR_SAMPLES_SPANNED: len(slowest),
+    }
+    if worker is not None:
+        attrs[sc.ATTR_WORKER_INDEX] = worker
+    ws = tel.tracer.start_span(sc.SPAN_ROLLOUT_WORKER, context=parent, attributes=attrs, start_time=batch.start_ns)
+    wctx = trace.set_span_in_context(ws)
+    for sample in slowest:
+        sp = tel.tracer.start_span(sc.SPAN_ROLLOUT_SAMPLE, context=wctx, attributes=sample_attributes(sample),
+                                   start_time=sample.start_ns)
+        if sample.error is not None:
+            sp.record_exception(sample.error)
+            sp.set_status(Status(StatusCode.ERROR, repr(sample.error)[:512]))
+        sp.end(end_time=sample.end_ns)
+    errors = sum(1 for s in batch.finished if s.error is not None)
+    if errors:
+        ws.set_status(Status(StatusCode.ERROR, f"{errors} samples failed"))
+    ws.end(end_time=time.time_ns())
+    tel.flush(block=tel.settings.embedded)
