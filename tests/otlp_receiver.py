@@ -61,8 +61,10 @@ class Received:
                         kind = m.WhichOneof("data")
                         for p in getattr(getattr(m, kind), "data_points", []):
                             labels = {a.key: str(_any(a.value)) for a in p.attributes}
-                            val = p.as_double if p.HasField("as_double") else p.as_int if hasattr(p, "as_int") and \
-                                p.HasField("as_int") else getattr(p, "sum", 0.0)
+                            if kind in ("gauge", "sum"):
+                                val = p.as_double if p.WhichOneof("value") == "as_double" else p.as_int
+                            else:  # histogram: its sum
+                                val = p.sum
                             self.metric_points.append((m.name, labels, float(val)))
 
 

@@ -1,0 +1,100 @@
+"""Hook installation against the installed verl: uninstrument restores verl's own functions, a
+missing target only warns (naming the verl version), and the .pth start-up hook activates
+instrumentation from the environment alone."""
+
+import logging
+
+import pytest
+
+from conftest import clean_env, run_py
+
+import verl.utils.profiler.performance as perf
+import verl.utils.tracking as tracking
+
+from verl_otel.hooks import ALL_TARGETS, registry
+from verl_otel.hooks.registry import HookTarget
+
+
+def _current(owner, name):
+    return owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+
+
+def test_uninstrument_restores_verl_functions():
+    import verl.experimental.agent_loop.agent_loop as al
+    import verl.trainer.ppo.v1.agent_loop_tq as tq
+
+    originals = {
+        "timer": perf._timer,
+        "log": tracking.Tracking.__dict__["log"],
+        "manager": al.AgentLoopManager.__dict__["generate_sequences"],
+        "tq": tq.AgentLoopWorkerTQ.__ray_metadata__.modified_class.__dict__["generate_sequences"],
+    }
+    import verl_otel
+
+    verl_otel.instrument()
+    try:
+        assert perf._timer is not originals["timer"] and perf._timer.__wrapped__ is originals["timer"]
+        assert tracking.Tracking.__dict__["log"].__wrapped__ is originals["log"]
+        assert al.AgentLoopManager.__dict__["generate_sequences"] is not originals["manager"]
+        assert len(registry.installed()) >= len(ALL_TARGETS) - 2
+    finally:
+        verl_otel.uninstrument()
+    assert perf._timer is originals["timer"]
+    assert tracking.Tracking.__dict__["log"] is originals["log"]
+    assert al.AgentLoopManager.__dict__["generate_sequences"] is originals["manager"]
+    assert tq.AgentLoopWorkerTQ.__ray_metadata__.modified_class.__dict__["generate_sequences"] is originals["tq"]
+    assert registry.installed() == []
+
+
+def test_missing_hook_target_only_warns(caplog):
+    target = HookTarget("verl.utils.tracking", "Tracking.no_such_method_in_any_verl", lambda w, i, a, k: w(*a, **k),
+                        "an imaginary feature")
+    logger = logging.getLogger("verl_otel")
+    logger.addHandler(caplog.handler)
+    try:
+        registry.install([target])
+    finally:
+        logger.removeHandler(caplog.handler)
+        registry.uninstall([target])
+    msgs = [r.getMessage() for r in caplog.records]
+    assert any("Tracking.no_such_method_in_any_verl not found in verl 0.9.1" in m and "training continues" in m
+               for m in msgs), msgs
+
+
+def test_hook_outside_version_range_is_skipped():
+    target = HookTarget("verl.utils.tracking", "Tracking.log", lambda w, i, a, k: w(*a, **k), "x", min_verl="99.0")
+    before = tracking.Tracking.__dict__["log"]
+    registry.install([target])
+    try:
+        assert tracking.Tracking.__dict__["log"] is before
+    finally:
+        registry.uninstall([target])
+
+
+@pytest.mark.parametrize("env,active", [
+    ({"VERL_OTEL_ENABLED": "1"}, True),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}, True),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "VERL_OTEL_ENABLED": "0"}, False),
+    ({"VERL_OTEL_ENABLED": "1", "OTEL_SDK_DISABLED": "true"}, False),
+    ({}, False),
+])
+def test_activation_from_environment_alone(tmp_path, env, active):
+    code = ("import verl.utils.profiler.performance as p; "
+            "print('HOOKED' if hasattr(p._timer, '__wrapped__') else 'BARE')")
+    proc = run_py(["-c", code], clean_env(**env), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert ("HOOKED" if active else "BARE") in proc.stdout
+
+
+def test_ray_init_carries_settings_to_workers(monkeypatch, tmp_path):
+    from verl_otel.hooks.ray_env import job_env, merge_runtime_env
+
+    monkeypatch.setenv("VERL_OTEL_DIR", "rel-dir")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "svc")
+    monkeypatch.chdir(tmp_path)
+    env = job_env()
+    assert env["VERL_OTEL_DIR"] == str(tmp_path / "rel-dir")
+    merged = merge_runtime_env({"env_vars": {"OTEL_SERVICE_NAME": "user-choice"}, "pip": ["x"]}, env)
+    assert merged["env_vars"]["OTEL_SERVICE_NAME"] == "user-choice"  # the user's value wins
+    assert merged["env_vars"]["VERL_OTEL_DIR"] == str(tmp_path / "rel-dir")
+    assert merged["pip"] == ["x"]
