@@ -1,0 +1,108 @@
+"""Bad input never raises into training: odd metric keys, non-finite and non-scalar values,
+thousands of keys (a cap with one warning), broken OTEL_* values, an unwritable VERL_OTEL_DIR."""
+
+import logging
+import math
+
+import numpy as np
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.parser import text_string_to_metric_families
+
+from verl_otel import config
+from verl_otel import semconv as sc
+from verl_otel.export.prometheus import StateCollector
+from verl_otel.telemetry.metrics import MetricsState
+from verl_otel.telemetry.trainer_metrics import record_training_metrics
+
+_values = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True), st.integers(min_value=-(10**30), max_value=10**30), st.none(),
+    st.text(max_size=50), st.booleans(), st.lists(st.floats(), max_size=3),
+    st.builds(lambda x: torch.tensor(x), st.floats(allow_nan=True)),
+    st.builds(lambda x: np.float32(x), st.floats(width=32, allow_nan=True)),
+    st.builds(lambda n: torch.zeros(n), st.integers(min_value=2, max_value=4)),
+)
+_keys = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=0, max_size=300) | \
+    st.sampled_from(["val-core/openai/gsm8k/acc/mean@1", "timing_s/gen", "a b:c-d@e/f", "分数/均值", "\\\"\n"])
+
+
+def _scrape(state: MetricsState) -> dict[str, float]:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(StateCollector(state))
+    text = generate_latest(reg).decode()
+    generate_openmetrics(reg)  # the OpenMetrics rendering must not fail either
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == sc.TRAINING_METRIC.name:
+                out[s.labels["key"]] = s.value
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(_keys, _values, max_size=20))
+def test_metric_path_never_raises_and_exports_exactly_the_finite_scalars(data):
+    state = MetricsState()
+    recorded = record_training_metrics(state, data)
+    scraped = _scrape(state)
+    expected = {}
+    for key, val in data.items():
+        try:
+            f = float(val.item()) if hasattr(val, "item") else float(val) if isinstance(val, (int, float)) else None
+        except (ValueError, RuntimeError, OverflowError, TypeError):
+            f = None
+        if f is not None and math.isfinite(f):
+            expected[str(key)[:200]] = f
+    assert scraped.keys() == expected.keys()
+    for k, v in expected.items():
+        assert scraped[k] == v or math.isclose(scraped[k], v, rel_tol=1e-12)
+    dropped = sum(v for m, labels, v in state.samples() if m is sc.OTEL_DROPPED)
+    assert recorded + dropped == len(data)
+
+
+def test_key_cap_warns_once_and_counts(caplog):
+    state = MetricsState()
+    state.max_series_per_metric = 100
+    logger = logging.getLogger("verl_otel")
+    logger.addHandler(caplog.handler)
+    try:
+        for i in range(0, 5000, 1000):
+            record_training_metrics(state, {f"k{j}": 1.0 for j in range(i, i + 1000)})
+    finally:
+        logger.removeHandler(caplog.handler)
+    values = [s for s in state.samples() if s[0] is sc.TRAINING_METRIC]
+    assert len(values) == 100
+    dropped = {labels: v for m, labels, v in state.samples() if m is sc.OTEL_DROPPED}
+    assert dropped[(sc.DROP_KEY_CAP,)] == 4900
+    assert sum("distinct label sets" in r.getMessage() for r in caplog.records) <= 1
+
+
+def test_broken_otel_values_fall_back_with_one_line(caplog):
+    logger = logging.getLogger("verl_otel")
+    logger.addHandler(caplog.handler)
+    try:
+        s = config.load({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://host:notaport", "OTEL_METRIC_EXPORT_INTERVAL": "soon",
+                         "OTEL_EXPORTER_OTLP_PROTOCOL": "carrier-pigeon", "VERL_OTEL_PROMETHEUS_PORT": "99999",
+                         "VERL_OTEL_SAMPLE_SPANS": "-3"})
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert s.traces_endpoint is None and s.embedded  # falls back to the local file
+    assert s.metric_export_interval_ms == 5000 and s.protocol == "grpc"
+    assert s.prometheus_port == 0 and s.sample_spans == 8
+    text = " ".join(r.getMessage() for r in caplog.records)
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_METRIC_EXPORT_INTERVAL", "OTEL_EXPORTER_OTLP_PROTOCOL",
+                 "VERL_OTEL_PROMETHEUS_PORT", "VERL_OTEL_SAMPLE_SPANS"):
+        assert name in text
+
+
+def test_bad_sampler_and_unwritable_dir_do_not_stop_training(drive, tmp_path):
+    blocker = tmp_path / "file-not-dir"
+    blocker.write_text("x")
+    proc = drive(steps=2, VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(blocker / "sub"),
+                 OTEL_TRACES_SAMPLER="no-such-sampler", OTEL_TRACES_SAMPLER_ARG="abc")
+    assert proc.returncode == 0 and "DRIVE_DONE" in proc.stdout, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.count("cannot write traces") == 1, proc.stderr[-2000:]
