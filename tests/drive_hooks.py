@@ -9,7 +9,7 @@ import sys
 import time
 
 from verl.utils.profiler import marked_timer
-from verl.utils.tracking import Tracking
+from verl.utils.tracking import Tracking, ValidationGenerationsLogger
 
 import verl_otel.hooks.registry as registry
 from verl_otel.telemetry.steps import TRACER
@@ -46,6 +46,8 @@ def main() -> None:
                             raise RuntimeError(f"boom in {phase}")
             with marked_timer("testing", timing):
                 time.sleep(0.01)
+                samples = [("what is 1 plus 2 ?" * 200, "3 #### 3", 1.0), ("q2", "a2", 0.0)]
+                ValidationGenerationsLogger(project_name="proj", experiment_name="exp").log(["console"], samples, step)
             logger.log({"critic/score/mean": 0.25 * step, "timing_s/step": timing["step"],
                         "response_length/mean": 7.0, "perf/throughput": 100.0}, step=step)
     except RuntimeError as e:

@@ -116,6 +116,14 @@ SAMPLE_TIMING_ATTRS: Final[dict[str, str]] = {
     "compute_score": "verl.sample.compute_score_s",
     "num_preempted": "verl.sample.preemptions",
 }
+# Validation generations (the samples verl picks for trainer.log_val_generations)
+EVENT_VAL_GENERATION: Final = "verl.val_generation"
+ATTR_VAL_GENERATIONS: Final = "verl.val_generations.count"
+ATTR_VAL_INPUT: Final = "verl.val_generation.input"
+ATTR_VAL_OUTPUT: Final = "verl.val_generation.output"
+ATTR_VAL_SCORE: Final = "verl.val_generation.score"
+ATTR_VAL_TRUNCATED: Final = "verl.val_generation.truncated"
+
 #: Key under which the trainer's W3C traceparent travels in verl's batch (meta_info / TensorDict)
 TRACEPARENT_KEY: Final = "verl_otel_traceparent"
 

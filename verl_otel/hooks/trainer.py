@@ -105,6 +105,19 @@ def _log_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ..
             safe(TRACER.metrics_logged, data, step)
 
 
+def _val_generations_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+                             kwargs: dict[str, Any]) -> Any:
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        samples = args[1] if len(args) > 1 else kwargs.get("samples")
+        step = args[2] if len(args) > 2 else kwargs.get("step")
+        if isinstance(samples, (list, tuple)):
+            from verl_otel.telemetry import val_generations
+
+            safe(val_generations.record, samples, step)
+
+
 _LEGACY = "verl.trainer.ppo.ray_trainer"
 _V1 = "verl.trainer.ppo.v1.trainer_base"
 
@@ -115,4 +128,6 @@ TRAINER_TARGETS: tuple[HookTarget, ...] = (
     HookTarget(_V1, "PPOTrainer.fit", _fit_wrapper(sc.TRAINER_V1), "v1 trainer step traces", min_verl="0.9.0"),
     HookTarget(_V1, "PPOTrainer._validate", _validate_wrapper, "v1 validation spans", min_verl="0.9.0"),
     HookTarget("verl.utils.tracking", "Tracking.log", _log_wrapper, "step ends and training curves"),
+    HookTarget("verl.utils.tracking", "ValidationGenerationsLogger.log", _val_generations_wrapper,
+               "validation generations on the validate span"),
 )

@@ -198,6 +198,17 @@ class StepTracer:
             span = step.open[-1].span if step.open else step.span
             return trace.set_span_in_context(span)
 
+    def innermost_span(self, name: str) -> Span | None:
+        """The innermost open span called ``name`` (the step span for ``step``), if any."""
+        with self._lock:
+            step = self._step
+            if step is None:
+                return None
+            for token in reversed(step.open):
+                if token.name == name:
+                    return token.span
+            return step.span if name == sc.SPAN_STEP else None
+
     @property
     def global_step(self) -> int:
         return self._global_step()

@@ -1,0 +1,60 @@
+"""Validation generations as span events: the (input, output, score) samples verl picks for
+``trainer.log_val_generations`` go onto the open ``validate`` span (or, in a process with no step
+trace, e.g. fully_async's rollouter, onto a ``validate`` span of their own).
+
+Prompts can be private: text is captured only with VERL_OTEL_CAPTURE_TEXT=1, truncated to
+VERL_OTEL_MAX_TEXT characters; the count of samples is always recorded."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry.trace import Span
+
+from verl_otel import semconv as sc
+from verl_otel.export import setup
+from verl_otel.telemetry.steps import TRACER
+from verl_otel.telemetry.values import to_scalar
+
+
+def _text(value: Any, limit: int) -> tuple[str, bool]:
+    text = value if isinstance(value, str) else repr(value)
+    return (text[:limit], True) if len(text) > limit else (text, False)
+
+
+def event_attributes(sample: Sequence[Any], capture_text: bool, max_text: int) -> dict[str, Any]:
+    attrs: dict[str, Any] = {}
+    score, _ = to_scalar(sample[2] if len(sample) > 2 else None)
+    if score is not None:
+        attrs[sc.ATTR_VAL_SCORE] = score
+    if capture_text:
+        truncated = False
+        for idx, key in ((0, sc.ATTR_VAL_INPUT), (1, sc.ATTR_VAL_OUTPUT)):
+            if len(sample) > idx:
+                attrs[key], cut = _text(sample[idx], max_text)
+                truncated = truncated or cut
+        attrs[sc.ATTR_VAL_TRUNCATED] = truncated
+    return attrs
+
+
+def record(samples: Sequence[Sequence[Any]], step: Any) -> None:
+    tel = setup.get()
+    settings = tel.settings
+    span: Span | None = TRACER.innermost_span(sc.PHASE_VALIDATE)
+    own = span is None
+    if own:
+        try:
+            number = int(step)
+        except (TypeError, ValueError):
+            number = -1
+        span = tel.tracer.start_span(sc.PHASE_VALIDATE, context=otel_context.Context(),
+                                     attributes={sc.ATTR_PHASE: sc.PHASE_VALIDATE, sc.ATTR_GLOBAL_STEP: number})
+    span.set_attribute(sc.ATTR_VAL_GENERATIONS, len(samples))
+    for sample in samples:
+        if isinstance(sample, (list, tuple)):
+            span.add_event(sc.EVENT_VAL_GENERATION, event_attributes(sample, settings.capture_text, settings.max_text))
+    if own:
+        span.end()
+        tel.flush(block=settings.embedded)
