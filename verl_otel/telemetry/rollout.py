@@ -7,6 +7,7 @@ samples are handed to the span emitter, which keeps the slowest ones (issue: slo
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -28,6 +29,11 @@ class FinishedSample:
     error: BaseException | None = None
 
 
+# (monotonic start, monotonic end, trajectory, output, error): a plain tuple on the hot path,
+# turned into a FinishedSample only when the batch is handed over
+_Raw = tuple[float, float, dict[str, Any], Any, "BaseException | None"]
+
+
 @dataclass
 class Batch:
     """One rollout of this worker: from the first dispatch until completed == expected."""
@@ -39,7 +45,7 @@ class Batch:
     start: float = field(default_factory=time.monotonic)
     start_ns: int = field(default_factory=time.time_ns)
     active: dict[int, float] = field(default_factory=dict)  # token -> monotonic start
-    finished: list[FinishedSample] = field(default_factory=list)
+    finished: list[Any] = field(default_factory=list)  # _Raw tuples until handed over
     parent: str | None = None  # W3C traceparent of the trainer's span
     end: float | None = None  # monotonic time the last expected sample finished
 
@@ -53,7 +59,7 @@ class RolloutTracker:
         self._lock = threading.Lock()
         self.worker: int | None = None
         self._batches: dict[str, Batch] = {}
-        self._next_token = 0
+        self._tokens = itertools.count(1)
         self.on_batch_done: list[Callable[[int | None, Batch], None]] = []
         self.on_progress: list[Callable[[int | None, Batch], None]] = []
 
@@ -72,9 +78,8 @@ class RolloutTracker:
 
     # -- per sample (hot path) --------------------------------------------------------------------
     def sample_started(self, mode: str) -> int:
+        token = next(self._tokens)
         with self._lock:
-            self._next_token += 1
-            token = self._next_token
             batch = self._batches.get(mode)
             if batch is None:  # a sample outside any known dispatch (e.g. an unhooked caller)
                 batch = self._batches[mode] = Batch(mode=mode, step=-1)
@@ -84,21 +89,18 @@ class RolloutTracker:
     def sample_finished(self, mode: str, token: int, trajectory: dict[str, Any], output: Any,
                         error: BaseException | None = None) -> None:
         now = time.monotonic()
-        now_ns = time.time_ns()
         with self._lock:
             batch = self._batches.get(mode)
             if batch is None:
                 return
-            start = batch.active.pop(token, now)
+            batch.finished.append((batch.active.pop(token, now), now, trajectory, output, error))
             batch.completed += 1
-            seconds = now - start
-            batch.finished.append(FinishedSample(now_ns - int(seconds * 1e9), now_ns, seconds, trajectory, output,
-                                                 error))
-            done = batch.done
+            done = batch.expected > 0 and batch.completed >= batch.expected
             if done:
                 batch.end = now
-        for cb in self.on_progress:
-            cb(self.worker, batch)
+        if self.on_progress:
+            for cb in self.on_progress:
+                cb(self.worker, batch)
         if done:
             self.finish(mode)
 
@@ -108,9 +110,13 @@ class RolloutTracker:
             batch = self._batches.get(mode)
             if batch is None or not batch.finished:
                 return
+            raw, batch.finished = batch.finished, []
+            # wall-clock = monotonic + offset, computed once per batch, not per sample
+            offset_ns = time.time_ns() - time.monotonic_ns()
+            finished = [FinishedSample(int(s * 1e9) + offset_ns, int(e * 1e9) + offset_ns, e - s, traj, out, err)
+                        for s, e, traj, out, err in raw]
             snapshot = Batch(batch.mode, batch.step, batch.expected, batch.completed, batch.start, batch.start_ns,
-                             {}, batch.finished, batch.parent)
-            batch.finished = []
+                             {}, finished, batch.parent)
         for cb in self.on_batch_done:
             cb(self.worker, snapshot)
 
