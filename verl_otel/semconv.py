@@ -143,6 +143,7 @@ ROLE_OTHER: Final = "ray_worker"
 
 TRAINER_LEGACY: Final = "legacy"
 TRAINER_V1: Final = "v1"
+TRAINER_FULLY_ASYNC: Final = "fully_async"
 
 # --------------------------------------------------------------------------------------------
 # Metrics

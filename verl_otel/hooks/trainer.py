@@ -7,6 +7,7 @@ v1 and async trainers. It is a generator used with ``yield from``, so the wrappe
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -67,9 +68,13 @@ def _timer_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, 
 
 
 def _fit_wrapper(kind: str) -> Callable[..., Any]:
+    """fit() is a plain method in the legacy and v1 trainers and a coroutine in fully_async's."""
+
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         safe(_wire_observers)
         safe(TRACER.fit_started, instance, kind)
+        if inspect.iscoroutinefunction(wrapped):
+            return _fit_async(wrapped(*args, **kwargs))
         exc: BaseException | None = None
         try:
             return wrapped(*args, **kwargs)
@@ -80,6 +85,17 @@ def _fit_wrapper(kind: str) -> Callable[..., Any]:
             safe(TRACER.fit_ended, exc)
 
     return wrapper
+
+
+async def _fit_async(coro: Any) -> Any:
+    exc: BaseException | None = None
+    try:
+        return await coro
+    except BaseException as err:
+        exc = err
+        raise
+    finally:
+        safe(TRACER.fit_ended, exc)
 
 
 def _validate_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -127,6 +143,8 @@ TRAINER_TARGETS: tuple[HookTarget, ...] = (
     HookTarget(_LEGACY, "RayPPOTrainer._validate", _validate_wrapper, "legacy validation spans"),
     HookTarget(_V1, "PPOTrainer.fit", _fit_wrapper(sc.TRAINER_V1), "v1 trainer step traces", min_verl="0.9.0"),
     HookTarget(_V1, "PPOTrainer._validate", _validate_wrapper, "v1 validation spans", min_verl="0.9.0"),
+    HookTarget("verl.experimental.fully_async_policy.fully_async_trainer", "FullyAsyncTrainer.fit",
+               _fit_wrapper(sc.TRAINER_FULLY_ASYNC), "fully_async trainer step traces", min_verl="0.8.0"),
     HookTarget("verl.utils.tracking", "Tracking.log", _log_wrapper, "step ends and training curves"),
     HookTarget("verl.utils.tracking", "ValidationGenerationsLogger.log", _val_generations_wrapper,
                "validation generations on the validate span"),
