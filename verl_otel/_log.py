@@ -4,6 +4,7 @@ so a single time instead of flooding a multi-hour training log."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 
 logger = logging.getLogger("verl_otel")
@@ -11,7 +12,8 @@ if not logger.handlers:
     _h = logging.StreamHandler()
     _h.setFormatter(logging.Formatter("[verl-otel] %(levelname)s %(message)s"))
     logger.addHandler(_h)
-    logger.setLevel(logging.INFO)
+    logger.setLevel(os.environ.get("VERL_OTEL_LOG_LEVEL", "INFO").upper() if os.environ.get(
+        "VERL_OTEL_LOG_LEVEL", "INFO").upper() in ("DEBUG", "INFO", "WARNING", "ERROR") else logging.INFO)
     logger.propagate = False
 
 _seen: set[str] = set()

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import inspect
+import os
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -19,7 +21,7 @@ from typing import Any
 import wrapt
 from packaging.version import InvalidVersion, Version
 
-from verl_otel._log import warn_once
+from verl_otel._log import logger, warn_once
 
 Wrapper = Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Any]
 Replacer = Callable[[Any], Any]  # original -> replacement (None: cannot hook this one)
@@ -40,6 +42,33 @@ class HookTarget:
     @property
     def key(self) -> str:
         return f"{self.module}.{self.attr}"
+
+    @classmethod
+    def actor_method(cls, module: str, attr: str, wrapper: Wrapper, feature: str, **kw: Any) -> "HookTarget":
+        """A method of a class Ray turns into an actor. Ray's actor runtime bypasses wrapt proxies
+        (seen with ray 2.60: the original method runs), so these get a plain function with the
+        same wrapper semantics instead."""
+        return cls(module, attr, None, feature, replace=lambda original: plain_method(original, wrapper), **kw)
+
+
+def plain_method(original: Any, wrapper: Wrapper) -> Any:
+    """A plain (async where the original is) function calling ``wrapper(bound, self, args,
+    kwargs)``; ``functools.wraps`` keeps verl's ``@register`` metadata on it."""
+    if not callable(original):
+        return None
+    if inspect.iscoroutinefunction(original):
+
+        @functools.wraps(original)
+        async def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return await wrapper(functools.partial(original, self), self, args, kwargs)
+
+    else:
+
+        @functools.wraps(original)
+        def method(self: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+            return wrapper(functools.partial(original, self), self, args, kwargs)
+
+    return method
 
 
 _lock = threading.Lock()
@@ -108,6 +137,7 @@ def _apply(key: str, module: ModuleType) -> None:
         else:
             wrapt.wrap_function_wrapper(owner, name, target.wrapper)
         _installed[key] = (owner, name, original)
+        logger.debug("hooked %s in pid %s", key, os.getpid())
 
 
 def install(targets: Iterable[HookTarget]) -> None:

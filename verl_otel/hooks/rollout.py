@@ -188,10 +188,10 @@ def tq_worker_generate(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 ROLLOUT_TARGETS: tuple[HookTarget, ...] = (
-    HookTarget(_AL, "AgentLoopWorker.generate_sequences", _legacy_worker_generate, "rollout progress (legacy)",
-               min_verl="0.7.1"),
-    HookTarget(_AL, "AgentLoopWorker._run_agent_loop", _run_agent_loop, "per-sample rollout progress",
-               min_verl="0.7.1"),
+    HookTarget.actor_method(_AL, "AgentLoopWorker.generate_sequences", _legacy_worker_generate,
+                            "rollout progress (legacy)", min_verl="0.7.1"),
+    HookTarget.actor_method(_AL, "AgentLoopWorker._run_agent_loop", _run_agent_loop, "per-sample rollout progress",
+                            min_verl="0.7.1"),
     HookTarget(_AL, "AgentLoopManager.generate_sequences", None, "trace context to agent-loop workers",
                min_verl="0.7.1", replace=_patch_legacy_manager),
     HookTarget(_TQ, "AgentLoopManagerTQ.generate_sequences", _tq_manager_generate,

@@ -119,13 +119,15 @@ def _phase_method(phase: str, role: str) -> Callable[..., Any]:
 
 
 UPDATE_TARGETS: tuple[HookTarget, ...] = (
-    HookTarget(_EW, "TrainingWorker.train_mini_batch", _train_mini_batch, "actor/critic update progress",
-               min_verl="0.8.0"),
-    HookTarget(_EW, "TrainingWorker.train_batch", _train_batch, "actor/critic update progress", min_verl="0.8.0"),
-    HookTarget(_EW, "ActorRolloutRefWorker.update_actor", _phase_method(sc.PHASE_UPDATE_ACTOR, "actor"),
-               "peak memory of update_actor", min_verl="0.8.0"),
-    HookTarget(_EW, "ActorRolloutRefWorker.compute_log_prob", _phase_method(sc.PHASE_OLD_LOG_PROB, "actor"),
-               "peak memory of old_log_prob", min_verl="0.8.0"),
-    HookTarget(_EW, "ActorRolloutRefWorker.compute_ref_log_prob", _phase_method(sc.PHASE_REF, "ref"),
-               "peak memory of ref", min_verl="0.8.0"),
+    HookTarget.actor_method(_EW, "TrainingWorker.train_mini_batch", _train_mini_batch,
+                            "actor/critic update progress", min_verl="0.8.0"),
+    HookTarget.actor_method(_EW, "TrainingWorker.train_batch", _train_batch, "actor/critic update progress",
+                            min_verl="0.8.0"),
+    HookTarget.actor_method(_EW, "ActorRolloutRefWorker.update_actor", _phase_method(sc.PHASE_UPDATE_ACTOR, "actor"),
+                            "peak memory of update_actor", min_verl="0.8.0"),
+    HookTarget.actor_method(_EW, "ActorRolloutRefWorker.compute_log_prob",
+                            _phase_method(sc.PHASE_OLD_LOG_PROB, "actor"), "peak memory of old_log_prob",
+                            min_verl="0.8.0"),
+    HookTarget.actor_method(_EW, "ActorRolloutRefWorker.compute_ref_log_prob", _phase_method(sc.PHASE_REF, "ref"),
+                            "peak memory of ref", min_verl="0.8.0"),
 )

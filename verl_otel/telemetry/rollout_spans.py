@@ -51,8 +51,9 @@ def _tokens(output: Any) -> tuple[int | None, int | None]:
 
 def sample_attributes(sample: FinishedSample) -> dict[str, Any]:
     traj = sample.trajectory or {}
-    attrs: dict[str, Any] = {sc.ATTR_GLOBAL_STEP: int(traj.get("step", -1) or -1)}
-    for key, attr in (("sample_index", sc.ATTR_SAMPLE_INDEX), ("rollout_n", sc.ATTR_SAMPLE_ROLLOUT_N)):
+    attrs: dict[str, Any] = {}
+    for key, attr in (("step", sc.ATTR_GLOBAL_STEP), ("sample_index", sc.ATTR_SAMPLE_INDEX),
+                      ("rollout_n", sc.ATTR_SAMPLE_ROLLOUT_N)):
         if traj.get(key) is not None:
             try:
                 attrs[attr] = int(traj[key])
@@ -81,7 +82,7 @@ def sample_attributes(sample: FinishedSample) -> dict[str, Any]:
     for field, attr in sc.SAMPLE_TIMING_ATTRS.items():
         val, _ = to_scalar(getattr(metrics, field, None) if metrics is not None else None)
         if val is not None and val >= 0:
-            attrs[attr] = val
+            attrs[attr] = int(val) if field == "num_preempted" else val
     return attrs
 
 
