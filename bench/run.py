@@ -1,0 +1,88 @@
+"""`make bench`: overhead of verl-otel, side by side in one run.
+
+1. Modeled realistic step (bench/modeled_step.py): verl's real timer/logger, sleeps for the compute,
+   N samples through the rollout tracker; telemetry off vs the embedded default vs OTLP push to a
+   local protocol-level receiver vs everything on (+ VERL_PROGRESS_LOG), alternated, several rounds.
+2. The CPU demo's fit() (real verl, FSDP2 workers) with telemetry off vs on (--demo, slow: minutes).
+3. Microbenchmarks (bench/micro.py).
+
+The last three lines are: overhead_ratio <all-on / off>, span_us <µs>, progress_update_us <µs>.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE))
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_OTEL_", "OTEL_", "VERL_PROGRESS_"))}
+    env["VERL_OTEL_CONSOLE"] = "0"
+    env.update(extra)
+    return env
+
+
+def modeled(env: dict[str, str], steps: int, step_s: float, samples: int) -> float:
+    out = subprocess.run([sys.executable, str(HERE / "modeled_step.py"), str(steps), str(step_s), str(samples)],
+                         env=env, capture_output=True, text=True, check=True, timeout=600)
+    line = [x for x in out.stdout.splitlines() if x.startswith("MODELED_WALL")][-1]
+    return float(line.split()[1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--step-seconds", type=float, default=4.0)
+    ap.add_argument("--samples", type=int, default=256)
+    ap.add_argument("--demo", action="store_true", help="also compare the CPU demo's fit() off vs on (minutes)")
+    args = ap.parse_args()
+
+    from otlp_receiver import OtlpReceiver
+
+    tmp = Path(tempfile.mkdtemp(prefix="verl-otel-bench-"))
+    results: dict[str, list[float]] = {"off": [], "embedded": [], "otlp": [], "all": []}
+    with OtlpReceiver() as rx:
+        variants = {
+            "off": _env(VERL_OTEL_ENABLED="0"),
+            "embedded": _env(VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(tmp / "embedded")),
+            "otlp": _env(OTEL_EXPORTER_OTLP_ENDPOINT=rx.grpc_endpoint, VERL_OTEL_DIR=str(tmp / "otlp")),
+            "all": _env(OTEL_EXPORTER_OTLP_ENDPOINT=rx.grpc_endpoint, VERL_OTEL_DIR=str(tmp / "all"),
+                        VERL_OTEL_PROMETHEUS_PORT="0", VERL_PROGRESS_LOG="1", VERL_OTEL_CONSOLE="1"),
+        }
+        for r in range(args.rounds):
+            for name, env in variants.items():
+                results[name].append(modeled(env, args.steps, args.step_seconds, args.samples))
+                print(f"round {r + 1} {name:9s} {results[name][-1]:.3f}s", flush=True)
+    base = statistics.median(results["off"])
+    print(f"modeled step: {args.steps} steps x {args.step_seconds}s, {args.samples} samples/step, "
+          f"median of {args.rounds} rounds")
+    for name, vals in results.items():
+        print(f"  {name:9s} {statistics.median(vals):.3f}s  ratio {statistics.median(vals) / base:.4f}")
+
+    if args.demo:
+        from demo_bench import demo_fit_ratio
+
+        print(f"demo fit() ratio (on/off): {demo_fit_ratio(tmp):.4f}")
+
+    import micro
+
+    fg, bg = micro.span_us()
+    print(f"span_export_us {bg:.2f}")
+    print(f"scrape_ms {micro.scrape_ms():.2f}")
+    print(f"overhead_ratio {statistics.median(results['all']) / base:.4f}")
+    print(f"span_us {fg:.2f}")
+    print(f"progress_update_us {micro.progress_update_us():.3f}")
+
+
+if __name__ == "__main__":
+    main()
