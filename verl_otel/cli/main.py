@@ -10,14 +10,14 @@ import sys
 # subcommand -> module exposing add_parser(subparsers) and run(args) -> int
 _COMMANDS = {
     "demo": "verl_otel.demo.cli",
-    "slow-steps": "verl_otel.cli.slow_steps",
+    # "slow-steps": "verl_otel.cli.slow_steps",  (enabled when the module lands)
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="verl-otel", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, module in _COMMANDS.items():
+    for module in _COMMANDS.values():
         mod = importlib.import_module(module)
         p = mod.add_parser(sub)
         p.set_defaults(_run=mod.run)

@@ -1,0 +1,94 @@
+"""Tiny local assets for the demo, built once per directory; nothing is downloaded:
+a word-level tokenizer with a chat template, a 1-layer Llama with random (seeded) weights, a critic
+copy whose remote-code class swaps verl's hard-coded flash_attention_2 for eager (there is no
+flash-attn on a CPU), and gsm8k-style train/test parquet files."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+_WORDS = ("what is the answer to plus minus times how many apples does tom have ? . , # let me think step by step "
+          "so final yes no a an of in on and or it ####").split()
+_SPECIALS = ["<pad>", "<s>", "</s>", "<unk>", "<|user|>", "<|assistant|>", "<|system|>", "<|end|>"]
+_CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ '<|' + m['role'] + '|> ' + m['content'] + ' <|end|> ' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|> ' }}{% endif %}"
+)
+_CRITIC_CODE = '''from transformers import LlamaForTokenClassification
+
+
+class CpuLlamaForTokenClassification(LlamaForTokenClassification):
+    """verl loads value models with attn_implementation="flash_attention_2" hard-coded; use eager on a CPU."""
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        if kwargs.get("attn_implementation") == "flash_attention_2":
+            kwargs["attn_implementation"] = "eager"
+        return super().from_pretrained(*args, **kwargs)
+'''
+_VERSION = "1"
+
+
+def build(root: Path) -> Path:
+    """Build the assets under ``root`` (skipped when already built) and return ``root``."""
+    root = Path(root)
+    stamp = root / ".built"
+    if stamp.exists() and stamp.read_text() == _VERSION:
+        return root
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    _model(root / "tiny_model")
+    _critic(root / "tiny_model", root / "tiny_critic")
+    _data(root)
+    stamp.write_text(_VERSION)
+    return root
+
+
+def _model(model_dir: Path) -> None:
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    vocab: dict[str, int] = {}
+    for tok in _SPECIALS + _WORDS + [str(i) for i in range(100)]:
+        vocab.setdefault(tok, len(vocab))
+    wl = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    wl.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=wl, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                                        unk_token="<unk>", additional_special_tokens=_SPECIALS[4:])
+    tokenizer.chat_template = _CHAT_TEMPLATE
+    tokenizer.save_pretrained(model_dir)
+    config = LlamaConfig(vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256,
+                         bos_token_id=vocab["<s>"], eos_token_id=vocab["</s>"], pad_token_id=vocab["<pad>"],
+                         architectures=["LlamaForCausalLM"])
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(model_dir)
+
+
+def _critic(model_dir: Path, critic_dir: Path) -> None:
+    shutil.copytree(model_dir, critic_dir)
+    (critic_dir / "modeling_cpu_critic.py").write_text(_CRITIC_CODE)
+    cfg_path = critic_dir / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["auto_map"] = {"AutoModelForTokenClassification": "modeling_cpu_critic.CpuLlamaForTokenClassification"}
+    cfg_path.write_text(json.dumps(cfg, indent=2))
+
+
+def _data(root: Path) -> None:
+    import pandas as pd
+
+    def rows(n: int, split: str) -> list[dict]:
+        out = []
+        for i in range(n):
+            a, b = i % 7 + 1, i % 5 + 2
+            out.append({"data_source": "openai/gsm8k",
+                        "prompt": [{"role": "user", "content": f"what is {a} plus {b} ?"}],
+                        "ability": "math", "reward_model": {"style": "rule", "ground_truth": str(a + b)},
+                        "extra_info": {"split": split, "index": i}})
+        return out
+
+    pd.DataFrame(rows(64, "train")).to_parquet(root / "train.parquet")
+    pd.DataFrame(rows(4, "test")).to_parquet(root / "test.parquet")

@@ -1,0 +1,204 @@
+"""verl plugin for the CPU demo. verl imports it itself, at ``import verl`` in every process, because
+the demo's environment carries ``VERL_USE_EXTERNAL_MODULES=verl_otel.demo.cpu_plugin``. Everything it
+does goes through verl's public extension points or module attributes; no verl file changes:
+
+1. a ``cpu`` platform (``VERL_PLATFORM=cpu``) whose device module is a CPU-backed stand-in of torch.cuda;
+2. the ``cpu_stub`` rollout: the worker-side adapter (``_ROLLOUT_REGISTRY``) and the server replica
+   (``RolloutReplicaRegistry``);
+3. CPU resource pools for both trainers (``ResourcePoolManager`` of the legacy and v1 modules);
+4. a plain gloo process group in verl's worker-group processes (verl's own CPU backend string,
+   ``cpu:gloo,cpu:gloo``, is rejected by torch: "Duplicate device type cpu");
+5. ``--slow`` delays inside the real workers, and ``--linger`` (keep the run's processes, and so
+   their /metrics, alive after fit()).
+
+Hooks on classes that become Ray actors are plain functions (Ray's actor runtime skips wrapt proxies).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import resource
+import time
+from typing import Any
+
+import torch
+import wrapt
+
+from verl.plugin.platform import PlatformBase, PlatformRegistry
+
+from verl_otel.demo.slow import SlowSpec
+
+ENV_LINGER = "VERL_OTEL_DEMO_LINGER"
+
+
+class _CpuDevice:
+    """What verl calls through ``get_torch_device()``, answered for the CPU."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch.cpu, name)
+
+    is_available = staticmethod(lambda: True)
+    device_count = staticmethod(lambda: 1)
+    current_device = staticmethod(lambda: 0)
+    set_device = synchronize = empty_cache = ipc_collect = staticmethod(lambda *a, **k: None)
+    set_per_process_memory_fraction = reset_peak_memory_stats = staticmethod(lambda *a, **k: None)
+    memory_allocated = memory_reserved = staticmethod(lambda *a, **k: 0)
+    # verl's perf/max_memory_* metrics: the process' peak RSS means something on a CPU
+    max_memory_allocated = max_memory_reserved = staticmethod(
+        lambda *a, **k: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    get_rng_state = staticmethod(lambda *a, **k: torch.get_rng_state())
+    set_rng_state = staticmethod(lambda state, *a, **k: torch.set_rng_state(state))
+    manual_seed = manual_seed_all = staticmethod(lambda seed: torch.manual_seed(seed))
+    get_device_name = staticmethod(lambda *a, **k: "cpu")
+
+    @staticmethod
+    def mem_get_info(*_a: Any, **_k: Any) -> tuple[int, int]:
+        import psutil
+
+        vm = psutil.virtual_memory()
+        return vm.available, vm.total
+
+
+_DEVICE = _CpuDevice()
+
+
+@PlatformRegistry.register(platform="cpu")
+class PlatformCPU(PlatformBase):
+    device_name = property(lambda self: "cpu")
+    vendor_name = property(lambda self: "cpu")
+    device_module = property(lambda self: _DEVICE)
+
+    def is_available(self) -> bool:
+        return True
+
+    def is_platform_available(self, use_smi_check: bool = False) -> bool:
+        return True
+
+    def current_device(self) -> str:
+        return "cpu"  # used as .to(get_device_id()) and as FSDP's device_id
+
+    def device_count(self) -> int:
+        return 1
+
+    def set_device(self, device_index: Any) -> None: ...
+    def synchronize(self, device_index: Any = None) -> None: ...
+    def set_allocator_settings(self, settings: str) -> None: ...
+    def empty_cache(self) -> None: ...
+    def profiler_start(self) -> None: ...
+    def profiler_stop(self) -> None: ...
+
+    def manual_seed(self, seed: int) -> None:
+        torch.manual_seed(seed)
+
+    manual_seed_all = manual_seed
+
+    def get_device_capability(self, device_index: int = 0) -> tuple[None, None]:
+        return None, None
+
+    def communication_backend_name(self) -> str:
+        return "gloo"
+
+    def visible_devices_envvar(self) -> str:
+        return "CUDA_VISIBLE_DEVICES"
+
+    @contextlib.contextmanager
+    def nvtx_range(self, msg: str) -> Any:
+        yield
+
+    def ray_resource_name(self) -> str:
+        return "CPU"
+
+    def ray_resource_options(self, num_gpus: float) -> dict[str, Any]:
+        return {}
+
+    def ray_noset_envvars(self) -> list[str]:
+        return []
+
+    def is_ipc_supported(self) -> bool:
+        return False
+
+    def cudart(self) -> None:
+        return None
+
+
+def _register_rollout_adapter() -> None:
+    from verl.workers.rollout import base
+
+    base._ROLLOUT_REGISTRY[("cpu_stub", "async")] = "verl_otel.demo.standins.StubServerAdapter"
+
+
+def _preinit_gloo() -> None:
+    if os.environ.get("WG_BACKEND") != "ray" or "RANK" not in os.environ or "MASTER_ADDR" not in os.environ:
+        return
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group(backend="gloo", rank=int(os.environ["RANK"]),
+                                world_size=int(os.environ["WORLD_SIZE"]))
+
+
+def _lingering(fit: Any) -> Any:
+    @functools.wraps(fit)
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fit(self, *args, **kwargs)
+        finally:
+            seconds = float(os.environ.get(ENV_LINGER, "0") or 0)
+            if seconds > 0:
+                print(f"[verl-otel demo] fit() done; keeping the run's processes up for {seconds:g}s (--linger)",
+                      flush=True)
+                time.sleep(seconds)
+
+    return run
+
+
+def _cpu_pools(module: Any, trainer_cls: str) -> None:
+    from verl_otel.demo.standins import CpuResourcePoolManager
+
+    module.ResourcePoolManager = CpuResourcePoolManager
+    cls = getattr(module, trainer_cls)
+    cls.fit = _lingering(cls.fit)
+
+
+def _slowed(method: Any, phase: str, role_check: Any = None) -> Any:
+    """Sleep in the k-th call of ``method`` in this process (the k-th step) when --slow says so."""
+    calls = {"n": 0}
+
+    @functools.wraps(method)
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if role_check is None or role_check(self):
+            calls["n"] += 1
+            delay = SlowSpec.from_env().seconds(phase, calls["n"])
+            if delay:
+                time.sleep(delay)
+        return method(self, *args, **kwargs)
+
+    return run
+
+
+def _slow_workers(ew: Any) -> None:
+    if not os.environ.get("VERL_OTEL_DEMO_SLOW"):
+        return
+    arr = ew.ActorRolloutRefWorker
+    arr.update_actor = _slowed(arr.__dict__["update_actor"], "update_actor")
+    arr.compute_log_prob = _slowed(arr.__dict__["compute_log_prob"], "old_log_prob")
+    arr.compute_ref_log_prob = _slowed(arr.__dict__["compute_ref_log_prob"], "ref")
+    tw = ew.TrainingWorker
+    is_critic = lambda w: getattr(getattr(w, "config", None), "model_type", None) == "value_model"  # noqa: E731
+    tw.train_mini_batch = _slowed(tw.__dict__["train_mini_batch"], "update_critic", is_critic)
+
+
+def _register_replica(_module: Any) -> None:
+    from verl_otel.demo.standins import register_replica
+
+    register_replica()
+
+
+_register_rollout_adapter()
+_preinit_gloo()
+wrapt.register_post_import_hook(lambda m: _cpu_pools(m, "RayPPOTrainer"), "verl.trainer.ppo.ray_trainer")
+wrapt.register_post_import_hook(lambda m: _cpu_pools(m, "PPOTrainer"), "verl.trainer.ppo.v1.trainer_base")
+wrapt.register_post_import_hook(_register_replica, "verl.workers.rollout.replica")
+wrapt.register_post_import_hook(_slow_workers, "verl.workers.engine_workers")

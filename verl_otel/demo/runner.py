@@ -1,0 +1,132 @@
+"""Run verl's real entry point, ``python -m verl.trainer.main_ppo``, on the CPU, as a user would, with
+telemetry switched on by the environment alone (VERL_OTEL_ENABLED=1, VERL_OTEL_DIR)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from verl_otel import semconv as sc
+from verl_otel.demo import assets
+from verl_otel.demo.cpu_plugin import ENV_LINGER
+from verl_otel.demo.slow import ENV as ENV_SLOW
+from verl_otel.demo.slow import SlowSpec
+
+TRAINERS = ("v1", "legacy")
+_FP32 = ["param_dtype=fp32", "reduce_dtype=fp32", "buffer_dtype=fp32"]
+
+
+def overrides(asset_dir: Path, ckpt_dir: Path, steps: int, test_freq: int, trainer: str, adv: str) -> list[str]:
+    """Hydra overrides of a tiny but complete PPO/GRPO run on the CPU (the traps: FSDP1 refuses CPU
+    params; use_remove_padding=true computes wrong log-probs on a CPU; forward-only FSDP2 ref pins
+    memory; TransferQueue reserves a CPU per storage unit)."""
+    ov = [
+        f"actor_rollout_ref.model.path={asset_dir}/tiny_model",
+        f"data.train_files={asset_dir}/train.parquet",
+        f"data.val_files={asset_dir}/test.parquet",
+        "data.train_batch_size=4", "data.max_prompt_length=32", "data.max_response_length=16",
+        "data.dataloader_num_workers=0",
+        "actor_rollout_ref.model.use_remove_padding=false",
+        "+actor_rollout_ref.model.override_config.attn_implementation=eager",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=false",
+        "actor_rollout_ref.actor.strategy=fsdp2",
+        *[f"+actor_rollout_ref.actor.fsdp_config.mixed_precision.{x}" for x in _FP32],
+        "actor_rollout_ref.actor.fsdp_config.model_dtype=fp32",
+        "actor_rollout_ref.actor.fsdp_config.use_torch_compile=false",
+        "actor_rollout_ref.actor.use_torch_compile=false",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",  # 2 prompts x n=2 -> 2 optimizer steps per update
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.actor.use_kl_loss=true",
+        "actor_rollout_ref.actor.optim.lr=1e-3",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+        *[f"+actor_rollout_ref.ref.fsdp_config.mixed_precision.{x}" for x in _FP32],
+        "actor_rollout_ref.ref.fsdp_config.use_torch_compile=false",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.ref.fsdp_config.forward_only=false",
+        "+actor_rollout_ref.ref.optim._target_=verl.workers.config.FSDPOptimizerConfig",
+        "actor_rollout_ref.rollout.name=cpu_stub",
+        "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.rollout.agent.num_workers=2",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.rollout.checkpoint_engine.backend=naive",
+        f"algorithm.adv_estimator={adv}",
+        f"critic.model.path={asset_dir}/tiny_critic",
+        "critic.model.use_remove_padding=false",
+        "+critic.model.override_config.attn_implementation=eager",
+        "critic.model.enable_gradient_checkpointing=false",
+        "critic.model.trust_remote_code=true",
+        "critic.strategy=fsdp2",
+        *[f"+critic.fsdp.mixed_precision.{x}" for x in _FP32],
+        "critic.fsdp.use_torch_compile=false",
+        "critic.ppo_mini_batch_size=2", "critic.ppo_micro_batch_size_per_gpu=2",
+        "reward.num_workers=1",
+        f"trainer.total_training_steps={steps}", f"trainer.test_freq={test_freq}", f"trainer.save_freq={steps}",
+        f"trainer.default_local_dir={ckpt_dir}", "trainer.resume_mode=disable",
+        "trainer.logger=[console]", "trainer.log_val_generations=2",
+        "trainer.project_name=verl-otel-demo", f"trainer.experiment_name=cpu-{trainer}-{adv}",
+        "trainer.n_gpus_per_node=1", "trainer.nnodes=1", "trainer.device=cpu", "trainer.val_before_train=true",
+        "ray_kwargs.ray_init.num_cpus=4", "+ray_kwargs.ray_init.include_dashboard=false",
+        f"hydra.run.dir={ckpt_dir.parent / 'hydra'}",
+    ]
+    if trainer == "legacy":
+        ov.append("trainer.use_v1=false")
+    else:
+        ov += ["trainer.use_v1=true", "trainer.v1.trainer_mode=sync",
+               # TransferQueue: one storage unit (each reserves a CPU; verl's default 8 need 9 CPUs)
+               "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+               "transfer_queue.backend.SimpleStorage.total_storage_size=10000"]
+    return ov
+
+
+def demo_env(out: Path, asset_dir: Path, slow: SlowSpec, linger: float, extra: dict[str, str] | None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        # what a verl-otel user sets:
+        sc.ENV_ENABLED: env.get(sc.ENV_ENABLED, "1"),
+        sc.ENV_DIR: str(out),
+        # the demo's CPU plugin, loaded by verl itself in every process:
+        "VERL_USE_EXTERNAL_MODULES": "verl_otel.demo.cpu_plugin",
+        "VERL_PLATFORM": "cpu",
+        "VERL_ENGINE_DEVICE": "cuda",  # FSDP engines are registered for cuda/npu: verl's own lookup override
+        "VERL_OTEL_DEMO_MODEL": str(asset_dir / "tiny_model"),
+        "HF_MODULES_CACHE": str(asset_dir / "hf_modules"),
+        "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "RAY_DEDUP_LOGS": "0",
+        "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
+        ENV_SLOW: slow.to_env(), ENV_LINGER: str(linger),
+    })
+    env.update(extra or {})
+    return env
+
+
+def run_demo(steps: int = 5, out: str | Path = "./verl-otel-data", trainer: str = "v1", slow: list[str] | None = None,
+             test_freq: int = 2, linger: float = 0.0, adv: str = "grpo", extra_env: dict[str, str] | None = None,
+             extra_overrides: list[str] | None = None, quiet: bool = False) -> int:
+    if trainer not in TRAINERS:
+        raise ValueError(f"--trainer must be one of {TRAINERS}")
+    spec = SlowSpec.parse(slow or [])
+    out = Path(out).absolute()
+    out.mkdir(parents=True, exist_ok=True)
+    asset_dir = assets.build(out / "assets")
+    ckpt_dir = out / "checkpoints"
+    cmd = [sys.executable, "-m", "verl.trainer.main_ppo",
+           *overrides(asset_dir, ckpt_dir, steps, test_freq, trainer, adv), *(extra_overrides or [])]
+    env = demo_env(out, asset_dir, spec, linger, extra_env)
+    log_path = out / "demo.log"
+    t0 = time.monotonic()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, env=env, cwd=out, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace")
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.write(line)
+            if not quiet:
+                sys.stdout.write(line)
+        rc = proc.wait()
+    print(f"\n[verl-otel demo] verl ({trainer}, {steps} steps) exited with {rc} after {time.monotonic() - t0:.0f}s")
+    print(f"[verl-otel demo] data:    {out}")
+    print(f"[verl-otel demo] traces:  {out / sc.TRACES_FILE}   (verl-otel slow-steps --file {out / sc.TRACES_FILE})")
+    print(f"[verl-otel demo] metrics: {out / sc.PROM_TARGETS_FILE} (Prometheus file_sd), log: {log_path}")
+    return rc

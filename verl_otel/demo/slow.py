@@ -1,0 +1,51 @@
+"""``--slow PHASE@STEP=SECONDS``: delays one phase of one step, inside the real worker or stand-in
+that does that work, so slow steps can be shown (and tested). Carried to every process in
+VERL_OTEL_DEMO_SLOW."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+ENV = "VERL_OTEL_DEMO_SLOW"
+#: where each slowable phase sleeps
+PHASES = {
+    "rollout": "the stub LLM server, every training request of that step",
+    "rollout_sample": "the stub LLM server, one training request of that step (a long-tail sample)",
+    "old_log_prob": "ActorRolloutRefWorker.compute_log_prob",
+    "ref": "ActorRolloutRefWorker.compute_ref_log_prob",
+    "update_actor": "ActorRolloutRefWorker.update_actor",
+    "update_critic": "TrainingWorker.train_mini_batch (critic)",
+}
+_RE = re.compile(r"^(?P<phase>[a-z_]+)@(?P<step>\d+)=(?P<seconds>\d+(\.\d*)?)$")
+
+
+@dataclass(frozen=True)
+class SlowSpec:
+    delays: dict[tuple[str, int], float] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, specs: list[str]) -> "SlowSpec":
+        delays = {}
+        for spec in specs:
+            for part in filter(None, (p.strip() for p in spec.split(","))):
+                m = _RE.match(part)
+                if not m or m["phase"] not in PHASES:
+                    raise ValueError(f"bad --slow {part!r}: expected PHASE@STEP=SECONDS with PHASE one of "
+                                     f"{', '.join(PHASES)}")
+                delays[(m["phase"], int(m["step"]))] = float(m["seconds"])
+        return cls(delays)
+
+    @classmethod
+    def from_env(cls) -> "SlowSpec":
+        try:
+            return cls.parse([os.environ.get(ENV, "")])
+        except ValueError:
+            return cls()
+
+    def seconds(self, phase: str, step: int) -> float:
+        return self.delays.get((phase, step), 0.0)
+
+    def to_env(self) -> str:
+        return ",".join(f"{p}@{s}={sec}" for (p, s), sec in self.delays.items())

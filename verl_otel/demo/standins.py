@@ -1,0 +1,160 @@
+"""The demo's only stand-ins, plugged in through verl's own extension points:
+
+- ``CpuResourcePoolManager``: real ``RayResourcePool`` objects with CPU bundles (verl's manager
+  hard-codes GPUs);
+- ``StubLLMServer`` + ``StubReplica`` (``RolloutReplicaRegistry``, ``rollout.name=cpu_stub``): a
+  token-in/token-out "vLLM" that answers random words ending in ``#### N`` after 5-30 ms, refuses to
+  generate while asleep (so verl's real sleep / weight-sync / wake order is exercised) and receives
+  the real weight sync;
+- ``StubServerAdapter`` (worker side, ``_ROLLOUT_REGISTRY``): consumes the FSDP actor's real per-tensor
+  weight export and forwards a checksum to its server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from collections.abc import Generator
+from typing import Any
+
+import ray
+import torch
+
+from verl.single_controller.ray import ResourcePoolManager
+from verl.single_controller.ray.base import RayResourcePool
+from verl.workers.rollout.base import BaseRollout
+from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
+
+from verl_otel.demo.slow import SlowSpec
+
+SERVER_NAME = "verl_otel_demo_llm_{}"
+
+
+class CpuResourcePoolManager(ResourcePoolManager):
+    def create_resource_pool(self) -> None:
+        for name, process_on_nodes in self.resource_pool_spec.items():
+            self.resource_pool_dict[name] = RayResourcePool(
+                process_on_nodes=process_on_nodes, use_gpu=False, max_colocate_count=1, name_prefix=name)
+
+    def _check_resource_available(self) -> None:  # counts GPUs only
+        return None
+
+
+@ray.remote(num_cpus=0)
+class StubLLMServer:
+    def __init__(self, token_ids: dict[str, int], eos_id: int, response_length: int, seed: int = 0) -> None:
+        self.rng = random.Random(seed)
+        self.tok = token_ids
+        self.word_ids = [v for k, v in token_ids.items() if not k.isdigit() and k != "####" and not k.startswith("<")]
+        self.eos_id = eos_id
+        self.response_length = response_length
+        self.awake = False
+        self.version = 0
+        self.slow = SlowSpec.from_env()
+        self.slowed_samples: set[int] = set()
+        self.n_requests = 0
+        self.weight_syncs = 0
+
+    async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any],
+                       image_data: Any = None, video_data: Any = None, **kwargs: Any) -> TokenOutput:
+        if not self.awake:
+            raise RuntimeError("StubLLMServer.generate called while asleep (weight-sync order violated)")
+        self.n_requests += 1
+        delay = self.rng.uniform(0.005, 0.03)
+        if float(sampling_params.get("temperature", 0) or 0) > 0:  # training rollouts sample; validation is greedy
+            step = self.version + 1  # weights of step k-1 generate step k
+            delay += self.slow.seconds("rollout", step)
+            if step not in self.slowed_samples and self.slow.seconds("rollout_sample", step):
+                self.slowed_samples.add(step)
+                delay += self.slow.seconds("rollout_sample", step)
+        await asyncio.sleep(delay)
+        body = [self.rng.choice(self.word_ids) for _ in range(self.rng.randint(1, max(1, self.response_length - 4)))]
+        tokens = (body + [self.tok["####"], self.tok[str(self.rng.randint(2, 14))], self.eos_id])[
+            : self.response_length]
+        log_probs = [-self.rng.random() * 3 for _ in tokens] if sampling_params.get("logprobs") else None
+        return TokenOutput(token_ids=tokens, log_probs=log_probs, stop_reason="completed", num_preempted=0,
+                           extra_fields={"global_steps": self.version})
+
+    async def receive_weights(self, global_steps: int | None, n_tensors: int, checksum: float) -> None:
+        self.weight_syncs += 1
+        if global_steps is not None:
+            self.version = int(global_steps)
+
+    async def wake_up(self, version: Any = None, tags: Any = None) -> None:
+        self.awake = True
+
+    async def sleep(self) -> None:
+        self.awake = False
+
+    async def clear_kv_cache(self) -> None: ...
+    async def abort_all_requests(self, reject_request: bool = False) -> None: ...
+    async def resume_generation(self) -> None: ...
+    async def release_kv_cache(self) -> None: ...
+    async def resume_kv_cache(self) -> None: ...
+    async def start_profile(self, **kwargs: Any) -> None: ...
+    async def stop_profile(self) -> None: ...
+
+    def stats(self) -> dict[str, Any]:
+        return {"requests": self.n_requests, "weight_syncs": self.weight_syncs, "version": self.version}
+
+
+class StubReplica(RolloutReplica):
+    server_kwargs: dict[str, Any] = {}
+
+    async def launch_servers(self) -> None:
+        if not self.server_kwargs:
+            type(self).server_kwargs = _server_kwargs(self.config)
+        server = StubLLMServer.options(name=SERVER_NAME.format(self.replica_rank)).remote(**self.server_kwargs)
+        self.servers = [server]
+        self._server_handle = server
+        self._server_address = f"stub-llm-{self.replica_rank}:0"
+
+
+def _server_kwargs(rollout_config: Any) -> dict[str, Any]:
+    from transformers import AutoTokenizer
+
+    model_path = os.environ["VERL_OTEL_DEMO_MODEL"]
+    tok = AutoTokenizer.from_pretrained(model_path)
+    return {"token_ids": tok.get_vocab(), "eos_id": tok.eos_token_id,
+            "response_length": int(rollout_config.response_length)}
+
+
+def register_replica() -> None:
+    RolloutReplicaRegistry.register("cpu_stub", lambda: StubReplica)
+
+
+class StubServerAdapter(BaseRollout):
+    """Like vLLM's ServerAdapter: the FSDP worker's client to its rollout server."""
+
+    def __init__(self, config: Any, model_config: Any, device_mesh: Any, replica_rank: int = -1, **kwargs: Any):
+        super().__init__(config, model_config, device_mesh)
+        rank = int(os.environ.get("RANK", "0"))
+        world = (self.config.tensor_model_parallel_size * self.config.data_parallel_size
+                 * self.config.pipeline_model_parallel_size)
+        self.replica_rank = rank // world if replica_rank == -1 else replica_rank
+        self._has_server = rank % world == 0
+        self._handle: Any = None
+
+    def _server(self) -> Any:
+        if self._has_server and self._handle is None:
+            self._handle = ray.get_actor(SERVER_NAME.format(self.replica_rank))
+        return self._handle
+
+    async def resume(self, tags: list[str]) -> None:
+        if "kv_cache" in tags and self._server() is not None:
+            await self._server().wake_up.remote(tags=tags)
+
+    async def release(self) -> None:
+        if self._server() is not None:
+            await self._server().sleep.remote()
+
+    @torch.no_grad()
+    async def update_weights(self, weights: Generator[tuple[str, torch.Tensor], None, None],
+                             wire_format: str = "named_tensors", global_steps: int | None = None, **kwargs: Any):
+        n_tensors, checksum = 0, 0.0
+        for _name, tensor in weights:  # consume the real FSDP per-tensor export
+            n_tensors += 1
+            checksum += float(tensor.float().sum())
+        if self._server() is not None:
+            await self._server().receive_weights.remote(global_steps, n_tensors, checksum)
