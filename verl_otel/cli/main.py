@@ -10,7 +10,7 @@ import sys
 # subcommand -> module exposing add_parser(subparsers) and run(args) -> int
 _COMMANDS = {
     "demo": "verl_otel.demo.cli",
-    # "slow-steps": "verl_otel.cli.slow_steps",  (enabled when the module lands)
+    "slow-steps": "verl_otel.cli.slow_steps",
 }
 
 
