@@ -28,3 +28,99 @@ def drive(tmp_path: Path):
         args = [str(Path(__file__).parent / "drive_hooks.py"), str(steps)] + ([fail_phase] if fail_phase else [])
         return run_py(args, clean_env(**env), tmp_path)
     return _run
+
+
+# -- real-verl demo runs, shared by the e2e tests (each takes a minute or two on 2 cores) ---------
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+LINGER_S = 12.0
+
+
+@dataclass
+class DemoRun:
+    out: Path
+    rc: int
+    steps: int
+    trainer: str
+    prom: Any = None
+    query_time: float | None = None
+    extra: dict = field(default_factory=dict)
+
+    def log_tail(self, n: int = 4000) -> str:
+        return (self.out / "demo.log").read_text(errors="replace")[-n:]
+
+    def series(self) -> set:
+        """Label sets of every series of the run, without the per-process identities."""
+        data = self.prom.api("series", **{"match[]": '{job="verl"}', "start": self.query_time - 600,
+                                          "end": self.query_time})
+        return {frozenset((k, v) for k, v in s.items() if k not in ("instance",)) for s in data}
+
+
+def _settled(prom, steps: int) -> bool:
+    try:
+        step = prom.scalar_by("max(verl_training_step)")
+        active = prom.scalar_by("sum(verl_phase_active)")
+    except (OSError, ValueError):
+        return False
+    return step.get((), None) == float(steps) and active.get((), 1.0) == 0.0
+
+
+def start_demo(out: Path, trainer: str, steps: int, slow: list[str], scrape: bool, **kw: Any) -> DemoRun:
+    from prom_server import PromServer
+
+    from verl_otel.demo.runner import run_demo
+
+    out.mkdir(parents=True, exist_ok=True)
+    prom = PromServer(out / "prom", out / "prometheus_targets.json").start() if scrape else None
+    result: dict[str, int] = {}
+    env = {k: v for k, v in clean_env().items()}
+    th = threading.Thread(target=lambda: result.update(rc=run_demo(
+        steps=steps, out=out, trainer=trainer, slow=slow, linger=LINGER_S if scrape else 0.0, quiet=True,
+        extra_env=kw.pop("extra_env", None), **kw)))
+    old = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)  # the demo's environment: no telemetry settings leak from the test process
+    try:
+        th.start()
+        query_time = None
+        settled_since = None
+        while th.is_alive():
+            if prom is not None and query_time is None:
+                if _settled(prom, steps):
+                    settled_since = settled_since or time.time()
+                    if time.time() - settled_since >= 3.0:  # a few scrapes of the final state
+                        query_time = time.time()
+                else:
+                    settled_since = None
+            time.sleep(0.5)
+        th.join()
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    run = DemoRun(out=out, rc=result.get("rc", -1), steps=steps, trainer=trainer, prom=prom, query_time=query_time)
+    if prom is not None:
+        prom.at = query_time
+    return run
+
+
+@pytest.fixture(scope="session")
+def v1_run(tmp_path_factory):
+    run = start_demo(tmp_path_factory.mktemp("demo-v1"), "v1", 3, ["update_actor@3=3", "rollout_sample@3=2"],
+                     scrape=True)
+    yield run
+    run.prom.stop()
+
+
+@pytest.fixture(scope="session")
+def v1_run_6(tmp_path_factory):
+    run = start_demo(tmp_path_factory.mktemp("demo-v1-6"), "v1", 6, [], scrape=True)
+    yield run
+    run.prom.stop()
+
+
+@pytest.fixture(scope="session")
+def legacy_run(tmp_path_factory):
+    return start_demo(tmp_path_factory.mktemp("demo-legacy"), "legacy", 3, [], scrape=False)

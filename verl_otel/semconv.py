@@ -127,7 +127,9 @@ ATTR_VAL_TRUNCATED: Final = "verl.val_generation.truncated"
 #: Key under which the trainer's W3C traceparent travels in verl's batch (meta_info / TensorDict)
 TRACEPARENT_KEY: Final = "verl_otel_traceparent"
 
-# Resource attributes: what each process is
+# Resource attributes: what each process is (and of which run, where the process knows it)
+RES_PROJECT: Final = ATTR_PROJECT
+RES_EXPERIMENT: Final = ATTR_EXPERIMENT
 RES_ROLE: Final = "verl.process.role"
 RES_WORKER_INDEX: Final = "verl.process.worker_index"
 RES_NODE: Final = "host.name"
@@ -156,6 +158,11 @@ LABEL_PHASE: Final = "phase"
 LABEL_ROLE: Final = "role"
 LABEL_KEY: Final = "key"
 LABEL_REASON: Final = "reason"
+#: Per-process labels. Pull path: file_sd target labels; push path: the same names come from the
+#: resource attributes through the Collector's resource_to_telemetry_conversion (`.` -> `_`).
+LABEL_PROJECT: Final = "verl_project"
+LABEL_EXPERIMENT: Final = "verl_experiment"
+LABEL_PROCESS_ROLE: Final = "verl_process_role"
 
 MODE_TRAIN: Final = "train"
 MODE_VALIDATE: Final = "validate"
@@ -228,6 +235,10 @@ TRAINING_STEPS_PLANNED = MetricDef(
     "verl_training_steps_planned", "gauge", "Total global steps this run plans (trainer.total_training_steps).",
     unit="{step}",
 )
+TRAINING_LAST_STEP = MetricDef(
+    "verl_training_last_step_timestamp_seconds", "gauge",
+    "Unix time the last global step ended (step-stalled alerts compare it with the typical step time).", unit="s",
+)
 TRAINING_ETA = MetricDef(
     "verl_training_eta_seconds", "gauge", "Run ETA from the mean of recent step durations.", unit="s",
 )
@@ -285,7 +296,7 @@ OTEL_DROPPED = MetricDef(
 METRICS: Final[tuple[MetricDef, ...]] = (
     ROLLOUT_SAMPLES_COMPLETED, ROLLOUT_SAMPLES_EXPECTED, ROLLOUT_SAMPLES_INFLIGHT, ROLLOUT_OLDEST_INFLIGHT,
     ROLLOUT_ELAPSED, ROLLOUT_ETA,
-    TRAINING_STEP, TRAINING_STEPS_PLANNED, TRAINING_ETA, PHASE_ACTIVE, PHASE_ELAPSED, STEP_DURATION,
+    TRAINING_STEP, TRAINING_STEPS_PLANNED, TRAINING_LAST_STEP, TRAINING_ETA, PHASE_ACTIVE, PHASE_ELAPSED, STEP_DURATION,
     PHASE_DURATION,
     UPDATE_MINIBATCHES_COMPLETED, UPDATE_MINIBATCHES_EXPECTED, UPDATE_EPOCH, UPDATE_ETA,
     TRAINING_METRIC, PHASE_PEAK_MEMORY, OTEL_DROPPED,

@@ -26,6 +26,7 @@ from verl_otel.export.otlp_json import OtlpJsonFileExporter
 
 _lock = threading.RLock()
 _role: tuple[str, int | None] = (os.environ.get(sc.ENV_ROLE, sc.ROLE_OTHER), None)
+_run: dict[str, str] = {}  # verl.project / verl.experiment, where this process knows them
 
 
 @dataclass
@@ -69,6 +70,25 @@ def set_role(role: str, worker_index: int | None = None) -> None:
             _role = (role, worker_index)
 
 
+def set_run(project: str | None, experiment: str | None) -> None:
+    """Which run this process belongs to (before its first span / metrics endpoint)."""
+    with _lock:
+        if project:
+            _run[sc.RES_PROJECT] = str(project)
+        if experiment:
+            _run[sc.RES_EXPERIMENT] = str(experiment)
+
+
+def run_labels() -> dict[str, str]:
+    """Target labels of this process for Prometheus (same names as the push path's)."""
+    labels = {sc.LABEL_PROCESS_ROLE: _role[0]}
+    if sc.RES_PROJECT in _run:
+        labels[sc.LABEL_PROJECT] = _run[sc.RES_PROJECT]
+    if sc.RES_EXPERIMENT in _run:
+        labels[sc.LABEL_EXPERIMENT] = _run[sc.RES_EXPERIMENT]
+    return labels
+
+
 def _resource() -> Resource:
     role, index = _role
     attrs: dict[str, object] = {
@@ -76,6 +96,7 @@ def _resource() -> Resource:
         sc.RES_ROLE: role,
         sc.RES_NODE: socket.gethostname(),
         sc.RES_PID: os.getpid(),
+        **_run,
     }
     if index is not None:
         attrs[sc.RES_WORKER_INDEX] = index
@@ -178,8 +199,7 @@ def ensure_metrics() -> None:
                 from verl_otel.export import prometheus
 
                 port = prometheus.serve(STATE, settings.prometheus_host, settings.prometheus_port)
-                role = _role[0]
-                prometheus.register_target(settings.data_dir, settings.prometheus_host, port, {"verl_role": role})
+                prometheus.register_target(settings.data_dir, settings.prometheus_host, port, run_labels())
             except Exception as exc:  # noqa: BLE001 - e.g. the port is taken
                 warn_once("prom-serve", f"cannot serve /metrics on {settings.prometheus_host}:"
                           f"{settings.prometheus_port}: {exc}; the pull path is off in pid {os.getpid()}")

@@ -39,7 +39,7 @@ def _worker_index() -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _wire() -> None:
+def _wire(worker: Any = None) -> None:
     """First batch in this process: it is an agent-loop worker; start its exporters."""
     global _wired
     if _wired:
@@ -53,6 +53,9 @@ def _wire() -> None:
 
     TRACKER.worker = _worker_index()
     setup.set_role(sc.ROLE_AGENT_LOOP, TRACKER.worker)
+    trainer_cfg = getattr(getattr(worker, "config", None), "trainer", None)
+    if trainer_cfg is not None:
+        setup.set_run(trainer_cfg.get("project_name"), trainer_cfg.get("experiment_name"))
     setup.ensure_metrics()
     STATE.add_source(TRACKER.samples)
     max_spans = setup.get().settings.sample_spans
@@ -113,8 +116,8 @@ def _tq_manager_generate(wrapped: Callable[..., Any], instance: Any, args: tuple
 
 
 # -- worker side -------------------------------------------------------------------------------
-def _on_legacy_batch(batch: Any) -> str:
-    _wire()
+def _on_legacy_batch(worker: Any, batch: Any) -> str:
+    _wire(worker)
     meta = getattr(batch, "meta_info", None) or {}
     mode = _mode(meta.get("validate", False))
     TRACKER.batch_started(mode, int(meta.get("global_steps", -1)), len(batch), meta.get(sc.TRACEPARENT_KEY))
@@ -131,7 +134,7 @@ async def _finish_after(coro: Coroutine[Any, Any, Any], mode: str | None) -> Any
 
 def _legacy_worker_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     batch = args[0] if args else kwargs.get("batch")
-    mode = safe(_on_legacy_batch, batch)
+    mode = safe(_on_legacy_batch, instance, batch)
     return _finish_after(wrapped(*args, **kwargs), mode)
 
 
@@ -164,7 +167,7 @@ def _nontensor(value: Any) -> Any:
 
 
 def _on_tq_batch(instance: Any, batch: Any) -> None:
-    _wire()
+    _wire(instance)
     tp = None
     if sc.TRACEPARENT_KEY in batch.keys():
         tp = _nontensor(batch.pop(sc.TRACEPARENT_KEY))

@@ -19,6 +19,15 @@ from verl_otel.telemetry.steps import TRACER
 _wired = False
 
 
+def _declare_run(trainer: Any) -> None:
+    from verl_otel.export import setup
+    from verl_otel.telemetry.steps import run_info_from_trainer
+
+    info = run_info_from_trainer(trainer, "")
+    setup.set_role(sc.ROLE_TRAINER)
+    setup.set_run(info.project, info.experiment)
+
+
 def _wire_observers() -> None:
     """Attach the console (and metrics) observers once, in the process where fit() runs."""
     global _wired
@@ -71,6 +80,7 @@ def _fit_wrapper(kind: str) -> Callable[..., Any]:
     """fit() is a plain method in the legacy and v1 trainers and a coroutine in fully_async's."""
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        safe(_declare_run, instance)
         safe(_wire_observers)
         safe(TRACER.fit_started, instance, kind)
         if inspect.iscoroutinefunction(wrapped):

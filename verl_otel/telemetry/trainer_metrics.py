@@ -56,6 +56,7 @@ class TrainerMetrics:
 
     def on_step_end(self, result: StepResult) -> None:
         self._state.set(sc.TRAINING_STEP, (), float(result.global_step))
+        self._state.set(sc.TRAINING_LAST_STEP, (), time.time())
         if result.global_step <= 0:
             return  # the validation before training is no training step
         self._state.observe(sc.STEP_DURATION, (), result.seconds, result.trace_id)

@@ -1,0 +1,144 @@
+"""The real thing: `verl-otel demo` runs verl's real trainer (python -m verl.trainer.main_ppo: TaskRunner
+actor, agent-loop workers, reward loop, checkpoint/weight sync, FSDP2 actor/ref workers) on the CPU,
+activated by the environment alone, while a real Prometheus scrapes every process through the run's
+file_sd file. Runs are shared by the tests of this module (see conftest fixtures)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from trace_file import load_spans, parent_chain, steps
+
+pytestmark = pytest.mark.verl
+
+SYNC_PHASES = {"rollout", "old_log_prob", "ref", "adv", "update_actor", "update_weights"}
+
+
+def _phase_names(tree):
+    return Counter(s["name"] for s in tree["spans"] if s["name"] not in ("step", "rollout.worker", "rollout.sample"))
+
+
+@pytest.mark.parametrize("run_name", ["v1_run", "legacy_run"])
+def test_one_trace_per_step_with_phase_children(request, run_name):
+    run = request.getfixturevalue(run_name)
+    assert run.rc == 0, run.log_tail()
+    spans = load_spans(run.out / "traces.jsonl")
+    by_step = steps(spans)
+    assert sorted(by_step) == list(range(run.steps + 1)), sorted(by_step)
+    assert _phase_names(by_step[0]) == Counter({"validate": 1}), "validation before training is its own trace"
+    expected = SYNC_PHASES | ({"reward"} if run.trainer == "legacy" else set())
+    for number in range(1, run.steps + 1):
+        tree = by_step[number]
+        names = _phase_names(tree)
+        want = set(expected)
+        if number % 2 == 0 or number == run.steps:
+            want.add("validate")
+        if number == run.steps:
+            want.add("save_checkpoint")
+        assert set(names) == want, (number, names)
+        root = tree["root"]
+        attrs = root["attributes"]
+        assert attrs["verl.trainer"] == run.trainer and attrs["verl.project"] == "verl-otel-demo"
+        assert attrs["verl.rollout_n"] == 2 and attrs["verl.batch_size"] == 4
+        for key in ("verl.score_mean", "verl.response_length_mean", "verl.step_time_s", "verl.throughput"):
+            assert key in attrs, (number, key)
+        assert not root["error"]
+        for s in tree["spans"]:  # every span of the step hangs off its root
+            assert parent_chain(s, tree["spans"])[-1] == "step", parent_chain(s, tree["spans"])
+    roles = {s["resource"]["verl.process.role"] for s in spans}
+    assert {"trainer", "agent_loop_worker"} <= roles
+
+
+def test_rollout_spans_cross_ray_into_the_step_trace(v1_run):
+    spans = load_spans(v1_run.out / "traces.jsonl")
+    by_step = steps(spans)
+    for number in range(1, v1_run.steps + 1):
+        workers = [s for s in by_step[number]["spans"] if s["name"] == "rollout.worker"
+                   and s["attributes"]["verl.rollout.mode"] == "train"]
+        assert {w["attributes"]["verl.rollout.worker"] for w in workers} == {0, 1}
+        assert sum(w["attributes"]["verl.rollout.samples"] for w in workers) == 4 * 2  # batch 4 x n 2
+        assert all(w["resource"]["verl.process.role"] == "agent_loop_worker" for w in workers)
+    samples = [s for s in spans if s["name"] == "rollout.sample"]
+    assert samples and all(parent_chain(s, spans)[-1] == "step" for s in samples)
+
+
+def test_slow_phase_shows_in_its_step(v1_run):
+    by_step = steps(load_spans(v1_run.out / "traces.jsonl"))
+    actor = {n: [s for s in t["spans"] if s["name"] == "update_actor"][0] for n, t in by_step.items() if n > 0}
+    dur = {n: (s["end"] - s["start"]) / 1e9 for n, s in actor.items()}
+    assert dur[3] >= 3.0 and dur[3] > 2 * max(dur[1], dur[2]), dur
+    assert by_step[3]["root"]["attributes"]["verl.slowest_phase"] in ("update_actor", "rollout")
+
+
+def test_prometheus_sees_progress_of_every_process(v1_run):
+    prom, at = v1_run.prom, v1_run.query_time
+    assert at is not None, "the run never settled at its last step in Prometheus"
+    roles = {t["labels"].get("verl_process_role") for t in prom.targets()}
+    projects = {t["labels"].get("verl_project") for t in prom.targets()
+                if t["labels"]["verl_process_role"] != "train_worker"}
+    assert projects == {"verl-otel-demo"}, projects
+    assert {"trainer", "agent_loop_worker", "train_worker"} <= roles, roles
+    done = prom.query("verl_rollout_samples_completed", at)
+    expected = {(r["metric"]["worker"], r["metric"]["mode"]): float(r["value"][1])
+                for r in prom.query("verl_rollout_samples_expected", at)}
+    assert {(r["metric"]["worker"], r["metric"]["mode"]) for r in done} == {
+        ("0", "train"), ("1", "train"), ("0", "validate"), ("1", "validate")}
+    for r in done:
+        key = (r["metric"]["worker"], r["metric"]["mode"])
+        assert float(r["value"][1]) == expected[key] > 0, key
+    assert prom.scalar_by("sum(verl_rollout_samples_inflight)") == {(): 0.0}
+    assert prom.scalar_by("max(verl_training_step)") == {(): 3.0}
+    assert prom.scalar_by("max(verl_training_steps_planned)") == {(): 3.0}
+    keys = {r["metric"]["key"] for r in prom.query("verl_training_metric", at)}
+    assert {"critic/score/mean", "response_length/mean", "timing_s/step", "actor/pg_loss",
+            "val-core/openai/gsm8k/acc/mean@1"} <= keys, sorted(keys)[:20]
+    # actor update progress comes from verl's real TrainingWorker (2 mini-batches per update)
+    upd = prom.scalar_by("verl_update_minibatches_completed", "role")
+    assert upd == {"actor": 2.0} and prom.scalar_by("verl_update_minibatches_expected", "role") == {"actor": 2.0}
+    hist = prom.scalar_by("sum(verl_step_duration_seconds_count)")
+    assert hist == {(): 3.0}
+    assert prom.scalar_by('sum(verl_phase_active{phase="update_actor"})') == {(): 0.0}
+
+
+def test_series_count_does_not_grow_with_steps(v1_run, v1_run_6):
+    assert v1_run_6.rc == 0, v1_run_6.log_tail()
+    small, large = v1_run.series(), v1_run_6.series()
+    assert small == large, sorted(small ^ large)[:20]
+
+
+def test_every_dashboard_and_alert_expression_runs_on_the_real_run(v1_run):
+    from verl_otel.dashboards import all_expressions
+
+    prom = v1_run.prom
+    assert v1_run.query_time is not None
+    empty_without_reason = []
+    with_data = 0
+    for where, expr, cpu_empty in all_expressions():
+        concrete = expr.replace("$__rate_interval", "1m").replace("$project", ".*").replace(
+            "$experiment", ".*").replace("$instance", ".*")
+        rows = prom.query(concrete)  # a parse or evaluation error raises
+        if rows:
+            with_data += 1
+        elif cpu_empty is None:
+            empty_without_reason.append(where)
+    assert not empty_without_reason, empty_without_reason
+    assert with_data >= 20, with_data
+
+
+def test_slow_steps_cli_names_step_and_phase(v1_run, capsys):
+    import json
+
+    from verl_otel.cli.main import main
+
+    assert main(["slow-steps", "--file", str(v1_run.out / "traces.jsonl"), "--json", "--top", "3"]) == 0
+    top = json.loads(capsys.readouterr().out)[0]
+    assert top["global_step"] == 3 and top["cause"]["phase"] == "update_actor", top
+    # the slow sample injected into the stand-in server is the slowest rollout.sample of step 3
+    assert top["slowest_samples"][0]["duration_s"] >= 2.0
+    spans = load_spans(v1_run.out / "traces.jsonl")
+    slow = max((s for s in spans if s["name"] == "rollout.sample"), key=lambda s: s["end"] - s["start"])
+    assert slow["attributes"]["verl.global_step"] == 3 and slow["trace_id"] == top["trace_id"]
+    assert parent_chain(slow, spans) == ["rollout.sample", "rollout.worker", "step"] or \
+        parent_chain(slow, spans) == ["rollout.sample", "rollout.worker", "rollout", "step"]

@@ -1,0 +1,155 @@
+"""The two dashboards, panel by panel. Every query is built from semconv names (m(), key())."""
+
+from __future__ import annotations
+
+from verl_otel import semconv as sc
+from verl_otel.dashboards.model import JAEGER_UID, Dashboard, Panel, Target, key, m
+
+_R = "$__rate_interval"
+_TRACE_LINK = {"title": "open the step's trace in Jaeger", "url": "/explore?left=" + (
+    '{"datasource":"' + JAEGER_UID + '","queries":[{"refId":"A","queryType":"search","service":"'
+    + sc.SERVICE_NAME_DEFAULT + '","operation":"step"}]}')}
+
+# -- verl training progress --------------------------------------------------------------------------
+RUN_PROGRESS = Panel(
+    1, "Run progress",
+    "Global step / planned steps (trainer.total_training_steps). Healthy: grows by one every step time.",
+    "bargauge", (Target(f"max({m(sc.TRAINING_STEP.name)}) / max({m(sc.TRAINING_STEPS_PLANNED.name)})",
+                        "run"),), unit="percentunit", max=1, grid=(0, 0, 8, 4))
+RUN_ETA = Panel(
+    2, "Run ETA",
+    "Time left: mean of the last 5 step durations x steps left. Healthy: falls steadily; a jump means slower steps.",
+    "stat", (Target(f"max({m(sc.TRAINING_ETA.name)})", "ETA"),
+             Target(f"max({m(sc.TRAINING_STEP.name)})", "step")), unit="s", grid=(8, 0, 8, 4))
+PHASE_NOW = Panel(
+    3, "Phase running now",
+    "The phase in progress and its live elapsed time (the heartbeat): growing = working; compare with the "
+    "phase's usual duration to tell slow from hung.",
+    "stat", (Target(f"max by (phase) ({m(sc.PHASE_ELAPSED.name)} and on(instance, phase) "
+                    f"{m(sc.PHASE_ACTIVE.name)} == 1)", "{{phase}}"),), unit="s", grid=(16, 0, 8, 4),
+    cpu_empty="between steps no phase runs (the demo spends most of its time in startup)")
+ROLLOUT_BARS = Panel(
+    4, "Rollout progress per agent-loop worker",
+    "Finished / expected samples of the current rollout on each agent-loop worker, and the total. Healthy: "
+    "all bars move together; one stuck bar is a stuck worker or a lost request.",
+    "bargauge", (
+        Target(f"sum by (worker, mode) ({m(sc.ROLLOUT_SAMPLES_COMPLETED.name)}) / "
+               f"sum by (worker, mode) ({m(sc.ROLLOUT_SAMPLES_EXPECTED.name)})", "worker {{worker}} {{mode}}"),
+        Target(f"sum by (mode) ({m(sc.ROLLOUT_SAMPLES_COMPLETED.name)}) / "
+               f"sum by (mode) ({m(sc.ROLLOUT_SAMPLES_EXPECTED.name)})", "total {{mode}}"),
+    ), unit="percentunit", max=1, grid=(0, 4, 12, 8))
+ROLLOUT_ETA = Panel(
+    5, "Rollout ETA and long tail",
+    "Rollout ETA (elapsed / finished x remaining), samples in flight and the age of the oldest unfinished "
+    "sample. Healthy: the oldest age stays near the typical sample time; a growing one is a lost request.",
+    "stat", (
+        Target(f"max by (mode) ({m(sc.ROLLOUT_ETA.name)})", "ETA {{mode}}"),
+        Target(f"sum by (mode) ({m(sc.ROLLOUT_SAMPLES_INFLIGHT.name)})", "in flight {{mode}}"),
+        Target(f"max by (mode) ({m(sc.ROLLOUT_OLDEST_INFLIGHT.name)})", "oldest {{mode}}"),
+    ), unit="s", grid=(12, 4, 12, 8))
+UPDATE_BARS = Panel(
+    6, "Actor / critic update progress",
+    "Optimizer mini-batches done / planned over all PPO epochs of the current update, with epoch and ETA. "
+    "Healthy: fills once per step at an even pace.",
+    "bargauge", (Target(f"max by (role) ({m(sc.UPDATE_MINIBATCHES_COMPLETED.name)}) / "
+                        f"max by (role) ({m(sc.UPDATE_MINIBATCHES_EXPECTED.name)})", "{{role}}"),),
+    unit="percentunit", max=1, grid=(0, 12, 12, 6))
+UPDATE_ETA = Panel(
+    7, "Update ETA and epoch",
+    "Seconds left in the current actor/critic update and its PPO epoch.",
+    "stat", (Target(f"max by (role) ({m(sc.UPDATE_ETA.name)})", "ETA {{role}}"),
+             Target(f"max by (role) ({m(sc.UPDATE_EPOCH.name)})", "epoch {{role}}")),
+    unit="s", grid=(12, 12, 12, 6))
+STEP_STACK = Panel(
+    8, "Step time by phase",
+    "verl's own per-phase timings of each step, stacked (timing_s/*). Healthy: stable; the band that grows is "
+    "the phase to look at.",
+    "timeseries", (Target(f"max by ({sc.LABEL_KEY}) ("
+                          + key("timing_s/(gen|reward|old_log_prob|ref|values|adv|update_critic|update_actor|"
+                                "save_checkpoint|update_weights|testing)") + ")", "{{key}}"),),
+    unit="s", stacked=True, grid=(0, 18, 12, 8))
+STEP_DURATION = Panel(
+    9, "Step duration (exemplars link to the step's trace)",
+    "Median and max step duration from the step histogram; each exemplar dot is one step, linked to its "
+    "trace in Jaeger. Healthy: flat.",
+    "timeseries", (
+        Target(f"histogram_quantile(0.5, sum by (le) (rate({m(sc.STEP_DURATION.name + '_bucket')}[{_R}])))",
+               "p50", exemplar=True),
+        Target(f"sum(rate({m(sc.STEP_DURATION.name + '_sum')}[{_R}])) / "
+               f"sum(rate({m(sc.STEP_DURATION.name + '_count')}[{_R}]))", "mean", exemplar=True),
+    ), unit="s", grid=(12, 18, 12, 8), links=(_TRACE_LINK,),
+    cpu_empty="rate() needs two steps inside the rate window")
+SLOW_STEPS = Panel(
+    10, "Slowest recent steps (Jaeger)",
+    "The most recent step traces from Jaeger, sortable by duration; click a trace ID to open the step and "
+    "see which phase made it slow (or run `verl-otel slow-steps`).",
+    "traces-table", (), grid=(0, 26, 12, 8))
+PHASE_DURATION = Panel(
+    11, "Phase duration (mean over the window)",
+    "Mean duration of each phase from the phase histogram. Healthy: each line flat.",
+    "timeseries", (Target(f"sum by (phase) (rate({m(sc.PHASE_DURATION.name + '_sum')}[{_R}])) / "
+                          f"sum by (phase) (rate({m(sc.PHASE_DURATION.name + '_count')}[{_R}]))", "{{phase}}",
+                          exemplar=True),),
+    unit="s", grid=(12, 26, 12, 8), cpu_empty="rate() needs two phase runs inside the rate window")
+DROPPED = Panel(
+    12, "Telemetry dropped",
+    "Items verl-otel dropped (non-scalar or NaN metric values, key cap, export failures). Healthy: 0 or a "
+    "constant trickle of non-scalars.",
+    "timeseries", (Target(f"sum by (reason) ({m(sc.OTEL_DROPPED.name)})", "{{reason}}"),),
+    grid=(0, 34, 24, 6))
+
+PROGRESS = Dashboard(
+    "verl-training-progress", "verl training progress",
+    "Where a verl run is now: run, rollout and update progress with ETAs, the phase running now, step times.",
+    (RUN_PROGRESS, RUN_ETA, PHASE_NOW, ROLLOUT_BARS, ROLLOUT_ETA, UPDATE_BARS, UPDATE_ETA, STEP_STACK,
+     STEP_DURATION, SLOW_STEPS, PHASE_DURATION, DROPPED))
+
+
+# -- verl training health (the signals of the log-reading guides) -------------------------------------
+def _curve(pid: int, title: str, description: str, keys: list[tuple[str, str]], grid: tuple[int, int, int, int],
+           unit: str = "short", cpu_empty: str | None = None) -> Panel:
+    return Panel(pid, title, description, "timeseries",
+                 tuple(Target(f"max by ({sc.LABEL_KEY}) ({key(k)})", legend) for k, legend in keys),
+                 unit=unit, grid=grid, cpu_empty=cpu_empty)
+
+
+HEALTH = Dashboard(
+    "verl-training-health", "verl training health",
+    "Is the run learning? The signals verl logs each step, with what healthy looks like.",
+    (
+        _curve(1, "Score / reward", "critic/score/mean and critic/rewards/mean: the core signal. Healthy: rises "
+               "over steps; stuck at 0 means nothing is learned (reward too strict, wrong answer format).",
+               [("critic/score/mean", "score"), ("critic/rewards/mean", "reward")], (0, 0, 12, 8)),
+        _curve(2, "Validation score", "val-core/* accuracy on the test set. Healthy: rises with the train score; "
+               "train up but val flat = overfitting or reward hacking.", [("val-core/.*", "{{key}}")], (12, 0, 12, 8)),
+        _curve(3, "KL to the reference", "actor/ppo_kl and actor/kl_loss. Healthy: small (1e-3..1e-2); a blow-up "
+               "(>0.05) means the policy drifts off: lower temperature or raise the KL coefficient.",
+               [("actor/ppo_kl", "ppo_kl"), ("actor/kl_loss", "kl_loss")], (0, 8, 12, 8)),
+        _curve(4, "Entropy", "actor/entropy. Healthy: roughly 0.4-0.6 and slowly falling; a collapse towards 0 "
+               "means no exploration left.", [("actor/entropy", "entropy")], (12, 8, 12, 8)),
+        _curve(5, "Gradient norm", "actor/grad_norm and critic/grad_norm. Healthy: stable; a sudden spike is a "
+               "gradient explosion.", [("actor/grad_norm", "actor"), ("critic/grad_norm", "critic")], (0, 16, 12, 8)),
+        _curve(6, "Policy and value loss", "actor/pg_loss and critic/vf_loss. Healthy: bounded and noisy around a "
+               "slowly moving level; an exploding vf_loss points at an unstable return scale.",
+               [("actor/pg_loss", "pg_loss"), ("critic/vf_loss", "vf_loss")], (12, 16, 12, 8)),
+        _curve(7, "Clip fraction", "actor/pg_clipfrac: share of tokens the PPO ratio clipped. Healthy: small "
+               "(<0.2); near 1 means a too large learning rate or advantages.", [("actor/pg_clipfrac", "clipfrac")],
+               (0, 24, 12, 8), unit="percentunit"),
+        _curve(8, "Response length", "response_length/mean and /max, and the share clipped at the maximum. "
+               "Healthy: stable or slowly changing; a rising clip ratio means responses hit max_response_length.",
+               [("response_length/mean", "mean"), ("response_length/max", "max"),
+                ("response_length/clip_ratio", "clip ratio")], (12, 24, 12, 8)),
+        _curve(9, "Throughput", "perf/throughput, tokens per second per GPU. Healthy: flat; a drop with a "
+               "longer step time is a slow phase.", [("perf/throughput", "tokens/s")], (0, 32, 12, 8)),
+        Panel(10, "Memory", "perf/max_memory_allocated_gb / reserved and each phase's peak GPU memory. Healthy: "
+              "well below the GPU's memory; close to it risks OOM.", "timeseries",
+              (Target(f"max by ({sc.LABEL_KEY}) ({key('perf/max_memory_(allocated|reserved)_gb')}) * 2^30",
+                      "{{key}}"),
+               Target(f"max by (phase, role) ({m(sc.PHASE_PEAK_MEMORY.name)})", "peak {{phase}} {{role}}")),
+              unit="bytes", grid=(12, 32, 12, 8),
+              cpu_empty="per-phase peak memory needs torch.cuda (GPU); verl's perf/* keys appear on CPU too"),
+        _curve(11, "Timing per phase", "timing_s/* per step. Healthy: stable; a growing phase is the bottleneck "
+               "(gen slower than update = rollout-bound).", [("timing_s/.*", "{{key}}")], (0, 40, 24, 8), unit="s"),
+    ))
+
+DASHBOARDS: tuple[Dashboard, ...] = (PROGRESS, HEALTH)
