@@ -1,0 +1,48 @@
+"""Which hook targets resolve in the installed verl (CI: 0.9.1; `make verl-compat`: 0.8.0 and 0.9.0,
+each in its own venv). The legacy trainer, the phase timer, the metrics log and the agent loop exist in
+every supported version; the v1 trainer from 0.9.0 on. Nothing may raise, whatever is missing."""
+
+import importlib
+import logging
+
+from packaging.version import Version
+
+from verl_otel.hooks import ALL_TARGETS, registry
+from verl_otel.hooks.ray_env import RAY_TARGETS
+
+REQUIRED_ALWAYS = {
+    "verl.utils.profiler.performance._timer",
+    "verl.trainer.ppo.ray_trainer.RayPPOTrainer.fit",
+    "verl.trainer.ppo.ray_trainer.RayPPOTrainer._validate",
+    "verl.utils.tracking.Tracking.log",
+    "verl.experimental.agent_loop.agent_loop.AgentLoopWorker._run_agent_loop",
+    "verl.experimental.agent_loop.agent_loop.AgentLoopWorker.generate_sequences",
+    "verl.workers.engine_workers.TrainingWorker.train_mini_batch",
+}
+REQUIRED_V1 = {
+    "verl.trainer.ppo.v1.trainer_base.PPOTrainer.fit",
+    "verl.trainer.ppo.v1.agent_loop_tq.AgentLoopWorkerTQ.__ray_metadata__.modified_class.generate_sequences",
+}
+
+
+def test_hook_targets_resolve_for_installed_verl(caplog):
+    version = Version(registry.verl_version())
+    logger = logging.getLogger("verl_otel")
+    logger.addHandler(caplog.handler)
+    try:
+        registry.install((*RAY_TARGETS, *ALL_TARGETS))
+        for t in ALL_TARGETS:  # import every module so each post-import hook fires
+            try:
+                importlib.import_module(t.module)
+            except ImportError:
+                pass  # a module of a newer verl: its targets stay uninstalled, with a warning if in range
+        installed = set(registry.installed())
+    finally:
+        logger.removeHandler(caplog.handler)
+        registry.uninstall((*RAY_TARGETS, *ALL_TARGETS))
+    assert REQUIRED_ALWAYS <= installed, sorted(REQUIRED_ALWAYS - installed)
+    if version >= Version("0.9.0"):
+        assert REQUIRED_V1 <= installed, sorted(REQUIRED_V1 - installed)
+    missing = [r.getMessage() for r in caplog.records if "not found in verl" in r.getMessage()]
+    print(f"verl {version}: {len(installed)} hooks installed; missing: {missing}")
+    assert registry.installed() == []
