@@ -309,6 +309,7 @@ DROP_NON_FINITE: Final = "non_finite"
 DROP_KEY_CAP: Final = "key_cap"
 DROP_EXPORT: Final = "export_failed"
 DROP_QUEUE: Final = "queue_full"
+DROP_REASONS: Final = (DROP_NON_SCALAR, DROP_NON_FINITE, DROP_KEY_CAP, DROP_EXPORT, DROP_QUEUE)
 
 # --------------------------------------------------------------------------------------------
 # Environment variables (ours and the seed's; OTEL_* are the standard ones)

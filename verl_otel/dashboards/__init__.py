@@ -15,7 +15,8 @@ def all_expressions() -> list[tuple[str, str, str | None]]:
     for dash in panels.DASHBOARDS:
         for panel in dash.panels:
             for target in panel.targets:
-                out.append((f"{dash.uid}/{panel.title}/{target.legend}", target.expr, panel.cpu_empty))
+                out.append((f"{dash.uid}/{panel.title}/{target.legend}", target.expr,
+                            target.cpu_empty or panel.cpu_empty))
     for rule in alerts.rules():
         out.append((f"alert/{rule.name}", rule.expr, rule.cpu_empty))
     return out

@@ -32,6 +32,7 @@ class Target:
     legend: str = ""
     exemplar: bool = False
     instant: bool = False
+    cpu_empty: str | None = None  # why this query may return nothing in the CPU demo
 
 
 @dataclass(frozen=True)

@@ -106,10 +106,15 @@ PROGRESS = Dashboard(
 
 
 # -- verl training health (the signals of the log-reading guides) -------------------------------------
-def _curve(pid: int, title: str, description: str, keys: list[tuple[str, str]], grid: tuple[int, int, int, int],
+_NO_CRITIC = "critic metrics exist only with a critic (algorithm.adv_estimator=gae); the demo runs GRPO"
+
+
+def _curve(pid: int, title: str, description: str, keys: list[tuple[str, ...]], grid: tuple[int, int, int, int],
            unit: str = "short", cpu_empty: str | None = None) -> Panel:
+    """A panel of training curves; each key is (verl key, legend[, why it may be empty on a CPU run])."""
     return Panel(pid, title, description, "timeseries",
-                 tuple(Target(f"max by ({sc.LABEL_KEY}) ({key(k)})", legend) for k, legend in keys),
+                 tuple(Target(f"max by ({sc.LABEL_KEY}) ({key(k[0])})", k[1], cpu_empty=k[2] if len(k) > 2 else None)
+                       for k in keys),
                  unit=unit, grid=grid, cpu_empty=cpu_empty)
 
 
@@ -128,10 +133,10 @@ HEALTH = Dashboard(
         _curve(4, "Entropy", "actor/entropy. Healthy: roughly 0.4-0.6 and slowly falling; a collapse towards 0 "
                "means no exploration left.", [("actor/entropy", "entropy")], (12, 8, 12, 8)),
         _curve(5, "Gradient norm", "actor/grad_norm and critic/grad_norm. Healthy: stable; a sudden spike is a "
-               "gradient explosion.", [("actor/grad_norm", "actor"), ("critic/grad_norm", "critic")], (0, 16, 12, 8)),
+               "gradient explosion.", [("actor/grad_norm", "actor"), ("critic/grad_norm", "critic", _NO_CRITIC)], (0, 16, 12, 8)),
         _curve(6, "Policy and value loss", "actor/pg_loss and critic/vf_loss. Healthy: bounded and noisy around a "
                "slowly moving level; an exploding vf_loss points at an unstable return scale.",
-               [("actor/pg_loss", "pg_loss"), ("critic/vf_loss", "vf_loss")], (12, 16, 12, 8)),
+               [("actor/pg_loss", "pg_loss"), ("critic/vf_loss", "vf_loss", _NO_CRITIC)], (12, 16, 12, 8)),
         _curve(7, "Clip fraction", "actor/pg_clipfrac: share of tokens the PPO ratio clipped. Healthy: small "
                "(<0.2); near 1 means a too large learning rate or advantages.", [("actor/pg_clipfrac", "clipfrac")],
                (0, 24, 12, 8), unit="percentunit"),

@@ -17,7 +17,7 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from verl_otel import config as cfg
 from verl_otel import semconv as sc
@@ -131,6 +131,48 @@ def _quiet_exporter_logs() -> None:
             lg.addFilter(_OnceFilter())
 
 
+class _CountingExporter(SpanExporter):
+    """Counts spans an exporter could not deliver in verl_otel_dropped_total{reason="export_failed"}."""
+
+    def __init__(self, inner: SpanExporter) -> None:
+        self._inner = inner
+
+    def export(self, spans: Any) -> SpanExportResult:
+        try:
+            result = self._inner.export(spans)
+        except Exception as exc:  # noqa: BLE001
+            warn_once("export-raised", f"span export failed: {exc!r}; spans are dropped and counted")
+            result = SpanExportResult.FAILURE
+        if result is not SpanExportResult.SUCCESS:
+            from verl_otel.telemetry.metrics import STATE
+
+            STATE.drop(sc.DROP_EXPORT, len(spans))
+        return result
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+    def shutdown(self) -> None:
+        self._inner.shutdown()
+
+
+class _CountingProcessor(BatchSpanProcessor):
+    """A bounded queue (OTEL_BSP_MAX_QUEUE_SIZE, 2048): a span that finds it full is dropped and counted,
+    never waited for."""
+
+    def on_end(self, span: Any) -> None:
+        inner = getattr(self, "_batch_processor", None)
+        queue = getattr(inner, "_queue", None)
+        limit = getattr(inner, "_max_queue_size", None)
+        if queue is not None and limit is not None and len(queue) >= limit:
+            from verl_otel.telemetry.metrics import STATE
+
+            STATE.drop(sc.DROP_QUEUE)
+            warn_once("queue-full", "span queue full (collector slow or down): spans are dropped and counted "
+                      "in verl_otel_dropped_total")
+        super().on_end(span)
+
+
 def _span_exporter(settings: cfg.Settings) -> tuple[SpanExporter, str]:
     if settings.traces_endpoint is not None:
         timeout = None if os.environ.get("OTEL_EXPORTER_OTLP_TIMEOUT") else 5
@@ -165,7 +207,7 @@ def get() -> Telemetry:
             warn_once("provider", f"OTEL_* configuration rejected by the SDK ({exc}); using defaults")
             provider = TracerProvider(resource=Resource.create({"service.name": sc.SERVICE_NAME_DEFAULT}))
         exporter, destination = _span_exporter(settings)
-        provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=1000))
+        provider.add_span_processor(_CountingProcessor(_CountingExporter(exporter), schedule_delay_millis=1000))
         _current = Telemetry(
             pid=os.getpid(),
             settings=settings,
@@ -194,6 +236,8 @@ def ensure_metrics() -> None:
 
         settings = get().settings
         STATE.max_series_per_metric = settings.max_metric_keys
+        for reason in sc.DROP_REASONS:  # counters start at 0, so "nothing dropped" is a visible 0
+            STATE.drop(reason, 0)
         if settings.prometheus_port is not None:
             try:
                 from verl_otel.export import prometheus

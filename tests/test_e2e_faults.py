@@ -1,0 +1,135 @@
+"""Telemetry never hurts training, on the real verl CPU demo: the collector unreachable from the start,
+going away mid-run and coming back, answering slowly; an agent-loop worker killed mid-step. Training
+must finish with every step (except where we kill it), with no traceback from verl-otel and warnings
+logged once per process, not per item. (Step-time overhead is measured in bench/, not here.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from conftest import start_demo
+from otlp_receiver import OtlpReceiver, free_port
+from trace_file import load_spans, steps
+
+pytestmark = pytest.mark.verl
+
+
+def _steps_logged(log: str) -> set[int]:
+    return {int(n) for n in re.findall(r"^(?:\S+ )?step:(\d+) - ", log, flags=re.M)}
+
+
+def _assert_quiet(log: str) -> None:
+    assert "Traceback" not in log, log[log.index("Traceback") - 500: log.index("Traceback") + 2000]
+    per_pid = Counter(m.group(1) for m in re.finditer(r"pid=(\d+)\)\S* .*(?:\[verl-otel\] WARNING|Transient error|"
+                                                      r"Failed to export)", log))
+    assert all(n <= 4 for n in per_pid.values()), per_pid  # once per kind of failure, not per item
+
+
+def test_collector_unreachable_from_the_start(tmp_path):
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    run = start_demo(tmp_path, "legacy", 2, [], scrape=False,
+                     extra_env={"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_METRIC_EXPORT_INTERVAL": "1000"})
+    log = run.log_tail(10**7)
+    assert run.rc == 0, log[-3000:]
+    assert _steps_logged(log) == {0, 1, 2}
+    _assert_quiet(log)
+
+
+def test_collector_goes_away_mid_run_and_comes_back(tmp_path):
+    rx = OtlpReceiver().start()
+    events: list[str] = []
+
+    def chaos() -> None:
+        got_first = rx.wait_for(lambda r: any(s["name"] == "step" for s in r.spans), timeout=400)
+        events.append(f"first step seen: {got_first}")
+        rx.stop()
+        time.sleep(8)
+        rx.start()  # same ports
+        events.append("restarted")
+
+    watcher = threading.Thread(target=chaos, daemon=True)
+    watcher.start()
+    try:
+        run = start_demo(tmp_path, "legacy", 3, ["update_actor@2=6"], scrape=False,
+                         extra_env={"OTEL_EXPORTER_OTLP_ENDPOINT": rx.grpc_endpoint,
+                                    "OTEL_METRIC_EXPORT_INTERVAL": "1000"})
+        watcher.join(30)
+        log = run.log_tail(10**7)
+        assert run.rc == 0, log[-3000:]
+        assert _steps_logged(log) == {0, 1, 2, 3}
+        assert events == ["first step seen: True", "restarted"], events
+        # after the collector came back, the run's last step still arrived (flushed at fit end)
+        assert rx.wait_for(lambda r: any(s["name"] == "step" and s["attributes"].get("verl.global_step") == 3
+                                         for s in r.spans), timeout=20)
+        _assert_quiet(log)
+    finally:
+        rx.stop()
+
+
+def test_collector_answering_slowly(tmp_path):
+    with OtlpReceiver(delay_s=3.0) as rx:
+        run = start_demo(tmp_path, "legacy", 2, [], scrape=False,
+                         extra_env={"OTEL_EXPORTER_OTLP_ENDPOINT": rx.http_endpoint,
+                                    "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                                    "OTEL_METRIC_EXPORT_INTERVAL": "1000"})
+        log = run.log_tail(10**7)
+        assert run.rc == 0, log[-3000:]
+        assert _steps_logged(log) == {0, 1, 2}
+        assert rx.wait_for(lambda r: {s["attributes"].get("verl.global_step") for s in r.spans
+                                      if s["name"] == "step"} >= {1, 2}, timeout=30)
+        _assert_quiet(log)
+
+
+def test_worker_killed_mid_step_ends_trace_and_expires_gauges(tmp_path):
+    """An agent-loop worker dies during step 2's rollout: verl fails the run, the step's trace still ends
+    (ERROR), and the dead worker's gauges go stale instead of freezing."""
+    from prom_server import PromServer
+
+    targets = tmp_path / "prometheus_targets.json"
+    prom = PromServer(tmp_path / "prom", targets).start()
+    killed: dict[str, object] = {}
+
+    def killer() -> None:
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline:
+            try:
+                rows = prom.query('max(verl_training_step) == 2 and on() '
+                                  'max(verl_phase_active{phase="rollout"}) == 1')
+            except (OSError, ValueError):
+                rows = []
+            if rows:
+                groups = json.loads(targets.read_text())
+                worker = [g for g in groups if g["labels"].get("verl_process_role") == "agent_loop_worker"][0]
+                killed["instance"] = worker["targets"][0]
+                killed["before"] = prom.query(f'verl_rollout_samples_expected{{instance="{killed["instance"]}"}}',
+                                              time.time())
+                os.kill(int(worker["labels"]["__verl_otel_pid"]), signal.SIGKILL)
+                killed["at"] = time.time()
+                return
+            time.sleep(0.5)
+
+    th = threading.Thread(target=killer, daemon=True)
+    th.start()
+    try:
+        run = start_demo(tmp_path, "legacy", 3, ["rollout@2=15"], scrape=False)
+        th.join(5)
+        assert "at" in killed, "never saw step 2's rollout running"
+        assert run.rc != 0, "verl fails the run when an agent-loop worker dies"
+        by_step = steps(load_spans(tmp_path / "traces.jsonl"))
+        assert by_step[1]["root"]["error"] is False
+        assert by_step[2]["root"]["error"] is True, "the interrupted step's trace ends, marked ERROR"
+        rollout = [s for s in by_step[2]["spans"] if s["name"] == "rollout"][0]
+        assert rollout["error"]
+        assert killed["before"], "the worker's gauges were there before the kill"
+        after = prom.query(f'verl_rollout_samples_expected{{instance="{killed["instance"]}"}}', killed["at"] + 6)
+        assert after == [], "a dead worker's gauges expire (stale), they do not freeze"
+    finally:
+        prom.stop()
