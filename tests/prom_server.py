@@ -1,16 +1,29 @@
-"""A real Prometheus server (Debian's `prometheus` 2.42) for tests: scrapes the run's file_sd file every
-second, exemplar storage on, on 127.0.0.1; PromQL through its HTTP API."""
+"""A real Prometheus server (Debian's `prometheus` 2.42) for tests, on 127.0.0.1 with exemplar storage on;
+PromQL through its HTTP API.
+
+    PromServer(workdir, file_sd)                     # scrapes the run's file_sd file every second
+    PromServer(workdir, config={...}, args=[...])    # any config dict and extra flags
+    PromServer(workdir, config={...}, agent=True)    # agent mode (scrape + remote write, no queries)
+
+In a test module: ``from prom_server import prom_factory`` and ask for the ``prom_factory`` fixture, which starts
+servers on demand and stops them afterwards. ``MetricsEndpoint`` serves fixed exposition text as a scrape target.
+"""
 
 from __future__ import annotations
 
 import json
 import shutil
 import subprocess
+import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
+
+import pytest
 
 from otlp_receiver import free_port
 
@@ -19,40 +32,58 @@ def available() -> bool:
     return shutil.which("prometheus") is not None and shutil.which("promtool") is not None
 
 
+def file_sd_config(file_sd: Path, rule_files: list[Path] | None = None) -> dict[str, Any]:
+    """One job `verl` reading ``file_sd``, scraped and evaluated every second."""
+    return {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(p) for p in rule_files or []],
+        "scrape_configs": [{
+            "job_name": "verl",
+            "file_sd_configs": [{"files": [str(file_sd)], "refresh_interval": "1s"}],
+        }],
+    }
+
+
 class PromServer:
-    def __init__(self, workdir: Path, file_sd: Path, rule_files: list[Path] | None = None) -> None:
+    def __init__(self, workdir: Path, file_sd: Path | None = None, rule_files: list[Path] | None = None, *,
+                 config: dict[str, Any] | None = None, args: list[str] | tuple[str, ...] = (),
+                 agent: bool = False) -> None:
+        if (config is None) == (file_sd is None):
+            raise ValueError("give either file_sd or config")
         self.workdir = Path(workdir)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.workdir.mkdir(parents=True, exist_ok=True)
-        config = {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(p) for p in rule_files or []],
-            "scrape_configs": [{
-                "job_name": "verl",
-                "file_sd_configs": [{"files": [str(file_sd)], "refresh_interval": "1s"}],
-            }],
-        }
+        self.config = config if config is not None else file_sd_config(file_sd, rule_files)  # type: ignore[arg-type]
         self.config_path = self.workdir / "prometheus.yml"
-        self.config_path.write_text(json.dumps(config))  # JSON is valid YAML
+        self.config_path.write_text(json.dumps(self.config))  # JSON is valid YAML
+        self.args = list(args)
+        self.agent = agent
         self.proc: subprocess.Popen[bytes] | None = None
         self.at: float | None = None  # default evaluation time of queries (None: now)
 
+    def command(self) -> list[str]:
+        data = self.workdir / "data"
+        storage = (["--enable-feature=agent", f"--storage.agent.path={data}"] if self.agent else
+                   [f"--storage.tsdb.path={data}", "--enable-feature=exemplar-storage",
+                    "--storage.tsdb.retention.time=1d"])
+        return ["prometheus", f"--config.file={self.config_path}", f"--web.listen-address=127.0.0.1:{self.port}",
+                *storage, *self.args]
+
     def start(self) -> "PromServer":
         self.log = open(self.workdir / "prometheus.log", "wb")
-        self.proc = subprocess.Popen(
-            ["prometheus", f"--config.file={self.config_path}", f"--storage.tsdb.path={self.workdir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--enable-feature=exemplar-storage",
-             "--storage.tsdb.retention.time=1d"],
-            stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(self.command(), stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                break
             try:
                 with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as r:
                     if r.status == 200:
                         return self
             except OSError:
                 time.sleep(0.2)
+        self.stop()
         raise RuntimeError(f"prometheus did not start: {(self.workdir / 'prometheus.log').read_text()[-2000:]}")
 
     def stop(self) -> None:
@@ -66,7 +97,7 @@ class PromServer:
             self.log.close()
 
     def api(self, path: str, **params: Any) -> Any:
-        url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}"
+        url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params, doseq=True)}"
         try:
             with urllib.request.urlopen(url, timeout=10) as r:
                 body = json.loads(r.read())
@@ -94,8 +125,66 @@ class PromServer:
     def targets(self) -> list[dict[str, Any]]:
         return self.api("targets")["activeTargets"]
 
+    def wait_for(self, expr: str, timeout: float = 30) -> list[dict[str, Any]]:
+        """Poll ``expr`` until it returns something (raises TimeoutError with the log tail otherwise)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            rows = self.query(expr)
+            if rows:
+                return rows
+            time.sleep(0.5)
+        raise TimeoutError(f"{expr} stayed empty: {(self.workdir / 'prometheus.log').read_text()[-1500:]}")
+
     def __enter__(self) -> "PromServer":
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+class MetricsEndpoint:
+    """A /metrics endpoint on 127.0.0.1 serving fixed Prometheus text exposition (a stand-in scrape target)."""
+
+    def __init__(self, text: str) -> None:
+        body = text.encode()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "MetricsEndpoint":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def prom_factory(tmp_path: Path) -> Iterator[Callable[..., PromServer]]:
+    """Start real Prometheus servers: ``prom_factory(config=..., args=..., agent=...)`` or ``prom_factory(file_sd=...)``;
+    all are stopped when the test ends. Skips when the binary is absent."""
+    if not available():
+        pytest.skip("prometheus/promtool not installed (`make prometheus` or apt-get install prometheus)")
+    started: list[PromServer] = []
+
+    def start(**kw: Any) -> PromServer:
+        server = PromServer(tmp_path / f"prom{len(started)}", **kw)
+        started.append(server)
+        return server.start()
+
+    yield start
+    for server in started:
+        server.stop()

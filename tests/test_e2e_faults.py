@@ -23,7 +23,7 @@ pytestmark = pytest.mark.verl
 
 
 def _steps_logged(log: str) -> set[int]:
-    return {int(n) for n in re.findall(r"^(?:\S+ )?step:(\d+) - ", log, flags=re.M)}
+    return {int(n) for n in re.findall(r"(?:^|\s)step:(\d+) - ", log, flags=re.M)}
 
 
 def _assert_quiet(log: str) -> None:
@@ -108,12 +108,13 @@ def test_worker_killed_mid_step_ends_trace_and_expires_gauges(tmp_path):
             if rows:
                 groups = json.loads(targets.read_text())
                 worker = [g for g in groups if g["labels"].get("verl_process_role") == "agent_loop_worker"][0]
-                killed["instance"] = worker["targets"][0]
-                killed["before"] = prom.query(f'verl_rollout_samples_expected{{instance="{killed["instance"]}"}}',
-                                              time.time())
-                os.kill(int(worker["labels"]["__verl_otel_pid"]), signal.SIGKILL)
-                killed["at"] = time.time()
-                return
+                instance = worker["targets"][0]
+                before = prom.query(f'verl_rollout_samples_expected{{instance="{instance}"}}', time.time())
+                if before:  # kill only once Prometheus holds the worker's gauges
+                    killed.update(instance=instance, before=before)
+                    os.kill(int(worker["labels"]["__verl_otel_pid"]), signal.SIGKILL)
+                    killed["at"] = time.time()
+                    return
             time.sleep(0.5)
 
     th = threading.Thread(target=killer, daemon=True)

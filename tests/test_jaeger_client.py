@@ -1,10 +1,14 @@
-"""The Jaeger client against Jaeger's real response shapes (shared/fixtures/jaeger), served by a local
-HTTP server: v3, legacy fallback, "No traces found", many nested traces, garbage, unreachable."""
+"""The Jaeger client against Jaeger's real response shapes (/work/shared/fixtures/jaeger), served by a real
+local HTTP server: v3, legacy, v3 missing -> legacy, "No traces found", 200 nested step traces in both
+shapes, garbage, HTTP errors, connection refused, timeouts."""
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
+from collections.abc import Callable
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -12,30 +16,42 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from otlp_receiver import free_port
-
-from verl_otel.analysis.jaeger import JaegerClient, JaegerError
+from verl_otel import semconv as sc
+from verl_otel.analysis.jaeger import JaegerClient, JaegerError, rfc3339, trace_link
 from verl_otel.analysis.model import build_steps
 from verl_otel.analysis.slow_steps import rank
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "jaeger"  # ../shared beside the checkout
+FIXTURES = Path("/work/shared/fixtures/jaeger")
+if not FIXTURES.is_dir():  # ../shared beside the checkout
+    FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "jaeger"
+
+Reply = tuple[int, bytes] | tuple[int, bytes, str]
+Route = Reply | Callable[[str, dict[str, list[str]]], Reply]
+NOT_FOUND_ROUTE: Reply = (404, b"404 page not found\n", "text/plain; charset=utf-8")
+NO_TRACES: Reply = (404, b'{"error":{"httpCode":404,"message":"No traces found"}}\n', "text/plain; charset=utf-8")
 
 
 class FakeJaeger:
-    """Routes -> (status, body); records the queries it got."""
+    """A real HTTP server on 127.0.0.1 (port 0). ``routes``: exact path, or a prefix ending in "/",
+    -> (status, body[, content type]) or a function of (path, query). Records the requests it got."""
 
-    def __init__(self, routes: dict[str, tuple[int, bytes]]) -> None:
+    def __init__(self, routes: dict[str, Route]) -> None:
         self.routes = routes
         self.queries: list[tuple[str, dict[str, list[str]]]] = []
-        self.port = free_port()
         jaeger = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 url = urlparse(self.path)
-                jaeger.queries.append((url.path, parse_qs(url.query)))
-                status, body = jaeger.routes.get(url.path, (404, b"404 page not found\n"))
+                query = parse_qs(url.query)
+                jaeger.queries.append((url.path, query))
+                prefixed = (r for p, r in jaeger.routes.items() if p.endswith("/") and url.path.startswith(p))
+                reply = jaeger.routes.get(url.path) or next(prefixed, NOT_FOUND_ROUTE)
+                if callable(reply):
+                    reply = reply(url.path, query)
+                status, body, ctype = (*reply, "application/json")[:3]
                 self.send_response(status)
+                self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -43,12 +59,17 @@ class FakeJaeger:
             def log_message(self, *a: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def paths(self) -> list[str]:
+        return [p for p, _ in self.queries]
 
     def close(self) -> None:
         self.server.shutdown()
@@ -57,9 +78,9 @@ class FakeJaeger:
 
 @pytest.fixture
 def jaeger():
-    made = []
+    made: list[FakeJaeger] = []
 
-    def make(routes):
+    def make(routes: dict[str, Route]) -> FakeJaeger:
         made.append(FakeJaeger(routes))
         return made[-1]
 
@@ -68,116 +89,264 @@ def jaeger():
         j.close()
 
 
-def _otlp_span(trace: int, span: int, parent: int | None, name: str, start_s: float, dur_s: float,
-               attrs: dict[str, Any]) -> dict[str, Any]:
-    def val(v):
-        return {"intValue": str(v)} if isinstance(v, int) else {"stringValue": str(v)}
+def closed_port() -> int:
+    """A port nobody listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
+
+# -- synthetic step traces, the shape verl-otel writes, in both Jaeger shapes --------------------------
+def _attr(k: str, v: Any) -> dict[str, Any]:
+    if isinstance(v, bool):
+        return {"key": k, "value": {"boolValue": v}}
+    if isinstance(v, int):
+        return {"key": k, "value": {"intValue": str(v)}}  # int64 as a string, as OTLP/JSON writes it
+    if isinstance(v, float):
+        return {"key": k, "value": {"doubleValue": v}}
+    return {"key": k, "value": {"stringValue": str(v)}}
+
+
+def _otlp_span(trace: int, span: int, parent: int | None, name: str, start_s: float, dur_s: float,
+               attrs: dict[str, Any], error: bool = False) -> dict[str, Any]:
     return {"traceId": f"{trace:032x}", "spanId": f"{span:016x}", "parentSpanId": f"{parent:016x}" if parent else "",
             "name": name, "kind": 1, "startTimeUnixNano": str(int(start_s * 1e9)),
-            "endTimeUnixNano": str(int((start_s + dur_s) * 1e9)), "status": {},
-            "attributes": [{"key": k, "value": val(v)} for k, v in attrs.items()]}
+            "endTimeUnixNano": str(int((start_s + dur_s) * 1e9)), "status": {"code": 2} if error else {},
+            "attributes": [_attr(k, v) for k, v in attrs.items()]}
 
 
-def many_steps(n: int, slow_step: int) -> list[dict[str, Any]]:
-    """n step traces, nested rollout.worker/rollout.sample children; update_actor of slow_step 3.4x."""
+def many_steps(n: int, slow_step: int, factor: float = 3.4, t0: float = 1_800_000_000.0) -> list[dict[str, Any]]:
+    """n step traces (OTLP/JSON spans): phases under the step, rollout.worker/rollout.sample nested under
+    rollout; update_actor of ``slow_step`` takes ``factor`` times as long."""
     spans = []
-    t = 1_800_000_000.0
+    t = t0
     for step in range(1, n + 1):
-        tid, sid = step, step * 100
-        actor = 1.0 * (3.4 if step == slow_step else 1.0)
-        phases = [("rollout", 2.0), ("old_log_prob", 0.5), ("update_actor", actor)]
+        tid, sid = 0xABC000 + step, step * 1000
+        phases = [(sc.PHASE_ROLLOUT, 2.0), (sc.PHASE_OLD_LOG_PROB, 0.5),
+                  (sc.PHASE_UPDATE_ACTOR, factor if step == slow_step else 1.0)]
         total = sum(d for _, d in phases)
-        spans.append(_otlp_span(tid, sid, None, "step", t, total, {"verl.global_step": step}))
+        spans.append(_otlp_span(tid, sid, None, sc.SPAN_STEP, t, total,
+                                {sc.ATTR_GLOBAL_STEP: step, sc.ATTR_TRAINER: "v1", "verl.score_mean": 0.5}))
         off = t
         for i, (name, dur) in enumerate(phases):
-            spans.append(_otlp_span(tid, sid + i + 1, sid, name, off, dur, {"verl.phase": name}))
-            if name == "rollout":
-                spans.append(_otlp_span(tid, sid + 10, sid + 1, "rollout.worker", off, dur, {"verl.rollout.worker": 0}))
-                for k in range(3):
-                    spans.append(_otlp_span(tid, sid + 20 + k, sid + 10, "rollout.sample", off, 0.1 * (k + 1),
-                                            {"verl.sample.index": k}))
+            spans.append(_otlp_span(tid, sid + i + 1, sid, name, off, dur,
+                                    {sc.ATTR_PHASE: name, sc.ATTR_GLOBAL_STEP: step}))
+            if name == sc.PHASE_ROLLOUT:
+                for w in range(2):
+                    wid = sid + 10 + w
+                    spans.append(_otlp_span(tid, wid, sid + 1, sc.SPAN_ROLLOUT_WORKER, off, dur,
+                                            {sc.ATTR_WORKER_INDEX: w, sc.ATTR_MODE: "train"}))
+                    for k in range(3):
+                        idx = w * 3 + k
+                        spans.append(_otlp_span(tid, sid + 100 + idx, wid, sc.SPAN_ROLLOUT_SAMPLE, off, 0.1 * (idx + 1),
+                                                {sc.ATTR_SAMPLE_INDEX: idx, sc.ATTR_GLOBAL_STEP: step,
+                                                 "verl.sample.generate_s": 0.05 * (idx + 1)}, error=idx == 0))
             off += dur
         t += total + 1
     return spans
 
 
-def v3_body(spans: list[dict[str, Any]]) -> bytes:
+def v3_body(spans: list[dict[str, Any]], service: str = "verl") -> bytes:
     return json.dumps({"result": {"resourceSpans": [{"resource": {"attributes": [
-        {"key": "service.name", "value": {"stringValue": "verl"}}]}, "scopeSpans": [{"scope": {}, "spans": spans}]}]}}
+        {"key": "service.name", "value": {"stringValue": service}}]}, "scopeSpans": [{"scope": {}, "spans": spans}]}]}}
     ).encode()
 
 
-def legacy_body(spans: list[dict[str, Any]]) -> bytes:
+def legacy_body(spans: list[dict[str, Any]], service: str = "verl") -> bytes:
+    """The same spans as the legacy /api/traces answer: µs, CHILD_OF references, typed tags, processes."""
+    def tag(a: dict[str, Any]) -> dict[str, Any]:
+        (kind, v), = a["value"].items()
+        typ = {"intValue": "int64", "doubleValue": "float64", "boolValue": "bool"}.get(kind, "string")
+        return {"key": a["key"], "type": typ, "value": int(v) if kind == "intValue" else v}
+
     traces: dict[str, dict[str, Any]] = {}
     for s in spans:
-        tr = traces.setdefault(s["traceId"], {"traceID": s["traceId"], "spans": [],
-                                              "processes": {"p1": {"serviceName": "verl", "tags": []}}})
+        tr = traces.setdefault(s["traceId"], {"traceID": s["traceId"], "spans": [], "warnings": None,
+                                              "processes": {"p1": {"serviceName": service, "tags": []}}})
         start_us = int(s["startTimeUnixNano"]) // 1000
+        tags = [tag(a) for a in s["attributes"]] + ([{"key": "error", "type": "bool", "value": True}]
+                                                     if s["status"].get("code") == 2 else [])
         tr["spans"].append({
             "traceID": s["traceId"], "spanID": s["spanId"], "operationName": s["name"],
             "references": [{"refType": "CHILD_OF", "traceID": s["traceId"], "spanID": s["parentSpanId"]}]
             if s["parentSpanId"] else [],
             "startTime": start_us, "duration": int(s["endTimeUnixNano"]) // 1000 - start_us,
-            "tags": [{"key": a["key"], "type": "int64" if "intValue" in a["value"] else "string",
-                      "value": int(a["value"]["intValue"]) if "intValue" in a["value"] else a["value"]["stringValue"]}
-                     for a in s["attributes"]],
-            "logs": [], "processID": "p1", "warnings": None})
+            "tags": tags, "logs": [], "processID": "p1", "warnings": None})
     return json.dumps({"data": list(traces.values()), "total": 0, "limit": 0, "offset": 0, "errors": None}).encode()
 
 
-WINDOW = (1_700_000_000 * 10**9, 1_900_000_000 * 10**9)
+WINDOW = (1_700_000_000 * 10**9 + 123_456_789, 1_900_000_000 * 10**9)
 
 
-def test_real_v3_fixture_shape_parses(jaeger):
+# -- the real fixtures --------------------------------------------------------------------------------
+def test_real_v3_fixture_shape_and_query(jaeger):
     j = jaeger({"/api/v3/traces": (200, (FIXTURES / "api_v3_find_traces.json").read_bytes())})
-    spans = JaegerClient(j.url).find_steps("verl", *WINDOW)
-    assert [(s.name, s.trace_id, s.span_id, s.error) for s in spans] == [
-        ("foobar", "000000000000009600000000000000a0", "00000000000000b4", True)]
-    path, q = j.queries[0]
-    assert path == "/api/v3/traces" and q["query.operation_name"] == ["step"] and q["query.service_name"] == ["verl"]
-    assert q["query.start_time_min"][0].endswith("Z")
+    client = JaegerClient(j.url)
+    spans = client.find_steps("verl", *WINDOW, limit=50)
+    assert [(s.name, s.trace_id, s.span_id, s.parent_id, s.status_error) for s in spans] == [
+        ("foobar", "000000000000009600000000000000a0", "00000000000000b4", "", True)]
+    assert spans[0].start_ns == 11651379494838206464 and client.api == "v3"
+    (path, q), = j.queries
+    assert path == "/api/v3/traces"
+    assert q["query.service_name"] == ["verl"] and q["query.operation_name"] == ["step"]
+    assert q["query.num_traces"] == ["50"]
+    # RFC3339 with nanoseconds, as Jaeger parses it (time.RFC3339Nano), round-trips to the window
+    lo = q["query.start_time_min"][0]
+    assert lo == "2023-11-14T22:13:20.123456789Z"
+    assert datetime.fromisoformat(q["query.start_time_max"][0].replace("Z", "+00:00")).timestamp() == 1_900_000_000
 
 
-def test_real_legacy_fixture_shape_parses_via_fallback(jaeger):
+def test_real_legacy_fixture_shape_via_fallback(jaeger):
     j = jaeger({"/api/traces": (200, (FIXTURES / "api_traces_v1_search.json").read_bytes())})
-    spans = JaegerClient(j.url).find_steps("verl", *WINDOW)
-    (s,) = spans
-    assert s.name == "okey-dokey-0" and s.parent_id == "909541b92cf05311" and s.service == "telemetrygen"
-    assert s.end_ns - s.start_ns == 123_000 and s.attributes["peer.service"] == "telemetrygen-client"
-    assert [p for p, _ in j.queries] == ["/api/v3/traces", "/api/traces"]
+    client = JaegerClient(j.url)
+    (s,) = client.find_steps("verl", *WINDOW, limit=20)
+    assert (s.name, s.trace_id, s.span_id, s.parent_id) == (
+        "okey-dokey-0", "83a9efd15c1c98a977e0711cc93ee28b", "e127af99e3b3e074", "909541b92cf05311")
+    assert s.service == "telemetrygen" and s.start_ns == 1706678909209712_000 and s.end_ns - s.start_ns == 123_000
+    assert s.attributes["peer.service"] == "telemetrygen-client" and not s.status_error
+    assert j.paths == ["/api/v3/traces", "/api/traces"] and client.api == "legacy"
+    q = j.queries[1][1]
+    assert q == {"service": ["verl"], "operation": ["step"], "start": [str(WINDOW[0] // 1000)],
+                 "end": [str(WINDOW[1] // 1000)], "limit": ["20"]}
 
 
+def test_old_jaeger_ui_catch_all_means_v3_absent(jaeger):
+    """Older Jaeger answers unknown paths with the UI's index.html (200): that is 'no v3', not garbage."""
+    j = jaeger({"/api/v3/traces": (200, b"<!doctype html><html>jaeger ui</html>", "text/html; charset=utf-8"),
+                "/api/traces": (200, legacy_body(many_steps(3, slow_step=2)))})
+    client = JaegerClient(j.url)
+    assert len(build_steps(client.find_steps("verl", *WINDOW))) == 3 and client.api == "legacy"
+
+
+# -- many nested traces, both shapes ----------------------------------------------------------------------
 @pytest.mark.parametrize("shape", ["v3", "legacy"])
-def test_many_nested_traces_rank_the_slow_step(jaeger, shape):
+def test_200_nested_traces_rank_the_slow_step(jaeger, shape):
     spans = many_steps(200, slow_step=137)
     route = {"/api/v3/traces": (200, v3_body(spans))} if shape == "v3" else {"/api/traces": (200, legacy_body(spans))}
     j = jaeger(route)
-    steps = build_steps(JaegerClient(j.url).find_steps("verl", *WINDOW))
-    assert len(steps) == 200
-    (top,) = rank(steps, 1)
-    assert top.step.global_step == 137 and top.phase == "update_actor" and top.ratio == pytest.approx(3.4)
-    assert [s.index for s in top.step.samples] == [2, 1, 0]
+    got = JaegerClient(j.url).find_steps("verl", *WINDOW)
+    assert len(got) == len(spans) == 200 * 12
+    steps = build_steps(got)
+    assert [s.global_step for s in steps] == list(range(1, 201))
+    st = steps[136]
+    assert st.global_step == 137 and st.seconds == pytest.approx(5.9) and st.service == "verl"
+    assert st.phases == pytest.approx({"rollout": 2.0, "old_log_prob": 0.5, "update_actor": 3.4})
+    assert [(s.index, s.worker) for s in st.samples[:3]] == [(5, 1), (4, 1), (3, 1)]
+    assert st.samples[-1].index == 0 and st.samples[-1].error
+    (top,) = rank(steps, 1).verdicts
+    assert top.step.global_step == 137 and top.cause is not None
+    assert top.cause.phase == "update_actor" and top.cause.ratio == pytest.approx(3.4)
+    sample_span = next(s for s in got if s.name == sc.SPAN_ROLLOUT_SAMPLE)
+    index = sample_span.attributes[sc.ATTR_SAMPLE_INDEX]
+    assert index == 0 and isinstance(index, int)
+    assert sample_span.attributes["verl.sample.generate_s"] == pytest.approx(0.05)
 
 
-def test_no_traces_found_is_empty_not_an_error(jaeger):
-    j = jaeger({"/api/v3/traces": (404, b'{"error":{"code":404,"message":"No traces found"}}')})
+def test_streamed_v3_answer_of_several_documents(jaeger):
+    """grpc-gateway streams: several {"result": ...} objects in a row."""
+    spans = many_steps(4, slow_step=3)
+    body = b"\n".join(v3_body([s for s in spans if int(s["traceId"], 16) == 0xABC000 + k]) for k in range(1, 5))
+    j = jaeger({"/api/v3/traces": (200, body)})
+    assert [s.global_step for s in build_steps(JaegerClient(j.url).find_steps("verl", *WINDOW))] == [1, 2, 3, 4]
+
+
+# -- empty results -----------------------------------------------------------------------------------
+def test_no_traces_found_is_empty_not_a_missing_route(jaeger):
+    j = jaeger({"/api/v3/traces": NO_TRACES, "/api/traces": (500, b"must not be asked")})
     assert JaegerClient(j.url).find_steps("verl", *WINDOW) == []
-    assert len(j.queries) == 1
+    assert j.paths == ["/api/v3/traces"]
 
 
-def test_garbage_is_a_clear_error(jaeger):
-    j = jaeger({"/api/v3/traces": (200, b"<html>proxy login</html>")})
-    with pytest.raises(JaegerError, match="not JSON"):
+def test_legacy_empty_data_is_empty(jaeger):
+    j = jaeger({"/api/traces": (200, b'{"data":null,"total":0,"limit":0,"offset":0,"errors":null}')})
+    assert JaegerClient(j.url).find_steps("verl", *WINDOW) == []
+
+
+# -- one trace ---------------------------------------------------------------------------------------------
+def test_get_trace_v3_legacy_and_missing(jaeger):
+    spans = many_steps(2, slow_step=2)
+    one = [s for s in spans if s["traceId"] == f"{0xABC002:032x}"]
+    tid = f"{0xABC002:032x}"
+    j = jaeger({f"/api/v3/traces/{tid}": (200, v3_body(one)), "/api/v3/traces/": NO_TRACES})
+    got = JaegerClient(j.url).get_trace(tid.upper())
+    assert {s.trace_id for s in got} == {tid} and len(got) == 12
+    assert JaegerClient(j.url).get_trace("0" * 31 + "1") == []
+    legacy_missing = (404, b'{"data":null,"total":0,"limit":0,"offset":0,'
+                           b'"errors":[{"code":404,"msg":"trace not found"}]}')
+    j2 = jaeger({f"/api/traces/{tid}": (200, legacy_body(one)), "/api/traces/": legacy_missing})
+    assert build_steps(JaegerClient(j2.url).get_trace(tid))[0].global_step == 2
+    assert JaegerClient(j2.url).get_trace("f" * 32) == []
+    assert j2.paths == [f"/api/v3/traces/{tid}", f"/api/traces/{tid}", "/api/v3/traces/" + "f" * 32,
+                        "/api/traces/" + "f" * 32]
+
+
+def test_trace_link():
+    assert trace_link("http://localhost:16686/", "ab" * 16) == "http://localhost:16686/trace/" + "ab" * 16
+    assert trace_link("https://j.example/jaeger", "01") == "https://j.example/jaeger/trace/01"
+
+
+def test_rfc3339_has_nanoseconds():
+    assert rfc3339(0) == "1970-01-01T00:00:00.000000000Z"
+    assert rfc3339(1_700_000_000_000_000_001) == "2023-11-14T22:13:20.000000001Z"
+
+
+# -- clear errors ------------------------------------------------------------------------------------------
+def _one_line_error(excinfo: pytest.ExceptionInfo[JaegerError]) -> str:
+    msg = str(excinfo.value)
+    assert msg and "\n" not in msg and excinfo.value.__cause__ is None
+    return msg
+
+
+def test_garbage_body_is_a_clear_error(jaeger):
+    j = jaeger({"/api/v3/traces": (200, b"\x89PNG\r\n garbage {{{", "application/octet-stream")})
+    with pytest.raises(JaegerError) as ei:
         JaegerClient(j.url).find_steps("verl", *WINDOW)
-    j2 = jaeger({"/api/v3/traces": (200, b'{"result": {"resourceSpans": [{"scopeSpans": [{"spans": [{}]}]}]}}')})
-    with pytest.raises(JaegerError, match="unexpected"):
+    assert "not JSON" in _one_line_error(ei) and j.url in str(ei.value)
+
+
+@pytest.mark.parametrize("body", [
+    b'{"result": {"resourceSpans": [{"scopeSpans": [{"spans": [{}]}]}]}}',  # a span without anything
+    b'{"result": {"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz", "spanId": "1", "name": "x"}]}]}]}}',
+    b'[1, 2, 3]',
+    b'"just a string"',
+])
+def test_json_of_the_wrong_shape_is_a_clear_error(jaeger, body):
+    j = jaeger({"/api/v3/traces": (200, body)})
+    with pytest.raises(JaegerError) as ei:
+        JaegerClient(j.url).find_steps("verl", *WINDOW)
+    assert "unexpected answer" in _one_line_error(ei)
+
+
+def test_http_errors_are_clear(jaeger):
+    j = jaeger({"/api/v3/traces": (500, b'{"error":{"httpCode":500,"message":"storage:\\n cassandra down"}}')})
+    with pytest.raises(JaegerError) as ei:
+        JaegerClient(j.url).find_steps("verl", *WINDOW)
+    msg = _one_line_error(ei)
+    assert "HTTP 500" in msg and "cassandra down" in msg
+    j2 = jaeger({"/api/v3/traces": (400, b'{"error":{"message":"malformed parameter query.start_time_min"}}')})
+    with pytest.raises(JaegerError, match="HTTP 400.*start_time_min"):
         JaegerClient(j2.url).find_steps("verl", *WINDOW)
-    j3 = jaeger({"/api/v3/traces": (500, b"internal")})
-    with pytest.raises(JaegerError, match="HTTP 500"):
-        JaegerClient(j3.url).find_steps("verl", *WINDOW)
 
 
-def test_unreachable_jaeger_is_a_clear_error():
-    with pytest.raises(JaegerError, match="cannot reach Jaeger"):
-        JaegerClient(f"http://127.0.0.1:{free_port()}", timeout_s=2).find_steps("verl", *WINDOW)
+def test_neither_api_is_a_clear_error(jaeger):
+    j = jaeger({})
+    with pytest.raises(JaegerError) as ei:
+        JaegerClient(j.url).find_steps("verl", *WINDOW)
+    assert "neither" in _one_line_error(ei) and j.paths == ["/api/v3/traces", "/api/traces"]
+
+
+def test_connection_refused_is_a_clear_error():
+    port = closed_port()
+    with pytest.raises(JaegerError) as ei:
+        JaegerClient(f"127.0.0.1:{port}", timeout_s=2).find_steps("verl", *WINDOW)  # no scheme: http assumed
+    msg = _one_line_error(ei)
+    assert msg.startswith(f"cannot reach Jaeger at http://127.0.0.1:{port}") and "refused" in msg.lower()
+
+
+def test_silent_server_times_out_with_a_clear_error():
+    with socket.socket() as srv:  # accepts connections (backlog) and never answers
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(4)
+        with pytest.raises(JaegerError) as ei:
+            JaegerClient(f"http://127.0.0.1:{srv.getsockname()[1]}", timeout_s=0.5).find_steps("verl", *WINDOW)
+    assert "cannot reach Jaeger" in _one_line_error(ei) and "timed out" in str(ei.value)

@@ -1,4 +1,5 @@
-"""A backend-neutral view of step traces: spans, grouped into one StepTrace per trainer step."""
+"""A backend-neutral view of step traces: spans (from a file or Jaeger), grouped into one StepTrace
+per trainer step, with its phases summed and its rollout samples slowest first."""
 
 from __future__ import annotations
 
@@ -9,17 +10,19 @@ from typing import Any
 
 from verl_otel import semconv as sc
 
+_NOT_PHASES = frozenset({sc.SPAN_STEP, sc.SPAN_ROLLOUT_WORKER, sc.SPAN_ROLLOUT_SAMPLE})
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, slots=True)
 class Span:
-    trace_id: str
-    span_id: str
-    parent_id: str
+    trace_id: str  # 32 lowercase hex digits
+    span_id: str  # 16 lowercase hex digits
+    parent_id: str  # "" for a root
     name: str
     start_ns: int
     end_ns: int
-    attributes: dict[str, Any]
-    error: bool = False
+    attributes: dict[str, Any] = field(default_factory=dict)
+    status_error: bool = False
     service: str = ""
 
     @property
@@ -27,17 +30,22 @@ class Span:
         return max(0, self.end_ns - self.start_ns) / 1e9
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Sample:
+    """One ``rollout.sample`` span of a step."""
+
     index: int | None
     seconds: float
     worker: int | None
+    error: bool = False
+    rollout_n: int | None = None  # which of the prompt's n responses (the index repeats across them)
+    mode: str | None = None  # train / validate (validation samples live in the step's trace too)
 
 
 @dataclass
 class StepTrace:
     trace_id: str
-    global_step: int
+    global_step: int | None  # None when the step span does not say
     start_ns: int
     seconds: float
     service: str
@@ -47,37 +55,58 @@ class StepTrace:
     samples: list[Sample] = field(default_factory=list)  # slowest first
 
 
+def as_int(value: Any) -> int | None:
+    """An int attribute, whichever way the backend typed it (int, "12", 12.0); else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(f) if f.is_integer() else None
+
+
+def _is_phase(span: Span, root: Span) -> bool:
+    # Our phase spans carry verl.phase (they may nest, e.g. a phase inside rollout); for traces made
+    # by other producers, fall back to "a direct child of the step span".
+    if span is root or span.name in _NOT_PHASES:
+        return False
+    return sc.ATTR_PHASE in span.attributes or span.parent_id == root.span_id
+
+
+def build_step(trace: list[Span]) -> StepTrace | None:
+    """The StepTrace of one trace's spans, or None if the trace has no ``step`` root."""
+    unique = list({s.span_id: s for s in trace}.values())  # a span exported twice counts once
+    roots = sorted((s for s in unique if s.name == sc.SPAN_STEP and not s.parent_id), key=lambda s: s.start_ns)
+    if not roots:
+        return None
+    root = roots[0]
+    number = as_int(root.attributes.get(sc.ATTR_GLOBAL_STEP))
+    step = StepTrace(root.trace_id, number if number is not None and number >= 0 else None,
+                     root.start_ns, root.seconds, root.service, root.status_error)
+    workers = {s.span_id: s.attributes for s in unique if s.name == sc.SPAN_ROLLOUT_WORKER}
+    for s in unique:
+        if s.name == sc.SPAN_ROLLOUT_SAMPLE:
+            worker = workers.get(s.parent_id, {})
+            mode = worker.get(sc.ATTR_MODE)
+            step.samples.append(Sample(
+                as_int(s.attributes.get(sc.ATTR_SAMPLE_INDEX)), s.seconds, as_int(worker.get(sc.ATTR_WORKER_INDEX)),
+                s.status_error, as_int(s.attributes.get(sc.ATTR_SAMPLE_ROLLOUT_N)),
+                None if mode is None else str(mode)))
+        elif _is_phase(s, root):
+            step.phases[s.name] = step.phases.get(s.name, 0.0) + s.seconds
+            step.phase_runs[s.name] = step.phase_runs.get(s.name, 0) + 1
+    step.samples.sort(key=lambda x: x.seconds, reverse=True)
+    return step
+
+
 def build_steps(spans: Iterable[Span]) -> list[StepTrace]:
-    """One StepTrace per trace whose root is a ``step`` span."""
+    """One StepTrace per trace whose root is a ``step`` span, oldest first."""
     by_trace: dict[str, list[Span]] = defaultdict(list)
     for span in spans:
         by_trace[span.trace_id].append(span)
-    out = []
-    for trace_id, trace in by_trace.items():
-        roots = [s for s in trace if s.name == sc.SPAN_STEP and not s.parent_id]
-        if not roots:
-            continue
-        root = roots[0]
-        try:
-            number = int(root.attributes.get(sc.ATTR_GLOBAL_STEP, -1))
-        except (TypeError, ValueError):
-            number = -1
-        step = StepTrace(trace_id, number, root.start_ns, root.seconds, root.service, root.error)
-        by_id = {s.span_id: s for s in trace}
-        workers = {}
-        for s in trace:
-            if s.parent_id == root.span_id and s.name not in (sc.SPAN_ROLLOUT_WORKER, sc.SPAN_ROLLOUT_SAMPLE):
-                step.phases[s.name] = step.phases.get(s.name, 0.0) + s.seconds
-                step.phase_runs[s.name] = step.phase_runs.get(s.name, 0) + 1
-            elif s.name == sc.SPAN_ROLLOUT_WORKER:
-                workers[s.span_id] = s.attributes.get(sc.ATTR_WORKER_INDEX)
-        for s in trace:
-            if s.name == sc.SPAN_ROLLOUT_SAMPLE:
-                parent = by_id.get(s.parent_id)
-                worker = workers.get(parent.span_id) if parent is not None else None
-                idx = s.attributes.get(sc.ATTR_SAMPLE_INDEX)
-                step.samples.append(Sample(int(idx) if isinstance(idx, int) else None, s.seconds, worker))
-        step.samples.sort(key=lambda x: x.seconds, reverse=True)
-        out.append(step)
-    out.sort(key=lambda st: (st.start_ns, st.global_step))
+    out = [st for st in map(build_step, by_trace.values()) if st is not None]
+    out.sort(key=lambda st: (st.start_ns, st.global_step or 0))
     return out

@@ -1,67 +1,137 @@
 """Parse OTLP/JSON: the embedded default's traces.jsonl (one ExportTraceServiceRequest per line, as
-the OTel Collector's file exporter writes) and Jaeger's /api/v3 responses (the same under ``result``).
-Malformed lines are skipped and counted, never raised."""
+the OTel Collector's file exporter writes it) and Jaeger's /api/v3 answers (the same under ``result``).
+A malformed line of a file is skipped and counted, never raised."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import base64
+import binascii
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from verl_otel.analysis.model import Span
 
-_ERROR = 2  # Status.code ERROR
+_STATUS_ERROR = (2, "2", "STATUS_CODE_ERROR")
+_HEX = frozenset("0123456789abcdef")
+#: What a malformed document raises while being read (RecursionError: absurdly deep JSON).
+MALFORMED = (ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError)
 
 
-def value(v: dict[str, Any]) -> Any:
-    """An OTLP AnyValue (int64 may come as a decimal string)."""
+class MalformedError(ValueError):
+    """A document that is not OTLP/JSON trace data."""
+
+
+def hex_id(raw: Any, nbytes: int) -> str:
+    """Lowercase hex id. OTLP/JSON says hex; protobuf's own JSON mapping (MessageToDict) gives base64."""
+    text = str(raw or "").strip().lower()
+    if not text:
+        return ""
+    if len(text) <= 2 * nbytes and set(text) <= _HEX:
+        return text.rjust(2 * nbytes, "0")
+    try:
+        decoded = base64.b64decode(str(raw), validate=True)
+    except (binascii.Error, ValueError):
+        raise MalformedError(f"id {raw!r} is neither hex nor base64") from None
+    if len(decoded) != nbytes:
+        raise MalformedError(f"id {raw!r} is not {nbytes} bytes")
+    return decoded.hex()
+
+
+def value(v: Any) -> Any:
+    """An OTLP AnyValue as a Python value (int64 may come as a decimal string, doubles as "NaN")."""
     if not isinstance(v, dict):
         return None
+    if "stringValue" in v:
+        return v["stringValue"]
     if "intValue" in v:
         return int(v["intValue"])
-    for key in ("stringValue", "doubleValue", "boolValue"):
-        if key in v:
-            return v[key]
+    if "doubleValue" in v:
+        return float(v["doubleValue"])
+    if "boolValue" in v:
+        return bool(v["boolValue"])
     if "arrayValue" in v:
-        return [value(x) for x in v["arrayValue"].get("values", [])]
+        return [value(x) for x in (v["arrayValue"] or {}).get("values") or []]
+    if "kvlistValue" in v:
+        return attributes((v["kvlistValue"] or {}).get("values"))
+    if "bytesValue" in v:
+        return v["bytesValue"]
     return None
 
 
-def attributes(items: Iterable[dict[str, Any]] | None) -> dict[str, Any]:
-    return {a["key"]: value(a.get("value", {})) for a in items or [] if isinstance(a, dict) and "key" in a}
+def attributes(items: Any) -> dict[str, Any]:
+    return {a["key"]: value(a.get("value")) for a in items or [] if isinstance(a, dict) and "key" in a}
 
 
-def spans_from_request(doc: dict[str, Any]) -> Iterator[Span]:
-    for rs in doc.get("resourceSpans", []) or []:
-        res = attributes(rs.get("resource", {}).get("attributes"))
-        service = str(res.get("service.name", ""))
-        for ss in rs.get("scopeSpans", []) or []:
-            for sp in ss.get("spans", []) or []:
+def _ns(raw: Any) -> int:
+    n = int(raw)
+    if n < 0:
+        raise MalformedError(f"negative time {raw!r}")
+    return n
+
+
+def spans_from_request(doc: Any) -> Iterator[Span]:
+    """The spans of one ExportTraceServiceRequest, or of a Jaeger /api/v3 answer (``{"result": ...}``).
+    Raises one of :data:`MALFORMED` on anything else."""
+    if not isinstance(doc, dict):
+        raise MalformedError(f"expected an object, got {type(doc).__name__}")
+    if "result" in doc and "resourceSpans" not in doc:
+        doc = doc["result"] or {}
+        if not isinstance(doc, dict):
+            raise MalformedError("'result' is not an object")
+    for rs in doc.get("resourceSpans") or []:
+        res = attributes((rs.get("resource") or {}).get("attributes"))
+        service = str(res.get("service.name") or "")
+        for ss in rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or []:
+            for sp in ss.get("spans") or []:
+                trace_id, span_id = hex_id(sp["traceId"], 16), hex_id(sp["spanId"], 8)
+                if not trace_id or not span_id:
+                    raise MalformedError("a span without traceId or spanId")
                 yield Span(
-                    trace_id=str(sp["traceId"]).lower(),
-                    span_id=str(sp["spanId"]).lower(),
-                    parent_id=str(sp.get("parentSpanId", "") or "").lower(),
+                    trace_id=trace_id,
+                    span_id=span_id,
+                    parent_id=hex_id(sp.get("parentSpanId"), 8),
                     name=str(sp["name"]),
-                    start_ns=int(sp["startTimeUnixNano"]),
-                    end_ns=int(sp["endTimeUnixNano"]),
+                    start_ns=_ns(sp["startTimeUnixNano"]),
+                    end_ns=_ns(sp["endTimeUnixNano"]),
                     attributes=attributes(sp.get("attributes")),
-                    error=(sp.get("status") or {}).get("code") in (_ERROR, "STATUS_CODE_ERROR"),
+                    status_error=(sp.get("status") or {}).get("code") in _STATUS_ERROR,
                     service=service,
                 )
 
 
-def read_file(path: Path) -> tuple[list[Span], int]:
-    """(spans, number of malformed lines) of a traces.jsonl file."""
-    import json
+def parse_request(doc: Any) -> list[Span]:
+    """All spans of one document, or one of :data:`MALFORMED` (nothing half-read)."""
+    return list(spans_from_request(doc))
 
-    spans: list[Span] = []
-    bad = 0
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            if not line.strip():
+
+@dataclass
+class FileRead:
+    spans: list[Span] = field(default_factory=list)
+    malformed: int = 0  # lines skipped
+    older: int = 0  # spans dropped for starting before min_start_ns
+
+
+def read_file(path: Path | str, min_start_ns: int = 0) -> FileRead:
+    """The spans of a traces.jsonl file. Spans starting before ``min_start_ns`` are dropped while
+    reading (a step starts before its children, so none of them belongs to a step in the window):
+    a long run's file need not fit in memory. Raises OSError only for the file itself."""
+    out = FileRead()
+    with open(path, "rb") as f:
+        for raw in f:
+            if not raw.strip():
                 continue
             try:
-                spans.extend(list(spans_from_request(json.loads(line))))  # a bad line adds nothing
-            except (ValueError, KeyError, TypeError, AttributeError):
-                bad += 1
-    return spans, bad
+                spans = parse_request(json.loads(raw))
+            except MALFORMED:
+                out.malformed += 1
+                continue
+            for span in spans:
+                if span.start_ns >= min_start_ns:
+                    out.spans.append(span)
+                else:
+                    out.older += 1
+    return out
+

@@ -3,6 +3,7 @@ importable into Grafana 10-12). Every query gets the dashboard's filters."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,9 +11,26 @@ from verl_otel import semconv as sc
 
 PROM_UID = "verl-prometheus"  # provisioned datasource uids (deploy/grafana/provisioning/datasources)
 JAEGER_UID = "verl-jaeger"
+#: Datasource template variables: the provisioned uids are their defaults, so the stack works as is and
+#: the JSON imports into any other Grafana (pick its Prometheus/Jaeger in the drop-downs).
+PROM_DS = {"type": "prometheus", "uid": "${datasource}"}
+JAEGER_DS = {"type": "jaeger", "uid": "${jaeger}"}
+#: Grafana built-ins a dashboard may reference besides its own variables.
+GRAFANA_BUILTINS = frozenset({"__rate_interval", "__interval", "__from", "__to", "__all"})
+
+#: Metrics from other exporters that dashboards and alerts use (name -> where it comes from); everything else
+#: must be a verl_otel.semconv metric (tests/test_dashboards.py checks every expression).
+DCGM_FB_USED = "DCGM_FI_DEV_FB_USED"
+DCGM_FB_FREE = "DCGM_FI_DEV_FB_FREE"
+EXTERNAL_METRICS: dict[str, str] = {
+    DCGM_FB_USED: "NVIDIA dcgm-exporter (`--profile gpu`): framebuffer memory used, MiB, labels gpu/UUID/Hostname",
+    DCGM_FB_FREE: "NVIDIA dcgm-exporter (`--profile gpu`): framebuffer memory free, MiB",
+}
 
 #: label matchers every verl query gets; the variables are defined per dashboard
 FILTERS = (f'{sc.LABEL_PROJECT}=~"$project", {sc.LABEL_EXPERIMENT}=~"$experiment", instance=~"$instance"')
+#: what "All" means for each filter variable (all_expressions() substitutes these for a concrete query)
+ALL_VALUES = {"$project": ".*", "$experiment": ".*", "$instance": ".*", "$__rate_interval": "1m"}
 
 
 def m(name: str, extra: str = "") -> str:
@@ -33,6 +51,7 @@ class Target:
     exemplar: bool = False
     instant: bool = False
     cpu_empty: str | None = None  # why this query may return nothing in the CPU demo
+    unit: str | None = None  # overrides the panel's unit for this query (a count beside durations)
 
 
 @dataclass(frozen=True)
@@ -65,23 +84,39 @@ class Dashboard:
         assert len(ids) == len(set(ids)), f"{self.uid}: duplicate panel ids"
 
 
-def _variable(name: str, label: str, query: str, regex_all: bool = True) -> dict[str, Any]:
+def _datasource_variable(name: str, label: str, kind: str, uid: str) -> dict[str, Any]:
+    return {"name": name, "label": label, "type": "datasource", "query": kind, "regex": "", "hide": 0,
+            "includeAll": False, "multi": False, "refresh": 1,
+            "current": {"selected": True, "text": label, "value": uid}}  # label = the provisioned name
+
+
+def _variable(name: str, label: str, query: str) -> dict[str, Any]:
     return {
-        "name": name, "label": label, "type": "query", "datasource": {"type": "prometheus", "uid": PROM_UID},
+        "name": name, "label": label, "type": "query", "datasource": PROM_DS,
         "query": {"query": query, "refId": f"var-{name}"}, "definition": query, "refresh": 2,
-        "includeAll": True, "multi": True, "allValue": ".*" if regex_all else None,
+        "includeAll": True, "multi": True, "allValue": ".*",
         "current": {"selected": True, "text": ["All"], "value": ["$__all"]}, "sort": 1,
     }
 
 
 def variables() -> list[dict[str, Any]]:
     step = sc.TRAINING_STEP.name
+    run = f'{sc.LABEL_PROJECT}=~"$project", {sc.LABEL_EXPERIMENT}=~"$experiment"'
     return [
+        _datasource_variable("datasource", "Prometheus", "prometheus", PROM_UID),
+        _datasource_variable("jaeger", "Jaeger", "jaeger", JAEGER_UID),
         _variable("project", "project", f"label_values({step}, {sc.LABEL_PROJECT})"),
         _variable("experiment", "experiment", f'label_values({step}{{{sc.LABEL_PROJECT}=~"$project"}}, '
                                               f"{sc.LABEL_EXPERIMENT})"),
-        _variable("instance", "instance", f"label_values({sc.ROLLOUT_SAMPLES_EXPECTED.name}, instance)"),
+        # every verl process of the selected runs (trainer, agent-loop workers, ...), not one kind only
+        _variable("instance", "instance", f'label_values({{__name__=~"verl_.+", {run}}}, instance)'),
     ]
+
+
+def explore_link(title: str, queries: list[dict[str, Any]], datasource: str) -> dict[str, Any]:
+    """A data link opening Grafana Explore (``panes`` URL of Grafana 10-12) over the panel's time range."""
+    pane = {"a": {"datasource": datasource, "queries": queries, "range": {"from": "${__from}", "to": "${__to}"}}}
+    return {"title": title, "url": "/explore?schemaVersion=1&panes=" + json.dumps(pane, separators=(",", ":"))}
 
 
 def _field_config(p: Panel) -> dict[str, Any]:
@@ -97,7 +132,14 @@ def _field_config(p: Panel) -> dict[str, Any]:
         defaults["max"] = p.max
     if p.links:
         defaults["links"] = list(p.links)
-    return {"defaults": defaults, "overrides": []}
+    overrides = [{"matcher": {"id": "byFrameRefID", "options": _ref_id(i)},
+                  "properties": [{"id": "unit", "value": t.unit}]}
+                 for i, t in enumerate(p.targets) if t.unit is not None]
+    return {"defaults": defaults, "overrides": overrides}
+
+
+def _ref_id(index: int) -> str:
+    return chr(ord("A") + index)
 
 
 def _options(p: Panel) -> dict[str, Any]:
@@ -113,27 +155,31 @@ def _options(p: Panel) -> dict[str, Any]:
     return {"showHeader": True}
 
 
+#: how many recent step traces the "slowest steps" table asks Jaeger for (it sorts them by duration)
+SLOW_STEPS_SEARCHED = 100
+
+
 def render_panel(p: Panel) -> dict[str, Any]:
     x, y, w, h = p.grid
     if p.kind == "traces-table":  # a Jaeger search: the slowest recent step traces, each a link
         return {
             "id": p.id, "type": "table", "title": p.title, "description": p.description,
             "gridPos": {"x": x, "y": y, "w": w, "h": h},
-            "datasource": {"type": "jaeger", "uid": JAEGER_UID},
-            "targets": [{"refId": "A", "datasource": {"type": "jaeger", "uid": JAEGER_UID}, "queryType": "search",
-                         "service": sc.SERVICE_NAME_DEFAULT, "operation": sc.SPAN_STEP, "limit": 20}],
+            "datasource": JAEGER_DS,
+            "targets": [{"refId": "A", "datasource": JAEGER_DS, "queryType": "search",
+                         "service": sc.SERVICE_NAME_DEFAULT, "operation": sc.SPAN_STEP, "limit": SLOW_STEPS_SEARCHED}],
             "options": {"showHeader": True, "sortBy": [{"displayName": "Duration", "desc": True}]},
             "fieldConfig": {"defaults": {}, "overrides": []},
         }
     targets = []
     for i, t in enumerate(p.targets):
-        targets.append({"refId": chr(ord("A") + i), "datasource": {"type": "prometheus", "uid": PROM_UID},
+        targets.append({"refId": _ref_id(i), "datasource": PROM_DS,
                         "expr": t.expr, "legendFormat": t.legend or "__auto", "exemplar": t.exemplar,
                         "instant": t.instant or p.kind in ("bargauge", "stat", "table"),
                         "range": not (t.instant or p.kind in ("bargauge", "stat", "table"))})
     return {
         "id": p.id, "type": "table" if p.kind == "table" else p.kind, "title": p.title, "description": p.description,
-        "gridPos": {"x": x, "y": y, "w": w, "h": h}, "datasource": {"type": "prometheus", "uid": PROM_UID},
+        "gridPos": {"x": x, "y": y, "w": w, "h": h}, "datasource": PROM_DS,
         "targets": targets, "fieldConfig": _field_config(p), "options": _options(p),
     }
 

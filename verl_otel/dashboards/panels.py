@@ -3,29 +3,36 @@
 from __future__ import annotations
 
 from verl_otel import semconv as sc
-from verl_otel.dashboards.model import JAEGER_UID, Dashboard, Panel, Target, key, m
+from verl_otel.dashboards.model import (
+    DCGM_FB_FREE, DCGM_FB_USED, JAEGER_DS, SLOW_STEPS_SEARCHED, Dashboard, Panel, Target, explore_link, key, m,
+)
 
 _R = "$__rate_interval"
-_TRACE_LINK = {"title": "open the step's trace in Jaeger", "url": "/explore?left=" + (
-    '{"datasource":"' + JAEGER_UID + '","queries":[{"refId":"A","queryType":"search","service":"'
-    + sc.SERVICE_NAME_DEFAULT + '","operation":"step"}]}')}
+_RUN = f"{sc.LABEL_PROJECT}, {sc.LABEL_EXPERIMENT}"  # one row per run when several are selected
+#: the exemplar dots link to one step's trace (datasource provisioning); this link searches all steps shown
+_TRACE_LINK = explore_link("search these steps' traces in Jaeger", [{
+    "refId": "A", "datasource": JAEGER_DS, "queryType": "search", "service": sc.SERVICE_NAME_DEFAULT,
+    "operation": sc.SPAN_STEP, "limit": SLOW_STEPS_SEARCHED}], JAEGER_DS["uid"])
 
 # -- verl training progress --------------------------------------------------------------------------
 RUN_PROGRESS = Panel(
     1, "Run progress",
     "Global step / planned steps (trainer.total_training_steps). Healthy: grows by one every step time.",
-    "bargauge", (Target(f"max({m(sc.TRAINING_STEP.name)}) / max({m(sc.TRAINING_STEPS_PLANNED.name)})",
-                        "run"),), unit="percentunit", max=1, grid=(0, 0, 8, 4))
+    "bargauge", (Target(f"max by ({_RUN}) ({m(sc.TRAINING_STEP.name)}) / "
+                        f"max by ({_RUN}) ({m(sc.TRAINING_STEPS_PLANNED.name)})", "{{verl_experiment}}"),),
+    unit="percentunit", max=1, grid=(0, 0, 8, 4))
 RUN_ETA = Panel(
     2, "Run ETA",
     "Time left: mean of the last 5 step durations x steps left. Healthy: falls steadily; a jump means slower steps.",
-    "stat", (Target(f"max({m(sc.TRAINING_ETA.name)})", "ETA"),
-             Target(f"max({m(sc.TRAINING_STEP.name)})", "step")), unit="s", grid=(8, 0, 8, 4))
+    "stat", (Target(f"max by ({_RUN}) ({m(sc.TRAINING_ETA.name)})", "ETA {{verl_experiment}}"),
+             Target(f"max by ({_RUN}) ({m(sc.TRAINING_STEP.name)})", "step {{verl_experiment}}", unit="none")),
+    unit="s", grid=(8, 0, 8, 4))
 PHASE_NOW = Panel(
     3, "Phase running now",
     "The phase in progress and its live elapsed time (the heartbeat): growing = working; compare with the "
     "phase's usual duration to tell slow from hung.",
-    "stat", (Target(f"max by (phase) ({m(sc.PHASE_ELAPSED.name)} and on(instance, phase) "
+    # elapsed and active come from the same process with the same labels: plain one-to-one matching
+    "stat", (Target(f"max by ({_RUN}, phase) ({m(sc.PHASE_ELAPSED.name)} and "
                     f"{m(sc.PHASE_ACTIVE.name)} == 1)", "{{phase}}"),), unit="s", grid=(16, 0, 8, 4),
     cpu_empty="between steps no phase runs (the demo spends most of its time in startup)")
 ROLLOUT_BARS = Panel(
@@ -44,7 +51,7 @@ ROLLOUT_ETA = Panel(
     "sample. Healthy: the oldest age stays near the typical sample time; a growing one is a lost request.",
     "stat", (
         Target(f"max by (mode) ({m(sc.ROLLOUT_ETA.name)})", "ETA {{mode}}"),
-        Target(f"sum by (mode) ({m(sc.ROLLOUT_SAMPLES_INFLIGHT.name)})", "in flight {{mode}}"),
+        Target(f"sum by (mode) ({m(sc.ROLLOUT_SAMPLES_INFLIGHT.name)})", "in flight {{mode}}", unit="none"),
         Target(f"max by (mode) ({m(sc.ROLLOUT_OLDEST_INFLIGHT.name)})", "oldest {{mode}}"),
     ), unit="s", grid=(12, 4, 12, 8))
 UPDATE_BARS = Panel(
@@ -58,7 +65,7 @@ UPDATE_ETA = Panel(
     7, "Update ETA and epoch",
     "Seconds left in the current actor/critic update and its PPO epoch.",
     "stat", (Target(f"max by (role) ({m(sc.UPDATE_ETA.name)})", "ETA {{role}}"),
-             Target(f"max by (role) ({m(sc.UPDATE_EPOCH.name)})", "epoch {{role}}")),
+             Target(f"max by (role) ({m(sc.UPDATE_EPOCH.name)})", "epoch {{role}}", unit="none")),
     unit="s", grid=(12, 12, 12, 6))
 STEP_STACK = Panel(
     8, "Step time by phase",
@@ -70,8 +77,8 @@ STEP_STACK = Panel(
     unit="s", stacked=True, grid=(0, 18, 12, 8))
 STEP_DURATION = Panel(
     9, "Step duration (exemplars link to the step's trace)",
-    "Median and max step duration from the step histogram; each exemplar dot is one step, linked to its "
-    "trace in Jaeger. Healthy: flat.",
+    "Median (p50, from the buckets) and mean step duration from the step histogram; each exemplar dot is one "
+    "step, linked to its trace in Jaeger. Healthy: flat.",
     "timeseries", (
         Target(f"histogram_quantile(0.5, sum by (le) (rate({m(sc.STEP_DURATION.name + '_bucket')}[{_R}])))",
                "p50", exemplar=True),
@@ -81,8 +88,8 @@ STEP_DURATION = Panel(
     cpu_empty="rate() needs two steps inside the rate window")
 SLOW_STEPS = Panel(
     10, "Slowest recent steps (Jaeger)",
-    "The most recent step traces from Jaeger, sortable by duration; click a trace ID to open the step and "
-    "see which phase made it slow (or run `verl-otel slow-steps`).",
+    f"The last {SLOW_STEPS_SEARCHED} step traces from Jaeger, slowest first; click a trace ID to open the step and "
+    "see which phase made it slow (or run `verl-otel slow-steps`). Healthy: durations close to each other.",
     "traces-table", (), grid=(0, 26, 12, 8))
 PHASE_DURATION = Panel(
     11, "Phase duration (mean over the window)",
@@ -107,6 +114,7 @@ PROGRESS = Dashboard(
 
 # -- verl training health (the signals of the log-reading guides) -------------------------------------
 _NO_CRITIC = "critic metrics exist only with a critic (algorithm.adv_estimator=gae); the demo runs GRPO"
+_NO_DCGM = "DCGM exporter runs only with `--profile gpu` on an NVIDIA host"
 
 
 def _curve(pid: int, title: str, description: str, keys: list[tuple[str, ...]], grid: tuple[int, int, int, int],
@@ -127,8 +135,9 @@ HEALTH = Dashboard(
                [("critic/score/mean", "score"), ("critic/rewards/mean", "reward")], (0, 0, 12, 8)),
         _curve(2, "Validation score", "val-core/* accuracy on the test set. Healthy: rises with the train score; "
                "train up but val flat = overfitting or reward hacking.", [("val-core/.*", "{{key}}")], (12, 0, 12, 8)),
-        _curve(3, "KL to the reference", "actor/ppo_kl and actor/kl_loss. Healthy: small (1e-3..1e-2); a blow-up "
-               "(>0.05) means the policy drifts off: lower temperature or raise the KL coefficient.",
+        _curve(3, "KL", "actor/kl_loss (KL to the reference policy, with use_kl_loss) and actor/ppo_kl (drift of one "
+               "update). Healthy: small (1e-3..1e-2); a blow-up (>0.05) means the policy drifts off: lower the "
+               "temperature or raise the KL coefficient; never count KL twice (in the loss and in the reward).",
                [("actor/ppo_kl", "ppo_kl"), ("actor/kl_loss", "kl_loss")], (0, 8, 12, 8)),
         _curve(4, "Entropy", "actor/entropy. Healthy: roughly 0.4-0.6 and slowly falling; a collapse towards 0 "
                "means no exploration left.", [("actor/entropy", "entropy")], (12, 8, 12, 8)),
@@ -146,13 +155,19 @@ HEALTH = Dashboard(
                 ("response_length/clip_ratio", "clip ratio")], (12, 24, 12, 8)),
         _curve(9, "Throughput", "perf/throughput, tokens per second per GPU. Healthy: flat; a drop with a "
                "longer step time is a slow phase.", [("perf/throughput", "tokens/s")], (0, 32, 12, 8)),
-        Panel(10, "Memory", "perf/max_memory_allocated_gb / reserved and each phase's peak GPU memory. Healthy: "
-              "well below the GPU's memory; close to it risks OOM.", "timeseries",
+        Panel(10, "Memory", "verl's perf/max_memory_allocated_gb / reserved, each phase's peak GPU memory and, with "
+              "the gpu profile, DCGM's used and total framebuffer per GPU. Healthy: well below the GPU's memory; "
+              "reserved close to the total risks OOM.", "timeseries",
               (Target(f"max by ({sc.LABEL_KEY}) ({key('perf/max_memory_(allocated|reserved)_gb')}) * 2^30",
                       "{{key}}"),
-               Target(f"max by (phase, role) ({m(sc.PHASE_PEAK_MEMORY.name)})", "peak {{phase}} {{role}}")),
-              unit="bytes", grid=(12, 32, 12, 8),
-              cpu_empty="per-phase peak memory needs torch.cuda (GPU); verl's perf/* keys appear on CPU too"),
+               Target(f"max by (phase, role) ({m(sc.PHASE_PEAK_MEMORY.name)})", "peak {{phase}} {{role}}",
+                      cpu_empty="per-phase peak memory needs torch.cuda (a GPU)"),
+               # DCGM series carry no run labels: the GPUs of the hosts Prometheus scrapes, in MiB
+               Target(f"max by (gpu, Hostname) ({DCGM_FB_USED}) * 2^20", "GPU {{gpu}} used (DCGM)",
+                      cpu_empty=_NO_DCGM),
+               Target(f"max by (gpu, Hostname) ({DCGM_FB_USED} + {DCGM_FB_FREE}) * 2^20",
+                      "GPU {{gpu}} total (DCGM)", cpu_empty=_NO_DCGM)),
+              unit="bytes", grid=(12, 32, 12, 8)),
         _curve(11, "Timing per phase", "timing_s/* per step. Healthy: stable; a growing phase is the bottleneck "
                "(gen slower than update = rollout-bound).", [("timing_s/.*", "{{key}}")], (0, 40, 24, 8), unit="s"),
     ))

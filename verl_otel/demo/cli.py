@@ -15,8 +15,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                                    "by the environment, as in a user's run.")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--out", default="./verl-otel-data")
-    p.add_argument("--trainer", choices=["v1", "legacy"], default="v1",
-                   help="v1: verl's default trainer (trainer.use_v1=true); legacy: RayPPOTrainer")
+    p.add_argument("--trainer", choices=["v1", "legacy", "colocate_async"], default="v1",
+                   help="v1: verl's default trainer (trainer.use_v1=true, sync); legacy: RayPPOTrainer; "
+                        "colocate_async: the v1 trainer's colocated async mode")
     p.add_argument("--adv", choices=["grpo", "gae"], default="grpo", help="gae adds verl's critic worker")
     p.add_argument("--slow", action="append", default=[], metavar="PHASE@STEP=SECONDS",
                    help="delay one phase of one step; PHASE: " + ", ".join(PHASES))

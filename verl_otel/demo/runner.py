@@ -15,7 +15,7 @@ from verl_otel.demo.cpu_plugin import ENV_LINGER
 from verl_otel.demo.slow import ENV as ENV_SLOW
 from verl_otel.demo.slow import SlowSpec
 
-TRAINERS = ("v1", "legacy")
+TRAINERS = ("v1", "legacy", "colocate_async")
 _FP32 = ["param_dtype=fp32", "reduce_dtype=fp32", "buffer_dtype=fp32"]
 
 
@@ -74,7 +74,8 @@ def overrides(asset_dir: Path, ckpt_dir: Path, steps: int, test_freq: int, train
     if trainer == "legacy":
         ov.append("trainer.use_v1=false")
     else:
-        ov += ["trainer.use_v1=true", "trainer.v1.trainer_mode=sync",
+        mode = "sync" if trainer == "v1" else trainer
+        ov += ["trainer.use_v1=true", f"trainer.v1.trainer_mode={mode}",
                # TransferQueue: one storage unit (each reserves a CPU; verl's default 8 need 9 CPUs)
                "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
                "transfer_queue.backend.SimpleStorage.total_storage_size=10000"]

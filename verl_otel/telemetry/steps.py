@@ -33,6 +33,7 @@ class RunInfo:
     steps_planned: int | None
     rollout_n: int | None
     batch_size: int | None
+    mode: str | None = None
 
 
 @dataclass
@@ -86,6 +87,10 @@ def _cfg(config: Any, path: str, default: Any = None) -> Any:
     return node
 
 
+def _str(v: Any) -> str | None:
+    return None if v is None else str(v)
+
+
 def run_info_from_trainer(trainer: Any, kind: str) -> RunInfo:
     config = getattr(trainer, "config", None)
 
@@ -105,6 +110,7 @@ def run_info_from_trainer(trainer: Any, kind: str) -> RunInfo:
         steps_planned=planned,
         rollout_n=_int(_cfg(config, "actor_rollout_ref.rollout.n")),
         batch_size=_int(_cfg(config, "data.train_batch_size")),
+        mode=_str(_cfg(config, "trainer.v1.trainer_mode")) if kind == sc.TRAINER_V1 else None,
     )
 
 
@@ -236,7 +242,7 @@ class StepTracer:
             attrs.update({sc.ATTR_TRAINER: run.trainer, sc.ATTR_PROJECT: run.project,
                           sc.ATTR_EXPERIMENT: run.experiment})
             for key, val in ((sc.ATTR_ROLLOUT_N, run.rollout_n), (sc.ATTR_BATCH_SIZE, run.batch_size),
-                             (sc.ATTR_STEPS_PLANNED, run.steps_planned)):
+                             (sc.ATTR_STEPS_PLANNED, run.steps_planned), (sc.ATTR_TRAINER_MODE, run.mode)):
                 if val is not None:
                     attrs[key] = val
         # a fresh root: each step is its own trace whatever context the caller runs in

@@ -1,0 +1,116 @@
+"""Alert rules: promtool checks them and runs their unit tests (each alert firing and not firing), thresholds
+can be overridden, and a real Prometheus evaluates every rule on data without an error."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from prom_server import MetricsEndpoint, available, prom_factory  # noqa: F401 (prom_factory is a fixture)
+from synthetic_metrics import exposition
+
+from verl_otel.dashboards import alerts, build
+
+ROOT = Path(__file__).resolve().parents[1]
+RULES = ROOT / "deploy/prometheus/rules/verl-alerts.yml"
+TESTS = ROOT / "deploy/prometheus/tests/verl-alerts.test.yml"
+needs_promtool = pytest.mark.skipif(not available(), reason="promtool not installed (`make prometheus` installs it)")
+
+
+def _promtool(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["promtool", *args], capture_output=True, text=True, timeout=120)
+
+
+@needs_promtool
+def test_promtool_check_rules():
+    proc = _promtool("check", "rules", str(RULES))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"{len(alerts.rules())} rules found" in proc.stdout, proc.stdout
+
+
+@needs_promtool
+def test_promtool_unit_tests_pass():
+    proc = _promtool("test", "rules", str(TESTS))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_every_alert_is_tested_firing_and_not_firing():
+    doc = yaml.safe_load(TESTS.read_text())
+    assert doc["rule_files"] == ["../rules/verl-alerts.yml"]
+    firing: set[str] = set()
+    quiet: set[str] = set()
+    for case in doc["tests"]:
+        for ev in case.get("alert_rule_test", []):
+            (firing if ev.get("exp_alerts") else quiet).add(ev["alertname"])
+    names = {r.name for r in alerts.rules()}
+    assert firing == names, f"never tested firing: {names - firing}"
+    assert quiet == names, f"never tested quiet: {names - quiet}"
+
+
+def test_rules_are_well_formed():
+    doc = yaml.safe_load(RULES.read_text())
+    rules = [r for g in doc["groups"] for r in g["rules"]]
+    assert [r["alert"] for r in rules] == [r.name for r in alerts.rules()]
+    assert len({r["alert"] for r in rules}) == len(rules)
+    for r in rules:
+        assert r["labels"]["severity"] in ("warning", "critical"), r["alert"]
+        assert r["annotations"]["summary"] and r["annotations"]["description"], r["alert"]
+        assert re.fullmatch(r"\d+[smh]", r["for"]), r["alert"]
+
+
+def test_every_threshold_default_is_documented_in_the_readme():
+    readme = (ROOT / "deploy/README.md").read_text()
+    for name, value in vars(alerts.Thresholds()).items():
+        assert f"| `{name}` | {value} |" in readme, name
+
+
+@needs_promtool
+def test_thresholds_can_be_overridden(tmp_path):
+    out = tmp_path / "my-rules" / "verl-alerts.yml"
+    assert build.main(["--threshold", "kl_max=0.2", "--threshold", "rollout_stall_window=30m",
+                       "--threshold", "gpu_memory_gb=141", "--rules-out", str(out)]) == 0
+    rules = {r["alert"]: r for r in yaml.safe_load(out.read_text())["groups"][0]["rules"]}
+    assert rules["VerlKLBlowUp"]["expr"].endswith("> 0.2")
+    assert "[30m]" in rules["VerlRolloutStalled"]["expr"] and "> 1800" in rules["VerlRolloutStalled"]["expr"]
+    assert "> 133.95" in rules["VerlGPUMemoryNearLimit"]["expr"]
+    assert "30m" in rules["VerlRolloutStalled"]["annotations"]["description"]
+    proc = _promtool("check", "rules", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert out.read_text() != RULES.read_text() and build.main(["--check"]) == 0, "the committed rules keep defaults"
+
+
+@pytest.mark.parametrize("bad", [["--threshold", "nope=1", "--rules-out", "x.yml"],
+                                 ["--threshold", "rollout_stall_window=ten", "--rules-out", "x.yml"],
+                                 ["--threshold", "kl_max=0.2"]])
+def test_bad_threshold_overrides_are_refused(bad, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        build.main(bad)
+    assert exc.value.code == 2
+    assert not (tmp_path / "x.yml").exists()
+
+
+def test_every_rule_evaluates_on_data_in_real_prometheus(prom_factory):  # noqa: F811 (pytest fixture)
+    """Every rule expression, on two runs behind one instance, evaluates without error (a healthy synthetic run:
+    rules may be empty, but must not fail)."""
+    with MetricsEndpoint(exposition()) as endpoint:
+        prom = prom_factory(config={
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(RULES)],
+            "scrape_configs": [{"job_name": "verl", "static_configs": [{"targets": [endpoint.address]}]}]})
+        prom.wait_for('up{job="verl"} == 1')
+        for rule in alerts.rules():
+            prom.query(rule.expr)  # raises ValueError with Prometheus' error
+        deadline = time.monotonic() + 15
+        while True:  # the rule manager's own evaluations: health "ok" once each rule ran without an error
+            loaded = {r["name"]: r for g in prom.api("rules")["groups"] for r in g["rules"]}
+            if all(r["health"] == "ok" for r in loaded.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert set(loaded) == {r.name for r in alerts.rules()}
+        assert {n: r.get("lastError") for n, r in loaded.items() if r["health"] != "ok"} == {}

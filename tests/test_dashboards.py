@@ -1,0 +1,179 @@
+"""The generated dashboards: committed JSON == generator, structure Grafana 10-12 imports, every metric and label
+from semconv (or a listed external exporter), and every expression evaluated by a real Prometheus on data."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from prom_server import MetricsEndpoint, PromServer, available
+from synthetic_metrics import exposition
+
+from verl_otel import semconv as sc
+from verl_otel.dashboards import all_expressions, alerts, build, concrete, model, panels
+
+ROOT = Path(__file__).resolve().parents[1]
+VARIABLES = {"datasource", "jaeger", "project", "experiment", "instance"}
+
+
+def _doc(uid: str) -> dict:
+    return json.loads((ROOT / "grafana" / f"{uid}.json").read_text())
+
+
+def test_committed_files_equal_the_generator_output():
+    assert build.main(["--check"]) == 0, "run `python -m verl_otel.dashboards.build` and commit"
+    assert sorted(p.name for p in (ROOT / "grafana").glob("*.json")) == sorted(
+        f"{d.uid}.json" for d in panels.DASHBOARDS), "a dashboard JSON without a generator (or the reverse)"
+
+
+def test_check_reports_drift(tmp_path, capsys):
+    for rel in build.outputs():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / rel, tmp_path / rel)
+    assert build.main(["--check", "--root", str(tmp_path)]) == 0
+    path = tmp_path / "grafana" / f"{panels.PROGRESS.uid}.json"
+    path.write_text(path.read_text().replace("Run progress", "Run progres"))
+    assert build.main(["--check", "--root", str(tmp_path)]) == 1
+    assert "verl-training-progress.json" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dash", panels.DASHBOARDS, ids=lambda d: d.uid)
+def test_dashboard_structure(dash):
+    doc = _doc(dash.uid)
+    assert doc["uid"] == dash.uid and doc["title"] and doc["schemaVersion"] == 39
+    assert {v["name"] for v in doc["templating"]["list"]} == VARIABLES
+    ids = [p["id"] for p in doc["panels"]]
+    assert len(ids) == len(set(ids)), "panel ids must be unique"
+    cells: set[tuple[int, int]] = set()
+    for p in doc["panels"]:
+        assert p["description"].strip().endswith("."), f"{p['title']}: one sentence on what healthy looks like"
+        assert "healthy" in p["description"].lower() or p["type"] == "stat", p["title"]
+        g = p["gridPos"]
+        assert 0 <= g["x"] and g["x"] + g["w"] <= 24, p["title"]
+        mine = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
+        assert not cells & mine, f"{p['title']} overlaps another panel"
+        cells |= mine
+        if p["datasource"]["type"] == "prometheus":
+            assert p["targets"] and all(t["expr"] for t in p["targets"]), p["title"]
+            assert len({t["refId"] for t in p["targets"]}) == len(p["targets"])
+
+
+def test_every_panel_constant_has_title_unit_and_description():
+    for dash in panels.DASHBOARDS:
+        for p in dash.panels:
+            assert p.title and p.unit and len(p.description) > 40, p
+            assert p.kind == "traces-table" or p.targets, p.title
+
+
+def test_no_template_leftovers():
+    """Only defined variables and Grafana built-ins; no Python format fields or reprs left in the JSON."""
+    for dash in panels.DASHBOARDS:
+        text = (ROOT / "grafana" / f"{dash.uid}.json").read_text()
+        for ref in re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", text):
+            assert ref in VARIABLES or ref in model.GRAFANA_BUILTINS, f"{dash.uid}: undefined variable ${ref}"
+        for t in (t for p in dash.panels for t in p.targets):
+            assert not re.search(r"(?<!\{)\{[A-Za-z_][A-Za-z0-9_.]*\}(?!\})", t.expr), t.expr  # {FILTERS}
+            assert "None" not in t.expr and "sc." not in t.expr and "  " not in t.expr, t.expr
+            assert not re.search(r"\{\{(?!\s*[A-Za-z_][A-Za-z0-9_]*\s*\}\})", t.legend), t.legend
+
+
+def test_every_verl_query_carries_the_dashboard_filters():
+    for dash in panels.DASHBOARDS:
+        for p in dash.panels:
+            for t in p.targets:
+                metrics, _ = _names_and_labels(t.expr)
+                for name in metrics - set(model.EXTERNAL_METRICS):
+                    for sel in re.finditer(rf"(?<![\w\"]){name}\b(\{{[^}}]*\}})?", t.expr):
+                        assert model.FILTERS in (sel[1] or ""), f"{p.title}: {sel[0]} ignores the run filters"
+
+
+_FUNCTIONS = {
+    "sum", "max", "min", "avg", "count", "topk", "bottomk", "quantile", "by", "on", "and", "or", "unless", "without",
+    "ignoring", "group_left", "group_right", "bool", "offset", "rate", "irate", "increase", "delta", "changes",
+    "resets", "time", "histogram_quantile", "clamp_min", "clamp_max", "abs", "max_over_time", "min_over_time",
+    "avg_over_time", "quantile_over_time", "sum_over_time", "count_over_time", "absent", "label_replace", "e",
+}
+_LABELS = ({lbl for m in sc.METRICS for lbl in m.labels}
+           | {"le", "instance", "job", sc.LABEL_PROJECT, sc.LABEL_EXPERIMENT, sc.LABEL_PROCESS_ROLE, "gpu", "Hostname"})
+
+
+def _names_and_labels(expr: str) -> tuple[set[str], set[str]]:
+    """(metric names, grouping/matching labels) of a PromQL expression."""
+    labels: set[str] = set()
+    for group in re.findall(r"\b(?:by|on|without|ignoring|group_left|group_right)\s*\(([^)]*)\)", expr):
+        labels |= {s.strip() for s in group.split(",") if s.strip()}
+    stripped = re.sub(r"\b(?:by|on|without|ignoring|group_left|group_right)\s*\([^)]*\)", " ", expr)
+    stripped = re.sub(r'"[^"]*"', '""', stripped)
+    for matchers in re.findall(r"\{([^}]*)\}", stripped):
+        labels |= set(re.findall(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)", matchers))
+    stripped = re.sub(r"\{[^}]*\}|\[[^\]]*\]", " ", stripped)
+    idents = set(re.findall(r"(?<![\w.])[A-Za-z_:][A-Za-z0-9_:]*", stripped)) - _FUNCTIONS
+    return idents, labels - {"__name__"}
+
+
+def test_every_metric_and_label_is_semconv_or_a_listed_external():
+    names = {m.name for m in sc.METRICS}
+    names |= {f"{m.name}_{s}" for m in sc.METRICS if m.kind == "histogram" for s in ("bucket", "sum", "count")}
+    for where, expr, _ in all_expressions():
+        metrics, labels = _names_and_labels(expr)
+        unknown = metrics - names - set(model.EXTERNAL_METRICS)
+        assert not unknown, f"{where}: {unknown} is neither in verl_otel.semconv nor in EXTERNAL_METRICS"
+        assert labels <= _LABELS, f"{where}: unknown labels {labels - _LABELS}"
+    used = {n for _, e, _ in all_expressions() for n in _names_and_labels(e)[0]}
+    assert used & set(model.EXTERNAL_METRICS) == set(model.EXTERNAL_METRICS), "unused EXTERNAL_METRICS entry"
+
+
+def test_all_expressions_lists_every_query_variable_and_rule():
+    exprs = all_expressions()
+    n_targets = sum(len(p.targets) for d in panels.DASHBOARDS for p in d.panels)
+    n_vars = len(panels.DASHBOARDS) * sum(1 for v in model.variables() if v["type"] == "query")
+    assert len(exprs) == n_targets + n_vars + len(alerts.rules())
+    assert len({w for w, _, _ in exprs}) == len(exprs), "where-names must be unique"
+    for where, expr, reason in exprs:
+        assert reason is None or reason.strip(), where
+        assert "$" not in concrete(expr), where
+
+
+# -- a real Prometheus, scraping one synthetic target that carries every metric for two runs -----------------------
+@pytest.fixture(scope="session")
+def prom_with_data(tmp_path_factory):
+    if not available():
+        pytest.skip("prometheus not installed (`make prometheus` or apt-get install prometheus)")
+    with MetricsEndpoint(exposition()) as endpoint:
+        config = {"global": {"scrape_interval": "1s"},
+                  "scrape_configs": [{"job_name": "verl", "static_configs": [{"targets": [endpoint.address]}]}]}
+        with PromServer(tmp_path_factory.mktemp("prom-dash"), config=config) as prom:
+            prom.wait_for('up{job="verl"} == 1')
+            time.sleep(3.5)  # a few scrapes, so rate() over the 1m rate interval has two samples
+            yield prom
+
+
+def test_every_dashboard_expression_evaluates_and_returns_data(prom_with_data):
+    """Parse errors, evaluation errors (e.g. many-to-many matching) and queries that cannot match the metrics'
+    label sets all fail here; Grafana would show them as errors or empty panels."""
+    failures = []
+    for where, expr, _ in all_expressions():
+        if where.startswith("alert/"):
+            continue
+        try:
+            if not prom_with_data.query(concrete(expr)):
+                failures.append(f"{where}: no data")
+        except ValueError as err:  # Prometheus' own error message
+            failures.append(f"{where}: {err}")
+    assert not failures, "\n".join(failures)
+
+
+def test_filters_select_one_run(prom_with_data):
+    """The $experiment variable narrows every panel to one run (both runs share one instance, as behind the
+    Collector)."""
+    for where, expr, _ in all_expressions():
+        if where.startswith("alert/") or "$experiment" not in expr:
+            continue
+        rows = prom_with_data.query(concrete(expr.replace("$experiment", "e1")))
+        assert rows, where
+        assert {r["metric"].get(sc.LABEL_EXPERIMENT, "e1") for r in rows} == {"e1"}, where
