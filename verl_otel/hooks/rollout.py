@@ -18,13 +18,12 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from verl_otel import semconv as sc
-from verl_otel.hooks._safe import safe
+from verl_otel.hooks._safe import once, safe
 from verl_otel.hooks.registry import HookTarget
 from verl_otel.telemetry.rollout import TRACKER
 
 _AL = "verl.experimental.agent_loop.agent_loop"
 _TQ = "verl.trainer.ppo.v1.agent_loop_tq"
-_wired = False
 
 
 def _worker_index() -> int | None:
@@ -39,12 +38,9 @@ def _worker_index() -> int | None:
     return int(m.group(1)) if m else None
 
 
+@once
 def _wire(worker: Any = None) -> None:
     """First batch in this process: it is an agent-loop worker; start its exporters."""
-    global _wired
-    if _wired:
-        return
-    _wired = True
     from verl_otel import config
     from verl_otel.export import setup
     from verl_otel.telemetry.metrics import STATE
@@ -178,16 +174,11 @@ def _on_tq_batch(instance: Any, batch: Any) -> None:
     TRACKER.batch_started(_mode(validate), step, len(batch) * n, tp)
 
 
-def tq_worker_generate(original: Callable[..., Any]) -> Callable[..., Any]:
-    """A plain function wrapper (cloudpickle carries it to the worker with the class)."""
-
-    @functools.wraps(original)
-    async def generate_sequences(self: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
-        safe(_on_tq_batch, self, batch)
-        return await original(self, batch, *args, **kwargs)
-
-    generate_sequences.__verl_otel_original__ = original  # type: ignore[attr-defined]
-    return generate_sequences
+def _tq_worker_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+                        kwargs: dict[str, Any]) -> Any:
+    batch = args[0] if args else kwargs.get("batch")
+    safe(_on_tq_batch, instance, batch)
+    return wrapped(*args, **kwargs)
 
 
 ROLLOUT_TARGETS: tuple[HookTarget, ...] = (
@@ -199,6 +190,7 @@ ROLLOUT_TARGETS: tuple[HookTarget, ...] = (
                min_verl="0.7.1", replace=_patch_legacy_manager),
     HookTarget(_TQ, "AgentLoopManagerTQ.generate_sequences", _tq_manager_generate,
                "trace context to v1 agent-loop workers", min_verl="0.9.0"),
-    HookTarget(_TQ, "AgentLoopWorkerTQ.__ray_metadata__.modified_class.generate_sequences", None,
-               "rollout progress (v1)", min_verl="0.9.0", replace=tq_worker_generate),
+    # a module-level @ray.remote class, pickled by value: patched on its modified_class in the creating process
+    HookTarget.actor_method(_TQ, "AgentLoopWorkerTQ.__ray_metadata__.modified_class.generate_sequences",
+                            _tq_worker_generate, "rollout progress (v1)", min_verl="0.9.0"),
 )

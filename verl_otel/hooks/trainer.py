@@ -12,11 +12,10 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from verl_otel import semconv as sc
-from verl_otel.hooks._safe import safe
+from verl_otel.hooks._safe import once, safe
 from verl_otel.hooks.registry import HookTarget
 from verl_otel.telemetry.steps import TRACER
 
-_wired = False
 
 
 def _declare_run(trainer: Any) -> None:
@@ -28,12 +27,9 @@ def _declare_run(trainer: Any) -> None:
     setup.set_run(info.project, info.experiment)
 
 
+@once
 def _wire_observers() -> None:
     """Attach the console (and metrics) observers once, in the process where fit() runs."""
-    global _wired
-    if _wired:
-        return
-    _wired = True
     from verl_otel import config
     from verl_otel.export import setup
     from verl_otel.telemetry.console import StepConsole

@@ -9,19 +9,15 @@ from collections.abc import Callable
 from typing import Any
 
 from verl_otel import semconv as sc
-from verl_otel.hooks._safe import safe
+from verl_otel.hooks._safe import once, safe
 from verl_otel.hooks.registry import HookTarget
 from verl_otel.telemetry.update import TRACKER
 
 _EW = "verl.workers.engine_workers"
-_wired = False
 
 
+@once
 def _wire() -> None:
-    global _wired
-    if _wired:
-        return
-    _wired = True
     from verl_otel import config
     from verl_otel.export import setup
     from verl_otel.telemetry.metrics import STATE
