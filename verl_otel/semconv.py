@@ -49,6 +49,9 @@ VERL_TIMER_TO_PHASE: Final[dict[str, str]] = {
     "switch_to_rollout": "switch_to_rollout",
     "switch_wait": "switch_wait",
     "dump_rollout_generations": "dump_rollout_generations",
+    # fully_async's trainer
+    "wait_for_enough_samples": "wait_for_enough_samples",
+    "timing_s/param_sync": "param_sync",
 }
 #: verl's timer around the whole step (the root span is opened by our fit/step hook instead).
 VERL_TIMER_STEP: Final = "step"
