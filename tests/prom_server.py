@@ -186,5 +186,5 @@ def prom_factory(tmp_path: Path) -> Iterator[Callable[..., PromServer]]:
         return server.start()
 
     yield start
-    for server in started:
+    for server in reversed(started):  # an agent stops before the server it flushes its remote-write queue to
         server.stop()

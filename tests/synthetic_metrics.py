@@ -17,7 +17,7 @@ VERL_KEYS = (
     "critic/score/mean", "critic/rewards/mean", "critic/grad_norm", "critic/vf_loss",
     "actor/entropy", "actor/grad_norm", "actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/kl_loss",
     "response_length/mean", "response_length/max", "response_length/clip_ratio",
-    "perf/throughput", "perf/max_memory_allocated_gb", "perf/max_memory_reserved_gb",
+    "perf/throughput", "perf/max_memory_allocated_gb", "actor/perf/max_memory_reserved_gb",
     "timing_s/step", "timing_s/gen", "timing_s/update_actor", "val-core/openai/gsm8k/acc/mean@1",
 )
 

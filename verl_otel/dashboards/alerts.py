@@ -13,7 +13,8 @@ from verl_otel import semconv as sc
 from verl_otel.dashboards.model import DCGM_FB_FREE, DCGM_FB_USED
 
 BY = f"{sc.LABEL_PROJECT}, {sc.LABEL_EXPERIMENT}, instance"
-RUN = f"{sc.LABEL_PROJECT}, {sc.LABEL_EXPERIMENT}"  # a restarted trainer gets a new instance, not a new run
+RUN = f"{sc.LABEL_PROJECT}, {sc.LABEL_EXPERIMENT}"
+MEMORY_KEY_RE = "(.+/)?perf/max_memory_reserved_gb"  # actor/perf/... since verl 0.9, perf/... before  # a restarted trainer gets a new instance, not a new run
 
 
 def _seconds(window: str) -> float:
@@ -46,7 +47,8 @@ class Thresholds:
     kl_max: float = _t(0.05, "VerlKLBlowUp: actor/ppo_kl or actor/kl_loss above this for 5m (healthy 1e-3..1e-2)")
     entropy_min: float = _t(0.05, "VerlEntropyCollapse: actor/entropy below this for 10m (healthy 0.4-0.6 early)")
     memory_fraction: float = _t(0.95, "VerlGPUMemoryNearLimit: DCGM used/total above this, or ...")
-    gpu_memory_gb: float = _t(80.0, "... verl's perf/max_memory_reserved_gb above memory_fraction x this (GPU size)")
+    gpu_memory_gb: float = _t(80.0, "... verl's [actor/]perf/max_memory_reserved_gb above memory_fraction x this "
+                                    "(GPU size)")
     step_regression_factor: float = _t(1.5, "VerlStepTimeRegression: 15m mean of timing_s/step above this many "
                                             "times its 6h median")
     run_gone_window: str = _t("1h", "VerlRunGone: a run that reported within this window and vanished short of "
@@ -140,7 +142,9 @@ def rules(t: Thresholds = Thresholds()) -> list[Rule]:
              f"Entropy below {t.entropy_min:g}: the policy stopped exploring."),
         Rule("VerlGPUMemoryNearLimit",
              f"({DCGM_FB_USED} / ({DCGM_FB_USED} + {DCGM_FB_FREE}) > {t.memory_fraction:g}) "
-             f"or ({_k('perf/max_memory_reserved_gb')} > {t.memory_fraction * t.gpu_memory_gb:g})",
+             # verl 0.9 logs it as actor/perf/..., older releases without the prefix
+             f'or ({sc.TRAINING_METRIC.name}{{{sc.LABEL_KEY}=~"{MEMORY_KEY_RE}"}} '
+             f"> {t.memory_fraction * t.gpu_memory_gb:g})",
              "5m", "warning", "GPU memory near the limit",
              f"GPU memory above {t.memory_fraction:.0%} of the device ({t.gpu_memory_gb:g} GB assumed for "
              "verl's perf/max_memory_reserved_gb): OOM risk."),

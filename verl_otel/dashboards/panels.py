@@ -155,10 +155,11 @@ HEALTH = Dashboard(
                 ("response_length/clip_ratio", "clip ratio")], (12, 24, 12, 8)),
         _curve(9, "Throughput", "perf/throughput, tokens per second per GPU. Healthy: flat; a drop with a "
                "longer step time is a slow phase.", [("perf/throughput", "tokens/s")], (0, 32, 12, 8)),
-        Panel(10, "Memory", "verl's perf/max_memory_allocated_gb / reserved, each phase's peak GPU memory and, with "
+        Panel(10, "Memory", "verl's [actor/]perf/max_memory_allocated_gb / reserved, each phase's peak GPU memory and, with "
               "the gpu profile, DCGM's used and total framebuffer per GPU. Healthy: well below the GPU's memory; "
               "reserved close to the total risks OOM.", "timeseries",
-              (Target(f"max by ({sc.LABEL_KEY}) ({key('perf/max_memory_(allocated|reserved)_gb')}) * 2^30",
+              # actor/perf/... since verl 0.9, perf/... before
+              (Target(f"max by ({sc.LABEL_KEY}) ({key('(.+/)?perf/max_memory_(allocated|reserved)_gb')}) * 2^30",
                       "{{key}}"),
                Target(f"max by (phase, role) ({m(sc.PHASE_PEAK_MEMORY.name)})", "peak {{phase}} {{role}}",
                       cpu_empty="per-phase peak memory needs torch.cuda (a GPU)"),
