@@ -2,7 +2,8 @@
 
 1. Modeled realistic step (bench/modeled_step.py): verl's real timer/logger, sleeps for the compute,
    N samples through the rollout tracker; telemetry off vs the embedded default vs OTLP push to a
-   local protocol-level receiver vs everything on (+ VERL_PROGRESS_LOG), alternated, several rounds.
+   local protocol-level receiver vs everything on (+ VERL_PROGRESS_LOG), and under faults (collector
+   unreachable, collector answering after 3 s), alternated, several rounds.
 2. The CPU demo's fit() (real verl, FSDP2 workers) with telemetry off vs on (--demo, slow: minutes).
 3. Microbenchmarks (bench/micro.py).
 
@@ -47,17 +48,20 @@ def main() -> None:
     ap.add_argument("--demo", action="store_true", help="also compare the CPU demo's fit() off vs on (minutes)")
     args = ap.parse_args()
 
-    from otlp_receiver import OtlpReceiver
+    from otlp_receiver import OtlpReceiver, free_port
 
     tmp = Path(tempfile.mkdtemp(prefix="verl-otel-bench-"))
-    results: dict[str, list[float]] = {"off": [], "embedded": [], "otlp": [], "all": []}
-    with OtlpReceiver() as rx:
+    results: dict[str, list[float]] = {"off": [], "embedded": [], "otlp": [], "all": [], "dead": [], "slow": []}
+    with OtlpReceiver() as rx, OtlpReceiver(delay_s=3.0) as slow_rx:
         variants = {
             "off": _env(VERL_OTEL_ENABLED="0"),
             "embedded": _env(VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(tmp / "embedded")),
             "otlp": _env(OTEL_EXPORTER_OTLP_ENDPOINT=rx.grpc_endpoint, VERL_OTEL_DIR=str(tmp / "otlp")),
             "all": _env(OTEL_EXPORTER_OTLP_ENDPOINT=rx.grpc_endpoint, VERL_OTEL_DIR=str(tmp / "all"),
                         VERL_OTEL_PROMETHEUS_PORT="0", VERL_PROGRESS_LOG="1", VERL_OTEL_CONSOLE="1"),
+            # faults: the collector unreachable, and one answering every export after 3 s
+            "dead": _env(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{free_port()}", VERL_OTEL_DIR=str(tmp / "d")),
+            "slow": _env(OTEL_EXPORTER_OTLP_ENDPOINT=slow_rx.grpc_endpoint, VERL_OTEL_DIR=str(tmp / "s")),
         }
         for r in range(args.rounds):
             for name, env in variants.items():
