@@ -124,3 +124,8 @@ def v1_run_6(tmp_path_factory):
 @pytest.fixture(scope="session")
 def legacy_run(tmp_path_factory):
     return start_demo(tmp_path_factory.mktemp("demo-legacy"), "legacy", 3, [], scrape=False)
+
+
+@pytest.fixture(scope="session")
+def colocate_async_run(tmp_path_factory):
+    return start_demo(tmp_path_factory.mktemp("demo-colocate"), "colocate_async", 2, [], scrape=False)

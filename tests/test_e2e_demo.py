@@ -142,3 +142,19 @@ def test_slow_steps_cli_names_step_and_phase(v1_run, capsys):
     assert slow["attributes"]["verl.global_step"] == 3 and slow["trace_id"] == top["trace_id"]
     assert parent_chain(slow, spans) == ["rollout.sample", "rollout.worker", "step"] or \
         parent_chain(slow, spans) == ["rollout.sample", "rollout.worker", "rollout", "step"]
+
+
+def test_v1_colocate_async_steps_are_traces(colocate_async_run):
+    run = colocate_async_run
+    assert run.rc == 0, run.log_tail()
+    by_step = steps(load_spans(run.out / "traces.jsonl"))
+    assert sorted(by_step) == [0, 1, 2]
+    for number in (1, 2):
+        root = by_step[number]["root"]
+        assert root["attributes"]["verl.trainer"] == "v1"
+        assert root["attributes"]["verl.trainer_mode"] == "colocate_async"
+        assert SYNC_PHASES <= set(_phase_names(by_step[number])), _phase_names(by_step[number])
+    # validation generations (the demo sets trainer.log_val_generations=2): counted, no text by default
+    validate = [s for s in by_step[2]["spans"] if s["name"] == "validate"][0]
+    assert validate["attributes"]["verl.val_generations.count"] == 2
+    assert validate["events"].count("verl.val_generation") == 2
