@@ -1,35 +1,19 @@
 """Smoke test of ``verl-otel demo`` itself: verl's real entry point (python -m verl.trainer.main_ppo) runs to
 completion on the CPU for both trainers, writes its checkpoint, and ``--slow`` delays the phase it names inside
-the real worker. Asserts on verl's own console output only (not on our telemetry)."""
+the real worker. Asserts on verl's own console output only (not on our telemetry); the runs are the e2e
+session's (conftest fixtures)."""
 
 from __future__ import annotations
 
-import os
-import re
 from pathlib import Path
 
 import pytest
 
-from conftest import clean_env
+from verl_log import step_metrics
 
 pytestmark = pytest.mark.verl
 
-STEPS = 2
-SLOW_S = 3.0
-_STEP_LINE = re.compile(r"(?:^|\s)step:(\d+) - (.*)$", re.M)
-
-
-def step_metrics(log: str) -> dict[int, dict[str, float]]:
-    """verl's per-step console line (``step:N - key:value - ...``, behind Ray's ``(TaskRunner pid=..)`` prefix)."""
-    out: dict[int, dict[str, float]] = {}
-    for m in _STEP_LINE.finditer(log):
-        metrics = out.setdefault(int(m[1]), {})
-        for part in m[2].split(" - "):
-            key, _, value = part.strip().rpartition(":")
-            number = re.fullmatch(r"(?:np\.\w+\()?([-+0-9.eE]+|nan|inf)\)?", value)
-            if key and number:
-                metrics[key] = float(number[1])
-    return out
+SLOW_S = 3.0  # both runs are made with --slow update_actor@3=3
 
 
 def test_step_metrics_parser():
@@ -41,34 +25,28 @@ def test_step_metrics_parser():
     assert got[2]["training/global_step"] == 2 and got[0]["val-aux/num_turns/min"] == 2
 
 
-@pytest.mark.parametrize("trainer", ["v1", "legacy"])
-def test_demo_runs_verl_to_completion(trainer, tmp_path, monkeypatch):
-    from verl_otel.demo.runner import run_demo
-
-    keep = clean_env()
-    for key in list(os.environ):  # the demo's environment is a user's: no telemetry settings leak from here
-        if key not in keep:
-            monkeypatch.delenv(key)
-    out = tmp_path / trainer
-    rc = run_demo(steps=STEPS, out=out, trainer=trainer, slow=[f"update_actor@{STEPS}={SLOW_S:g}"], quiet=True)
+@pytest.mark.parametrize("run_name", ["v1_run", "legacy_run"])
+def test_demo_runs_verl_to_completion(request, run_name):
+    run = request.getfixturevalue(run_name)
+    trainer, out, steps = run.trainer, run.out, run.steps
     log = (out / "demo.log").read_text(errors="replace")
-    assert rc == 0, log[-4000:]
+    assert run.rc == 0, log[-4000:]
 
     runner = "TaskRunnerV1" if trainer == "v1" else "TaskRunner"
     assert f"({runner} pid=" in log, f"fit() did not run in verl's {runner} actor"
     metrics = step_metrics(log)
-    assert set(metrics) >= {0, 1, STEPS}, sorted(metrics)  # validation before training, then every step
-    last = metrics[STEPS]
-    assert last.get("training/global_step") == STEPS, sorted(last)
+    assert set(metrics) >= {0, 1, steps}, sorted(metrics)  # validation before training, then every step
+    last = metrics[steps]
+    assert last.get("training/global_step") == steps, sorted(last)
     assert any(k.startswith("val-core/") for k in last), "validation at the last step"
     assert "actor/pg_loss" in last and "timing_s/update_weights" in last
 
     ckpt = out / "checkpoints"
-    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == str(STEPS)
-    assert (ckpt / f"global_step_{STEPS}" / "actor").is_dir()
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == str(steps)
+    assert (ckpt / f"global_step_{steps}" / "actor").is_dir()
 
-    # --slow update_actor@2=3 slept inside the real FSDP worker's update of step 2, and only there
-    slow, fast = metrics[STEPS]["timing_s/update_actor"], metrics[1]["timing_s/update_actor"]
+    # --slow update_actor@3=3 slept inside the real FSDP worker's update of step 3, and only there
+    slow, fast = metrics[steps]["timing_s/update_actor"], metrics[1]["timing_s/update_actor"]
     assert slow >= SLOW_S and slow - fast >= 0.8 * SLOW_S, (fast, slow)
 
     assert (out / "assets" / "tiny_model" / "config.json").exists()

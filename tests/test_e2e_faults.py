@@ -18,12 +18,13 @@ import pytest
 from conftest import start_demo
 from otlp_receiver import OtlpReceiver, free_port
 from trace_file import load_spans, steps
+from verl_log import step_metrics
 
 pytestmark = pytest.mark.verl
 
 
 def _steps_logged(log: str) -> set[int]:
-    return {int(n) for n in re.findall(r"(?:^|\s)step:(\d+) - ", log, flags=re.M)}
+    return set(step_metrics(log))
 
 
 def _assert_quiet(log: str) -> None:
