@@ -4,6 +4,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip -q --disable-pip-version-check
 VERL_VERSION ?= 0.9.1
 STAMP := $(VENV)/.installed-$(VERL_VERSION)
+VERL_EXTRAS := cachetools uvicorn fastapi 'TransferQueue>=0.1.10' pyzmq msgspec
 STEPS ?= 5
 OUT ?= ./verl-otel-data
 
@@ -13,7 +14,8 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	# the CPU build of torch lies on local disk; install it first so nothing pulls a CUDA build
 	$(PIP) install torch==2.13.0 2>&1 | grep -v '^WARNING: Location' || true
-	$(PIP) install -e '.[verl,test]' verl==$(VERL_VERSION) 2>&1 | grep -v '^WARNING: Location' || true
+	# verl's CPU install needs these beside it (missing from its base requirements); the [verl] extra pins 0.9.1
+	$(PIP) install -e '.[test]' verl==$(VERL_VERSION) $(VERL_EXTRAS) 2>&1 | grep -v '^WARNING: Location' || true
 	$(PY) -c 'import verl, verl_otel, opentelemetry.sdk' && rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)
