@@ -36,7 +36,8 @@ test-fast: install
 
 # the same hook tests against older verl releases, each in its own venv
 verl-compat:
-	$(MAKE) VENV=.venv-verl080 VERL_VERSION=0.8.0 install
+	# today's PyPI resolves verl 0.8.0 to a pyarrow that needs numpy 2 (0.8.0 pins numpy < 2): pin the era's versions
+	$(MAKE) VENV=.venv-verl080 VERL_VERSION=0.8.0 VERL_EXTRAS="cachetools uvicorn fastapi pyarrow==19.0.1 'datasets<4'" install
 	.venv-verl080/bin/python -m pytest -q -p no:cacheprovider tests/test_hooks_compat.py
 	$(MAKE) VENV=.venv-verl090 VERL_VERSION=0.9.0 install
 	.venv-verl090/bin/python -m pytest -q -p no:cacheprovider tests/test_hooks_compat.py
