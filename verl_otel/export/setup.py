@@ -57,6 +57,11 @@ class Telemetry:
         else:
             threading.Thread(target=_do, name="verl-otel-flush", daemon=True).start()
 
+    def flush_finished(self) -> None:
+        """After a unit of work ends (a step, a worker's batch): blocking for the local file (cheap),
+        in the background for OTLP (a slow collector must not stall training)."""
+        self.flush(block=self.settings.embedded)
+
 
 _current: Telemetry | None = None
 

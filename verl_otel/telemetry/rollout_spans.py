@@ -111,4 +111,4 @@ def emit_batch(worker: int | None, batch: Batch, max_sample_spans: int) -> None:
     if errors:
         ws.set_status(Status(StatusCode.ERROR, f"{errors} samples failed"))
     ws.end(end_time=time.time_ns())
-    tel.flush(block=tel.settings.embedded)
+    tel.flush_finished()

@@ -216,10 +216,6 @@ class StepTracer:
             return step.span if name == sc.SPAN_STEP else None
 
     @property
-    def global_step(self) -> int:
-        return self._global_step()
-
-    @property
     def active(self) -> bool:
         """True while a fit() runs in this process (timers elsewhere, e.g. agent loops, are ignored)."""
         return self._trainer is not None
@@ -296,7 +292,7 @@ class StepTracer:
         result = StepResult(step.number, seconds, dict(step.phases),
                             format(span.get_span_context().trace_id, "032x"), step.error)
         self._notify("on_step_end", result)
-        setup.get().flush(block=setup.get().settings.embedded)
+        setup.get().flush_finished()
 
     def _notify(self, method: str, *args: Any) -> None:
         for obs in list(self.observers):

@@ -57,4 +57,4 @@ def record(samples: Sequence[Sequence[Any]], step: Any) -> None:
             span.add_event(sc.EVENT_VAL_GENERATION, event_attributes(sample, settings.capture_text, settings.max_text))
     if own:
         span.end()
-        tel.flush(block=settings.embedded)
+        tel.flush_finished()
