@@ -123,7 +123,8 @@ def v1_run_6(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def legacy_run(tmp_path_factory):
-    return start_demo(tmp_path_factory.mktemp("demo-legacy"), "legacy", 3, ["update_actor@3=3"], scrape=False)
+    return start_demo(tmp_path_factory.mktemp("demo-legacy"), "legacy", 3, ["update_actor@3=3"], scrape=False,
+                      adv="gae")
 
 
 @pytest.fixture(scope="session")

@@ -11,13 +11,15 @@ import pytest
 
 from trace_file import load_spans, parent_chain, steps
 
+from verl_otel import semconv as sc
+
 pytestmark = pytest.mark.verl
 
 SYNC_PHASES = {"rollout", "old_log_prob", "ref", "adv", "update_actor", "update_weights"}
 
 
 def _phase_names(tree):
-    return Counter(s["name"] for s in tree["spans"] if s["name"] not in ("step", "rollout.worker", "rollout.sample"))
+    return Counter(s["name"] for s in tree["spans"] if s["name"] not in sc.NON_PHASE_SPANS)
 
 
 @pytest.mark.parametrize("run_name", ["v1_run", "legacy_run"])
@@ -28,7 +30,8 @@ def test_one_trace_per_step_with_phase_children(request, run_name):
     by_step = steps(spans)
     assert sorted(by_step) == list(range(run.steps + 1)), sorted(by_step)
     assert _phase_names(by_step[0]) == Counter({"validate": 1}), "validation before training is its own trace"
-    expected = SYNC_PHASES | ({"reward"} if run.trainer == "legacy" else set())
+    # the legacy run is GAE: reward, critic values and update as well
+    expected = SYNC_PHASES | ({"reward", "values", "update_critic"} if run.trainer == "legacy" else set())
     for number in range(1, run.steps + 1):
         tree = by_step[number]
         names = _phase_names(tree)
@@ -62,6 +65,35 @@ def test_rollout_spans_cross_ray_into_the_step_trace(v1_run):
         assert all(w["resource"]["verl.process.role"] == "agent_loop_worker" for w in workers)
     samples = [s for s in spans if s["name"] == "rollout.sample"]
     assert samples and all(parent_chain(s, spans)[-1] == "step" for s in samples)
+
+
+#: worker-group call -> the trainer phase it runs under
+WORKER_PARENT = {"worker.compute_log_prob": "old_log_prob", "worker.compute_ref_log_prob": "ref",
+                 "worker.update_actor": "update_actor", "worker.infer_batch": "values",
+                 "worker.train_mini_batch": "update_critic"}
+
+
+@pytest.mark.parametrize("run_name", ["v1_run", "legacy_run"])
+def test_training_worker_calls_join_the_step_trace(request, run_name):
+    """The trainer's context travels in the batch (KVBatchMeta in v1, TensorDict in legacy) into the
+    FSDP worker processes: each call is a span under its phase, from the worker's own process."""
+    run = request.getfixturevalue(run_name)
+    by_step = steps(load_spans(run.out / "traces.jsonl"))
+    want = {"worker.compute_log_prob", "worker.compute_ref_log_prob", "worker.update_actor"}
+    if run.trainer == "legacy":
+        want |= {"worker.infer_batch", "worker.train_mini_batch"}
+    for number in range(1, run.steps + 1):
+        spans = by_step[number]["spans"]
+        by_id = {s["span_id"]: s for s in spans}
+        calls = [s for s in spans if s["name"].startswith("worker.")]
+        assert {s["name"] for s in calls} == want, (number, [s["name"] for s in calls])
+        for s in calls:
+            assert s["resource"]["verl.process.role"] == "train_worker"
+            assert by_id[s["parent_id"]]["name"] == WORKER_PARENT[s["name"]]
+            assert s["attributes"]["verl.worker.batch_size"] == 8 and s["attributes"]["verl.worker.rank"] == 0
+    # step 3's update_actor was slowed inside the worker: the worker's span shows it
+    slow = [s for s in by_step[3]["spans"] if s["name"] == "worker.update_actor"]
+    assert (slow[0]["end"] - slow[0]["start"]) / 1e9 >= 3.0
 
 
 def test_slow_phase_shows_in_its_step(v1_run):

@@ -131,6 +131,26 @@ ATTR_VAL_TRUNCATED: Final = "verl.val_generation.truncated"
 #: Key under which the trainer's W3C traceparent travels in verl's batch (meta_info / TensorDict)
 TRACEPARENT_KEY: Final = "verl_otel_traceparent"
 
+# Spans of the training workers' calls, under the trainer's phase span (issue: slow steps).
+#: worker-group method -> span name; only these calls carry the trainer's context
+WORKER_SPAN_NAMES: Final[dict[str, str]] = {
+    "update_actor": "worker.update_actor",
+    "compute_log_prob": "worker.compute_log_prob",
+    "compute_ref_log_prob": "worker.compute_ref_log_prob",
+    "train_mini_batch": "worker.train_mini_batch",  # critic update (v1 / engine workers)
+    "infer_batch": "worker.infer_batch",  # critic values
+    "compute_score_batch": "reward.compute_score_batch",  # reward loop, batch path
+}
+#: the streaming reward loop's per-sample call (agent-loop worker -> reward-loop worker)
+SPAN_REWARD_SCORE: Final = "reward.compute_score"
+ATTR_WORKER_METHOD: Final = "verl.worker.method"
+ATTR_WORKER_ROLE: Final = "verl.worker.role"
+ATTR_WORKER_RANK: Final = "verl.worker.rank"
+ATTR_WORKER_BATCH: Final = "verl.worker.batch_size"
+#: spans of a step's trace that are not phases
+NON_PHASE_SPANS: Final[frozenset[str]] = frozenset(
+    {SPAN_STEP, SPAN_ROLLOUT_WORKER, SPAN_ROLLOUT_SAMPLE, SPAN_REWARD_SCORE, *WORKER_SPAN_NAMES.values()})
+
 # Resource attributes: what each process is (and of which run, where the process knows it)
 RES_PROJECT: Final = ATTR_PROJECT
 RES_EXPERIMENT: Final = ATTR_EXPERIMENT

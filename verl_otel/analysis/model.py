@@ -10,7 +10,7 @@ from typing import Any
 
 from verl_otel import semconv as sc
 
-_NOT_PHASES = frozenset({sc.SPAN_STEP, sc.SPAN_ROLLOUT_WORKER, sc.SPAN_ROLLOUT_SAMPLE})
+_NOT_PHASES = sc.NON_PHASE_SPANS
 
 
 @dataclass(frozen=True, slots=True)

@@ -182,12 +182,14 @@ def _slow_workers(ew: Any) -> None:
     if not os.environ.get("VERL_OTEL_DEMO_SLOW"):
         return
     arr = ew.ActorRolloutRefWorker
-    arr.update_actor = _slowed(arr.__dict__["update_actor"], "update_actor")
     arr.compute_log_prob = _slowed(arr.__dict__["compute_log_prob"], "old_log_prob")
     arr.compute_ref_log_prob = _slowed(arr.__dict__["compute_ref_log_prob"], "ref")
     tw = ew.TrainingWorker
     is_critic = lambda w: getattr(getattr(w, "config", None), "model_type", None) == "value_model"  # noqa: E731
-    tw.train_mini_batch = _slowed(tw.__dict__["train_mini_batch"], "update_critic", is_critic)
+    # the updates are slowed inside verl's own call (train_mini_batch runs inside update_actor), as a
+    # really slow update would be, so the worker's span shows the delay too
+    tw.train_mini_batch = _slowed(_slowed(tw.__dict__["train_mini_batch"], "update_critic", is_critic),
+                                  "update_actor", lambda w: not is_critic(w))
 
 
 def _register_replica(_module: Any) -> None:

@@ -74,7 +74,7 @@ def _mode(validate: Any) -> str:
 
 
 def _current_traceparent() -> str | None:
-    from verl_otel.telemetry.rollout_spans import inject
+    from verl_otel.telemetry.propagation import inject
     from verl_otel.telemetry.steps import TRACER
 
     return inject(TRACER.current_context())
@@ -155,20 +155,15 @@ def _run_agent_loop(wrapped: Callable[..., Any], instance: Any, args: tuple[Any,
     return _timed_sample(wrapped(*args, **kwargs), mode, token, trajectory)
 
 
-def _nontensor(value: Any) -> Any:
-    data = getattr(value, "data", value)
-    if isinstance(data, (list, tuple)):
-        return data[0] if data else None
-    return data
-
-
 def _on_tq_batch(instance: Any, batch: Any) -> None:
+    from verl_otel.telemetry.propagation import nontensor
+
     _wire(instance)
     tp = None
     if sc.TRACEPARENT_KEY in batch.keys():
-        tp = _nontensor(batch.pop(sc.TRACEPARENT_KEY))
-    validate = bool(_nontensor(batch["validate"])) if "validate" in batch.keys() else False
-    step = int(_nontensor(batch["global_steps"])) if "global_steps" in batch.keys() else -1
+        tp = nontensor(batch.pop(sc.TRACEPARENT_KEY))
+    validate = bool(nontensor(batch["validate"])) if "validate" in batch.keys() else False
+    step = int(nontensor(batch["global_steps"])) if "global_steps" in batch.keys() else -1
     rollout = instance.config.actor_rollout_ref.rollout
     n = int(rollout.val_kwargs.n if validate else rollout.n)
     TRACKER.batch_started(_mode(validate), step, len(batch) * n, tp)

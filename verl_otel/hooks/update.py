@@ -1,9 +1,11 @@
 """Training-worker hooks (verl's engine path, ≥ 0.8): actor/critic update progress from
-``TrainingWorker.train_mini_batch`` (the total) and ``train_batch`` (one optimizer mini-batch), and
+``TrainingWorker.train_mini_batch`` (the total) and ``train_batch`` (one optimizer mini-batch),
+a span per worker call that carries the trainer's context (see hooks/worker_group.py), and
 per-phase peak accelerator memory where torch.cuda is available."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -60,12 +62,32 @@ def _begin(worker: Any, data: Any) -> None:
     TRACKER.begin(_role(worker), per_dp // max(1, per_gpu) * epochs, epochs)
 
 
+def _data(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return args[0] if args else kwargs.get("data")
+
+
+def _span(method: str, role: str, worker: Any, data: Any) -> contextlib.AbstractContextManager[Any]:
+    """The worker call's span when its batch carries the trainer's context (else a no-op)."""
+    from verl_otel.telemetry.worker_spans import WorkerSpan
+
+    _wire()
+    rank = int(getattr(worker, "rank", 0) or 0)
+    return safe(WorkerSpan, method, role, rank, data) or contextlib.nullcontext()
+
+
 def _train_mini_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    data = args[0] if args else kwargs.get("data")
+    data = _data(args, kwargs)
     rank0 = _is_rank0(instance)
-    if rank0:  # read the totals before verl pops them from the batch
-        safe(_begin, instance, data)
-    with _peak_memory(sc.PHASE_UPDATE_CRITIC if _role(instance) == "critic" else None, "critic"):
+    role = _role(instance)
+    with _span("train_mini_batch", role, instance, data):
+        if rank0:  # read the totals before verl pops them from the batch
+            safe(_begin, instance, data)
+        with _peak_memory(sc.PHASE_UPDATE_CRITIC if role == "critic" else None, "critic"):
+            return wrapped(*args, **kwargs)
+
+
+def _infer_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    with _span("infer_batch", _role(instance), instance, _data(args, kwargs)):
         return wrapped(*args, **kwargs)
 
 
@@ -106,9 +128,9 @@ class _peak_memory:  # noqa: N801 - used as a context manager
             STATE.set(sc.PHASE_PEAK_MEMORY, (self.phase or "", self.role), float(peak))
 
 
-def _phase_method(phase: str, role: str) -> Callable[..., Any]:
+def _phase_method(method: str, phase: str, role: str) -> Callable[..., Any]:
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        with _peak_memory(phase, role):
+        with _span(method, role, instance, _data(args, kwargs)), _peak_memory(phase, role):
             return wrapped(*args, **kwargs)
 
     return wrapper
@@ -119,11 +141,14 @@ UPDATE_TARGETS: tuple[HookTarget, ...] = (
                             "actor/critic update progress", min_verl="0.8.0"),
     HookTarget.actor_method(_EW, "TrainingWorker.train_batch", _train_batch, "actor/critic update progress",
                             min_verl="0.8.0"),
-    HookTarget.actor_method(_EW, "ActorRolloutRefWorker.update_actor", _phase_method(sc.PHASE_UPDATE_ACTOR, "actor"),
-                            "peak memory of update_actor", min_verl="0.8.0"),
+    HookTarget.actor_method(_EW, "TrainingWorker.infer_batch", _infer_batch, "critic values span", min_verl="0.8.0"),
+    HookTarget.actor_method(_EW, "ActorRolloutRefWorker.update_actor",
+                            _phase_method("update_actor", sc.PHASE_UPDATE_ACTOR, "actor"),
+                            "update_actor span and peak memory", min_verl="0.8.0"),
     HookTarget.actor_method(_EW, "ActorRolloutRefWorker.compute_log_prob",
-                            _phase_method(sc.PHASE_OLD_LOG_PROB, "actor"), "peak memory of old_log_prob",
+                            _phase_method("compute_log_prob", sc.PHASE_OLD_LOG_PROB, "actor"),
+                            "old_log_prob span and peak memory", min_verl="0.8.0"),
+    HookTarget.actor_method(_EW, "ActorRolloutRefWorker.compute_ref_log_prob",
+                            _phase_method("compute_ref_log_prob", sc.PHASE_REF, "ref"), "ref span and peak memory",
                             min_verl="0.8.0"),
-    HookTarget.actor_method(_EW, "ActorRolloutRefWorker.compute_ref_log_prob", _phase_method(sc.PHASE_REF, "ref"),
-                            "peak memory of ref", min_verl="0.8.0"),
 )

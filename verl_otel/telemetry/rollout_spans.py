@@ -8,33 +8,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from verl_otel import semconv as sc
 from verl_otel.export import setup
+from verl_otel.telemetry.propagation import extract
 from verl_otel.telemetry.rollout import Batch, FinishedSample
 from verl_otel.telemetry.values import to_scalar
-
-_PROPAGATOR = TraceContextTextMapPropagator()
-
-
-def inject(ctx: otel_context.Context | None) -> str | None:
-    """The W3C traceparent of ``ctx``, or None."""
-    if ctx is None:
-        return None
-    carrier: dict[str, str] = {}
-    _PROPAGATOR.inject(carrier, context=ctx)
-    return carrier.get("traceparent")
-
-
-def extract(traceparent: str | None) -> otel_context.Context:
-    if not traceparent:
-        return otel_context.Context()
-    return _PROPAGATOR.extract({"traceparent": str(traceparent)}, context=otel_context.Context())
-
 
 def _tokens(output: Any) -> tuple[int | None, int | None]:
     """(prompt, response) token counts of verl's padded per-sample output."""
