@@ -67,6 +67,20 @@ def test_rollout_spans_cross_ray_into_the_step_trace(v1_run):
     assert samples and all(parent_chain(s, spans)[-1] == "step" for s in samples)
 
 
+@pytest.mark.parametrize("run_name", ["v1_run", "legacy_run"])
+def test_sample_spans_carry_tokens_score_and_timings(request, run_name):
+    """v1 puts its samples into TransferQueue (its agent loop returns nothing): the counts still come
+    from verl's AgentLoopOutput, as in the legacy loop."""
+    run = request.getfixturevalue(run_name)
+    samples = [s for s in load_spans(run.out / "traces.jsonl") if s["name"] == "rollout.sample"]
+    assert samples
+    for s in samples:
+        attrs = s["attributes"]
+        assert 0 < attrs["verl.sample.prompt_tokens"] <= 32 and 0 < attrs["verl.sample.response_tokens"] <= 16, attrs
+        assert "verl.sample.reward_score" in attrs and attrs["verl.sample.generate_s"] >= 0, attrs
+        assert attrs["verl.sample.turns"] >= 1 and attrs["verl.sample.index"] >= 0, attrs
+
+
 #: worker-group call -> the trainer phase it runs under
 WORKER_PARENT = {"worker.compute_log_prob": "old_log_prob", "worker.compute_ref_log_prob": "ref",
                  "worker.update_actor": "update_actor", "worker.infer_batch": "values",

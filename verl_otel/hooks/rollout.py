@@ -12,6 +12,7 @@ the actors, with a plain (picklable) function.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import re
 from collections.abc import Callable, Coroutine
@@ -134,8 +135,16 @@ def _legacy_worker_generate(wrapped: Callable[..., Any], instance: Any, args: tu
     return _finish_after(wrapped(*args, **kwargs), mode)
 
 
+#: v1's _run_agent_loop returns nothing (its output goes into TransferQueue): the sample's task
+#: holds a list here that the _agent_loop_postprocess hook appends the output to
+_SAMPLE_OUTPUT: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar("verl_otel_sample_output",
+                                                                               default=None)
+
+
 async def _timed_sample(coro: Coroutine[Any, Any, Any], mode: str, token: int, trajectory: dict[str, Any]) -> Any:
     out = err = None
+    holder: list[Any] = []
+    reset = _SAMPLE_OUTPUT.set(holder)
     try:
         out = await coro
         return out
@@ -143,7 +152,17 @@ async def _timed_sample(coro: Coroutine[Any, Any, Any], mode: str, token: int, t
         err = exc
         raise
     finally:
-        safe(TRACKER.sample_finished, mode, token, trajectory, out, err)
+        safe(_SAMPLE_OUTPUT.reset, reset)
+        safe(TRACKER.sample_finished, mode, token, trajectory, out if out is not None or not holder else holder[-1],
+             err)
+
+
+def _tq_postprocess(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    output = args[0] if args else kwargs.get("output")
+    holder = _SAMPLE_OUTPUT.get()
+    if holder is not None and output is not None:  # the object verl fills in (reward score) as it goes on
+        holder.append(output[-1] if isinstance(output, list) and output else output)
+    return wrapped(*args, **kwargs)
 
 
 def _run_agent_loop(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -188,4 +207,6 @@ ROLLOUT_TARGETS: tuple[HookTarget, ...] = (
     # a module-level @ray.remote class, pickled by value: patched on its modified_class in the creating process
     HookTarget.actor_method(_TQ, "AgentLoopWorkerTQ.__ray_metadata__.modified_class.generate_sequences",
                             _tq_worker_generate, "rollout progress (v1)", min_verl="0.9.0"),
+    HookTarget.actor_method(_TQ, "AgentLoopWorkerTQ.__ray_metadata__.modified_class._agent_loop_postprocess",
+                            _tq_postprocess, "token counts and scores of v1 sample spans", min_verl="0.9.0"),
 )
