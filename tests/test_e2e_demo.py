@@ -81,6 +81,23 @@ def test_sample_spans_carry_tokens_score_and_timings(request, run_name):
         assert attrs["verl.sample.turns"] >= 1 and attrs["verl.sample.index"] >= 0, attrs
 
 
+@pytest.mark.parametrize("run_name", ["v1_run", "legacy_run"])
+def test_reward_loop_calls_join_the_step_trace(request, run_name):
+    """Each sample's reward call (agent-loop worker -> reward-loop worker, its own process) is
+    counted on a reward.worker span under the trainer's rollout span; the slowest calls are spans."""
+    run = request.getfixturevalue(run_name)
+    by_step = steps(load_spans(run.out / "traces.jsonl"))
+    for number in range(1, run.steps + 1):
+        spans = by_step[number]["spans"]
+        by_id = {s["span_id"]: s for s in spans}
+        groups = [s for s in spans if s["name"] == "reward.worker" and by_id[s["parent_id"]]["name"] == "rollout"]
+        assert groups and all(g["resource"]["verl.process.role"] == "reward_worker" for g in groups)
+        assert sum(g["attributes"]["verl.reward.calls"] for g in groups) == 4 * 2, (number, groups)
+        calls = [s for s in spans if s["name"] == "reward.compute_score" and by_id[s["parent_id"]] in groups]
+        assert len(calls) == sum(g["attributes"]["verl.reward.calls_spanned"] for g in groups) > 0
+        assert all(c["attributes"]["verl.reward.data_source"] == "openai/gsm8k" for c in calls)
+
+
 #: worker-group call -> the trainer phase it runs under
 WORKER_PARENT = {"worker.compute_log_prob": "old_log_prob", "worker.compute_ref_log_prob": "ref",
                  "worker.update_actor": "update_actor", "worker.infer_batch": "values",

@@ -139,17 +139,23 @@ WORKER_SPAN_NAMES: Final[dict[str, str]] = {
     "compute_ref_log_prob": "worker.compute_ref_log_prob",
     "train_mini_batch": "worker.train_mini_batch",  # critic update (v1 / engine workers)
     "infer_batch": "worker.infer_batch",  # critic values
-    "compute_score_batch": "reward.compute_score_batch",  # reward loop, batch path
 }
-#: the streaming reward loop's per-sample call (agent-loop worker -> reward-loop worker)
+#: the streaming reward loop (agent-loop worker -> reward-loop worker, one call per sample): per
+#: trainer span a ``reward.worker`` span with the counts and the slowest calls under it
+SPAN_REWARD_WORKER: Final = "reward.worker"
 SPAN_REWARD_SCORE: Final = "reward.compute_score"
+ATTR_REWARD_CALLS: Final = "verl.reward.calls"
+ATTR_REWARD_CALLS_SPANNED: Final = "verl.reward.calls_spanned"
+ATTR_REWARD_ERRORS: Final = "verl.reward.errors"
+ATTR_REWARD_DATA_SOURCE: Final = "verl.reward.data_source"
 ATTR_WORKER_METHOD: Final = "verl.worker.method"
 ATTR_WORKER_ROLE: Final = "verl.worker.role"
 ATTR_WORKER_RANK: Final = "verl.worker.rank"
 ATTR_WORKER_BATCH: Final = "verl.worker.batch_size"
 #: spans of a step's trace that are not phases
 NON_PHASE_SPANS: Final[frozenset[str]] = frozenset(
-    {SPAN_STEP, SPAN_ROLLOUT_WORKER, SPAN_ROLLOUT_SAMPLE, SPAN_REWARD_SCORE, *WORKER_SPAN_NAMES.values()})
+    {SPAN_STEP, SPAN_ROLLOUT_WORKER, SPAN_ROLLOUT_SAMPLE, SPAN_REWARD_WORKER, SPAN_REWARD_SCORE,
+     *WORKER_SPAN_NAMES.values()})
 
 # Resource attributes: what each process is (and of which run, where the process knows it)
 RES_PROJECT: Final = ATTR_PROJECT

@@ -135,16 +135,30 @@ def _legacy_worker_generate(wrapped: Callable[..., Any], instance: Any, args: tu
     return _finish_after(wrapped(*args, **kwargs), mode)
 
 
-#: v1's _run_agent_loop returns nothing (its output goes into TransferQueue): the sample's task
-#: holds a list here that the _agent_loop_postprocess hook appends the output to
-_SAMPLE_OUTPUT: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar("verl_otel_sample_output",
-                                                                               default=None)
+class _SampleCtx:
+    """What one sample's asyncio task carries: its trainer context (for the reward loop) and, in
+    v1, whose _run_agent_loop returns nothing (the output goes into TransferQueue), the output
+    that the _agent_loop_postprocess hook sees."""
+
+    __slots__ = ("outputs", "parent")
+
+    def __init__(self, parent: str | None) -> None:
+        self.outputs: list[Any] = []
+        self.parent = parent
+
+
+_SAMPLE: contextvars.ContextVar[_SampleCtx | None] = contextvars.ContextVar("verl_otel_sample", default=None)
+
+
+def _batch_parent(mode: str) -> str | None:
+    batch = TRACKER.snapshot(mode)
+    return batch.parent if batch is not None else None
 
 
 async def _timed_sample(coro: Coroutine[Any, Any, Any], mode: str, token: int, trajectory: dict[str, Any]) -> Any:
     out = err = None
-    holder: list[Any] = []
-    reset = _SAMPLE_OUTPUT.set(holder)
+    ctx = _SampleCtx(safe(_batch_parent, mode))
+    reset = _SAMPLE.set(ctx)
     try:
         out = await coro
         return out
@@ -152,16 +166,31 @@ async def _timed_sample(coro: Coroutine[Any, Any, Any], mode: str, token: int, t
         err = exc
         raise
     finally:
-        safe(_SAMPLE_OUTPUT.reset, reset)
-        safe(TRACKER.sample_finished, mode, token, trajectory, out if out is not None or not holder else holder[-1],
-             err)
+        safe(_SAMPLE.reset, reset)
+        if out is None and ctx.outputs:
+            out = ctx.outputs[-1]
+        safe(TRACKER.sample_finished, mode, token, trajectory, out, err)
 
 
 def _tq_postprocess(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     output = args[0] if args else kwargs.get("output")
-    holder = _SAMPLE_OUTPUT.get()
-    if holder is not None and output is not None:  # the object verl fills in (reward score) as it goes on
-        holder.append(output[-1] if isinstance(output, list) and output else output)
+    ctx = _SAMPLE.get()
+    if ctx is not None and output is not None:  # the object verl fills in (reward score) as it goes on
+        ctx.outputs.append(output[-1] if isinstance(output, list) and output else output)
+    return wrapped(*args, **kwargs)
+
+
+def _compute_score(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The sample's kwargs become the reward call's non-tensor batch: a copy of them carries the
+    trainer's context to the reward-loop worker (verl's own kwargs, stored with the sample, stay
+    as they were)."""
+    ctx = _SAMPLE.get()
+    if ctx is None or not ctx.parent:
+        return wrapped(*args, **kwargs)
+    if len(args) > 1 and isinstance(args[1], dict):
+        args = (args[0], {**args[1], sc.TRACEPARENT_KEY: ctx.parent}, *args[2:])
+    elif isinstance(kwargs.get("kwargs"), dict):
+        kwargs = {**kwargs, "kwargs": {**kwargs["kwargs"], sc.TRACEPARENT_KEY: ctx.parent}}
     return wrapped(*args, **kwargs)
 
 
@@ -200,6 +229,8 @@ ROLLOUT_TARGETS: tuple[HookTarget, ...] = (
                             "rollout progress (legacy)", min_verl="0.7.1"),
     HookTarget.actor_method(_AL, "AgentLoopWorker._run_agent_loop", _run_agent_loop, "per-sample rollout progress",
                             min_verl="0.7.1"),
+    HookTarget.actor_method(_AL, "AgentLoopWorker._compute_score", _compute_score,
+                            "reward-loop spans in the step trace", min_verl="0.7.1"),
     HookTarget(_AL, "AgentLoopManager.generate_sequences", None, "trace context to agent-loop workers",
                min_verl="0.7.1", replace=_patch_legacy_manager),
     HookTarget(_TQ, "AgentLoopManagerTQ.generate_sequences", _tq_manager_generate,

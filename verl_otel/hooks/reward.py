@@ -1,0 +1,91 @@
+"""Reward-loop worker hooks: each streaming ``RewardLoopWorker.compute_score`` call (one per
+sample, from an agent-loop worker) whose data carries the trainer's context is recorded for the
+reward spans (telemetry/reward_spans.py). The context came in the call's non-tensor batch (see
+``_compute_score`` in hooks/rollout.py) and is taken out before verl's reward manager runs."""
+
+from __future__ import annotations
+
+import atexit
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from verl_otel import semconv as sc
+from verl_otel.hooks._safe import once, safe
+from verl_otel.hooks.registry import HookTarget
+from verl_otel.telemetry.reward_spans import RewardSpans
+from verl_otel.telemetry.values import to_scalar
+
+_RL = "verl.experimental.reward_loop.reward_loop"
+_SPANS: list[RewardSpans] = []
+
+
+@once
+def _wire(worker: Any) -> None:
+    from verl_otel.export import setup
+
+    setup.set_role(sc.ROLE_REWARD)
+    trainer_cfg = getattr(getattr(worker, "config", None), "trainer", None)
+    if trainer_cfg is not None:
+        setup.set_run(trainer_cfg.get("project_name"), trainer_cfg.get("experiment_name"))
+    spans = RewardSpans(setup.get().settings.sample_spans)
+    _SPANS.append(spans)
+    atexit.register(safe, spans.flush, False)  # the last groups, where the process gets to exit
+
+
+def _take_parent(worker: Any, data: Any) -> str | None:
+    non_tensor = getattr(data, "non_tensor_batch", None)
+    if not isinstance(non_tensor, dict) or sc.TRACEPARENT_KEY not in non_tensor:
+        return None
+    _wire(worker)
+    values = non_tensor.pop(sc.TRACEPARENT_KEY)
+    return str(values[0]) if len(values) else None
+
+
+def _first(non_tensor: dict[str, Any], key: str) -> Any:
+    values = non_tensor.get(key)
+    try:
+        return values[0] if values is not None and len(values) else None
+    except TypeError:
+        return None
+
+
+def _record(parent: str, data: Any, start_ns: int, result: Any, error: BaseException | None) -> None:
+    non_tensor = getattr(data, "non_tensor_batch", None) or {}
+    attrs: dict[str, Any] = {}
+    source = _first(non_tensor, "data_source")
+    if source is not None:
+        attrs[sc.ATTR_REWARD_DATA_SOURCE] = str(source)[:256]
+    for key, attr in (("global_steps", sc.ATTR_GLOBAL_STEP), ("index", sc.ATTR_SAMPLE_INDEX)):
+        value, _ = to_scalar(_first(non_tensor, key))
+        if value is not None:
+            attrs[attr] = int(value)
+    score, _ = to_scalar(result.get("reward_score") if isinstance(result, dict) else None)
+    if score is not None:
+        attrs[sc.ATTR_SAMPLE_SCORE] = score
+    _SPANS[0].record(parent, start_ns, time.time_ns(), attrs, error)
+
+
+async def _timed(coro: Coroutine[Any, Any, Any], parent: str, data: Any) -> Any:
+    start_ns, result, error = time.time_ns(), None, None
+    try:
+        result = await coro
+        return result
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        safe(_record, parent, data, start_ns, result, error)
+
+
+def _compute_score(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    data = args[0] if args else kwargs.get("data")
+    parent = safe(_take_parent, instance, data)
+    coro = wrapped(*args, **kwargs)
+    return _timed(coro, parent, data) if parent and _SPANS else coro
+
+
+REWARD_TARGETS: tuple[HookTarget, ...] = (
+    HookTarget.actor_method(_RL, "RewardLoopWorker.compute_score", _compute_score,
+                            "reward-loop spans in the step trace", min_verl="0.7.1"),
+)
