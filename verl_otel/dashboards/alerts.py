@@ -39,6 +39,8 @@ class Thresholds:
     phase_hung_factor: float = _t(5.0, "VerlPhaseHung: the running phase's elapsed time above this many times its "
                                        "mean duration ...")
     phase_hung_min_s: float = _t(900.0, "... and at least this many seconds")
+    phase_first_max_s: float = _t(7200.0, "VerlPhaseHungFirstRun: a phase with no finished run yet in this "
+                                           "process (the first step, or after a restart) active longer than this")
     rollout_stall_window: str = _t("10m", "VerlRolloutStalled: no sample finished in this window (of an older "
                                           "rollout) while samples are in flight")
     score_zero_window: str = _t("1h", "VerlScoreStuckAtZero: critic/score/mean exactly 0 over this window ...")
@@ -110,6 +112,13 @@ def rules(t: Thresholds = Thresholds()) -> list[Rule]:
              "1m", "critical", "phase {{ $labels.phase }} runs far longer than usual",
              f"The running phase's elapsed time is above {t.phase_hung_factor:g}x its mean duration "
              f"(at least {t.phase_hung_min_s:g}s): likely hung (a lost request, a collective waiting)."),
+        Rule("VerlPhaseHungFirstRun",
+             # VerlPhaseHung compares with the phase's own mean, which does not exist before it finished once
+             f"({sc.PHASE_ELAPSED.name} and {sc.PHASE_ACTIVE.name} == 1) > {t.phase_first_max_s:g} "
+             f"unless ({phist}_count > 0)",
+             "1m", "critical", "phase {{ $labels.phase }} has run for long without ever finishing",
+             f"The phase has been running for more than {t.phase_first_max_s:g}s and has not finished once in this "
+             f"process (first step or after a restart), so there is no typical duration to compare with."),
         Rule("VerlRolloutStalled",
              # the rollout must be older than the window: changes() over a younger series says nothing
              f"(sum by ({BY}, worker, mode) (changes({sc.ROLLOUT_SAMPLES_COMPLETED.name}[{t.rollout_stall_window}])) "
