@@ -79,18 +79,24 @@ def test_sample_spans_carry_tokens_score_and_timings(request, run_name):
         assert 0 < attrs["verl.sample.prompt_tokens"] <= 32 and 0 < attrs["verl.sample.response_tokens"] <= 16, attrs
         assert "verl.sample.reward_score" in attrs and attrs["verl.sample.generate_s"] >= 0, attrs
         assert attrs["verl.sample.turns"] >= 1 and attrs["verl.sample.index"] >= 0, attrs
+    assert {s["attributes"]["verl.sample.rollout_n"] for s in samples} == {0, 1}, "n=2: both sessions are seen"
 
 
 @pytest.mark.parametrize("run_name", ["v1_run", "legacy_run"])
 def test_reward_loop_calls_join_the_step_trace(request, run_name):
     """Each sample's reward call (agent-loop worker -> reward-loop worker, its own process) is
-    counted on a reward.worker span under the trainer's rollout span; the slowest calls are spans."""
+    counted on a reward.worker span beside the rollout.worker spans (under the trainer's rollout
+    span; in v1 under the step, whose generation is dispatched before verl's gen timer opens);
+    the slowest calls are spans."""
     run = request.getfixturevalue(run_name)
     by_step = steps(load_spans(run.out / "traces.jsonl"))
     for number in range(1, run.steps + 1):
         spans = by_step[number]["spans"]
         by_id = {s["span_id"]: s for s in spans}
-        groups = [s for s in spans if s["name"] == "reward.worker" and by_id[s["parent_id"]]["name"] == "rollout"]
+        rollout_parents = {s["parent_id"] for s in spans if s["name"] == "rollout.worker"
+                           and s["attributes"]["verl.rollout.mode"] == "train"}
+        assert len(rollout_parents) == 1
+        groups = [s for s in spans if s["name"] == "reward.worker" and s["parent_id"] in rollout_parents]
         assert groups and all(g["resource"]["verl.process.role"] == "reward_worker" for g in groups)
         assert sum(g["attributes"]["verl.reward.calls"] for g in groups) == 4 * 2, (number, groups)
         calls = [s for s in spans if s["name"] == "reward.compute_score" and by_id[s["parent_id"]] in groups]

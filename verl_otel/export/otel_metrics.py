@@ -8,6 +8,9 @@ semconv) so the Collector's prometheus exporter turns them back into the documen
 
 from __future__ import annotations
 
+import threading
+import time
+from collections import defaultdict
 from typing import Any
 
 from opentelemetry import trace
@@ -27,6 +30,27 @@ def _attrs(metric: sc.MetricDef, labels: Labels) -> dict[str, str]:
     return dict(zip(metric.labels, labels, strict=False))
 
 
+class _Collected:
+    """One read of the state per export: the SDK calls every observable instrument's callback in
+    turn within milliseconds, and they share one grouped ``state.samples()`` (not one each)."""
+
+    def __init__(self, state: MetricsState, max_age_s: float) -> None:
+        self.state, self.max_age_s = state, max_age_s
+        self._lock = threading.Lock()
+        self._at: float | None = None
+        self._by_metric: dict[str, list[Observation]] = {}
+
+    def observations(self, metric: sc.MetricDef) -> list[Observation]:
+        now = time.monotonic()
+        with self._lock:
+            if self._at is None or now - self._at > self.max_age_s:
+                grouped: dict[str, list[Observation]] = defaultdict(list)
+                for m, labels, v in self.state.samples():
+                    grouped[m.name].append(Observation(v, _attrs(m, labels)))
+                self._by_metric, self._at = grouped, now
+            return self._by_metric.get(metric.name, [])
+
+
 def start_push(state: MetricsState, settings: Settings, resource: Resource) -> MeterProvider:
     if settings.protocol == "http/protobuf":
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpExp
@@ -42,9 +66,11 @@ def start_push(state: MetricsState, settings: Settings, resource: Resource) -> M
     provider = MeterProvider(metric_readers=[reader], resource=resource, views=views)
     meter = provider.get_meter(sc.INSTRUMENTATION_NAME)
 
+    collected = _Collected(state, max_age_s=min(0.5, settings.metric_export_interval_ms / 4000))
+
     def _callback_for(metric: sc.MetricDef) -> Any:
         def callback(options: CallbackOptions) -> list[Observation]:
-            return [Observation(v, _attrs(m, labels)) for m, labels, v in state.samples() if m is metric]
+            return collected.observations(metric)
 
         return callback
 

@@ -200,7 +200,10 @@ def _run_agent_loop(wrapped: Callable[..., Any], instance: Any, args: tuple[Any,
         return wrapped(*args, **kwargs)
     mode = _mode(trajectory.get("validate"))
     token = TRACKER.sample_started(mode)
-    return _timed_sample(wrapped(*args, **kwargs), mode, token, trajectory)
+    coro = wrapped(*args, **kwargs)
+    if isinstance(kwargs.get("session_id"), int):  # v1 shares one trajectory dict among the n sessions
+        trajectory = {**trajectory, "rollout_n": kwargs["session_id"]}
+    return _timed_sample(coro, mode, token, trajectory)
 
 
 def _on_tq_batch(instance: Any, batch: Any) -> None:
