@@ -75,6 +75,40 @@ def progress_update_us(n: int = 200000) -> float:
     return _best_of(run, n)
 
 
+def reward_record_us(n: int = 200000) -> float:
+    """Per reward call in a reward-loop worker: the K-slowest bookkeeping (the spans themselves are
+    made once per group, off the call path)."""
+    from verl_otel.telemetry.reward_spans import RewardSpans
+
+    spans = RewardSpans(max_spans=8, background=False)
+    tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+    def run(k: int) -> None:
+        record = spans.record
+        for i in range(k):
+            record(tp, i, i + (i * 7919) % 1000, {})
+
+    return _best_of(run, n)
+
+
+def carry_us(n: int = 20000) -> float:
+    """Per worker-group call on the trainer: put the traceparent into a KVBatchMeta and undo it."""
+    from transfer_queue.metadata import KVBatchMeta
+
+    from verl_otel.telemetry.propagation import find_batch, put
+
+    batch = KVBatchMeta(keys=[f"k{i}" for i in range(512)], tags=[{} for _ in range(512)])
+    tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+    def run(k: int) -> None:
+        for _ in range(k):
+            undo = put(find_batch((batch,), {}), tp)
+            if undo is not None:
+                undo()
+
+    return _best_of(run, n)
+
+
 def scrape_ms() -> float:
     from prometheus_client import CollectorRegistry, generate_latest
 
@@ -105,3 +139,5 @@ if __name__ == "__main__":
     print(f"span_us {fg:.2f}")
     print(f"progress_update_us {progress_update_us():.3f}")
     print(f"scrape_ms {scrape_ms():.2f}")
+    print(f"reward_record_us {reward_record_us():.3f}")
+    print(f"carry_us {carry_us():.3f}")

@@ -86,6 +86,8 @@ def main() -> None:
     print(f"overhead_ratio {statistics.median(results['all']) / base:.4f}")
     print(f"span_us {fg:.2f}")
     print(f"progress_update_us {micro.progress_update_us():.3f}")
+    print(f"reward_record_us {micro.reward_record_us():.3f}")
+    print(f"carry_us {micro.carry_us():.3f}")
 
 
 if __name__ == "__main__":
