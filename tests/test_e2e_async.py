@@ -76,8 +76,9 @@ def test_rollout_spans_cross_ray_into_the_step_traces(separate_async_run):
         samples = sum(w["attributes"]["verl.rollout.samples"] for w in workers)
         assert samples >= BATCH, (number, samples)
         total += samples
-    # every batch is spanned once: one per step plus verl's warm-up batch (num_warmup_batches=1)
-    assert total == BATCH * (run.steps + 1), total
+    # each batch is spanned once: one submitted per step (prepare_step) plus verl's warm-up batch
+    # (num_warmup_batches=1); the batch the last step submits may still be running when fit() ends
+    assert BATCH * run.steps <= total <= BATCH * (run.steps + 1), total
     samples = [s for s in spans if s["name"] == "rollout.sample"]
     assert samples
     for s in samples:
