@@ -130,3 +130,11 @@ def legacy_run(tmp_path_factory):
 @pytest.fixture(scope="session")
 def colocate_async_run(tmp_path_factory):
     return start_demo(tmp_path_factory.mktemp("demo-colocate"), "colocate_async", 2, [], scrape=False)
+
+
+@pytest.fixture(scope="session")
+def separate_async_run(tmp_path_factory):
+    # scraped: the phase histograms must count each of a step's repeated phases
+    run = start_demo(tmp_path_factory.mktemp("demo-separate"), "separate_async", 3, [], scrape=True)
+    yield run
+    run.prom.stop()

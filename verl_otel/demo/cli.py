@@ -15,9 +15,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                                    "by the environment, as in a user's run.")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--out", default="./verl-otel-data")
-    p.add_argument("--trainer", choices=["v1", "legacy", "colocate_async"], default="v1",
+    p.add_argument("--trainer", choices=["v1", "legacy", "colocate_async", "separate_async"], default="v1",
                    help="v1: verl's default trainer (trainer.use_v1=true, sync); legacy: RayPPOTrainer; "
-                        "colocate_async: the v1 trainer's colocated async mode")
+                        "colocate_async: the v1 trainer's colocated async mode; separate_async: its mode with "
+                        "a standalone rollout replica fed by a (gloo) checkpoint engine")
     p.add_argument("--adv", choices=["grpo", "gae"], default="grpo", help="gae adds verl's critic worker")
     p.add_argument("--slow", action="append", default=[], metavar="PHASE@STEP=SECONDS",
                    help="delay one phase of one step; PHASE: " + ", ".join(PHASES))

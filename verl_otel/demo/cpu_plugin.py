@@ -9,7 +9,8 @@ does goes through verl's public extension points or module attributes; no verl f
 4. a plain gloo process group in verl's worker-group processes (verl's own CPU backend string,
    ``cpu:gloo,cpu:gloo``, is rejected by torch: "Duplicate device type cpu");
 5. ``--slow`` delays inside the real workers, and ``--linger`` (keep the run's processes, and so
-   their /metrics, alive after fit()).
+   their /metrics, alive after fit());
+6. separate_async's "save the model to CPU memory" that really copies on a CPU (see ``_copying_save``).
 
 Hooks on classes that become Ray actors are plain functions (Ray's actor runtime skips wrapt proxies).
 """
@@ -192,6 +193,20 @@ def _slow_workers(ew: Any) -> None:
                                   "update_actor", lambda w: not is_critic(w))
 
 
+def _copying_save(fsdp_utils: Any) -> None:
+    """verl's ``fsdp2_sharded_save_to_cpu`` (separate_async keeps pi_old with it) stores
+    ``shard.detach().cpu()``, which on a CPU is the live parameter itself: the optimizer step would
+    then rewrite the "saved" pi_old in place. Clone, as the GPU-to-CPU copy does implicitly."""
+    save = fsdp_utils.fsdp2_sharded_save_to_cpu
+
+    @functools.wraps(save)
+    def copying(model: Any) -> Any:
+        state, spec = save(model)
+        return {k: (t.clone(), s) for k, (t, s) in state.items()}, spec
+
+    fsdp_utils.fsdp2_sharded_save_to_cpu = copying
+
+
 def _register_replica(_module: Any) -> None:
     from verl_otel.demo.standins import register_replica
 
@@ -204,3 +219,4 @@ wrapt.register_post_import_hook(lambda m: _cpu_pools(m, "RayPPOTrainer"), "verl.
 wrapt.register_post_import_hook(lambda m: _cpu_pools(m, "PPOTrainer"), "verl.trainer.ppo.v1.trainer_base")
 wrapt.register_post_import_hook(_register_replica, "verl.workers.rollout.replica")
 wrapt.register_post_import_hook(_slow_workers, "verl.workers.engine_workers")
+wrapt.register_post_import_hook(_copying_save, "verl.utils.fsdp_utils")

@@ -15,7 +15,7 @@ from verl_otel.demo.cpu_plugin import ENV_LINGER
 from verl_otel.demo.slow import ENV as ENV_SLOW
 from verl_otel.demo.slow import SlowSpec
 
-TRAINERS = ("v1", "legacy", "colocate_async")
+TRAINERS = ("v1", "legacy", "colocate_async", "separate_async")
 _FP32 = ["param_dtype=fp32", "reduce_dtype=fp32", "buffer_dtype=fp32"]
 
 
@@ -79,6 +79,16 @@ def overrides(asset_dir: Path, ckpt_dir: Path, steps: int, test_freq: int, train
                # TransferQueue: one storage unit (each reserves a CPU; verl's default 8 need 9 CPUs)
                "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
                "transfer_queue.backend.SimpleStorage.total_storage_size=10000"]
+    if trainer == "separate_async":
+        from verl_otel.demo import cpu_checkpoint_engine as engine
+
+        # a standalone rollout replica beside the hybrid one; weights reach it through a checkpoint
+        # engine (verl refuses `naive` here): ours moves them over gloo. 4 prompts = 2 syncs x 2.
+        ov = [o for o in ov if not o.startswith("actor_rollout_ref.rollout.checkpoint_engine.backend=")]
+        ov += ["trainer.v1.separate_async.parameter_sync_step=2",
+               "actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.n_gpus_per_node=1",
+               f"actor_rollout_ref.rollout.checkpoint_engine.backend={engine.BACKEND}",
+               f"actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module={engine.__name__}"]
     return ov
 
 

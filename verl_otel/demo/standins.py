@@ -4,8 +4,10 @@
   hard-codes GPUs);
 - ``StubLLMServer`` + ``StubReplica`` (``RolloutReplicaRegistry``, ``rollout.name=cpu_stub``): a
   token-in/token-out "vLLM" that answers random words ending in ``#### N`` after 5-30 ms, refuses to
-  generate while asleep (so verl's real sleep / weight-sync / wake order is exercised) and receives
-  the real weight sync;
+  generate while asleep (so verl's real sleep / weight-sync / wake order is exercised), keeps vLLM's
+  abort / resume gate (partial rollouts of the async trainers) and receives the real weight sync;
+  a standalone replica (separate_async) runs verl's real ``CheckpointEngineWorker`` as its rollout
+  worker, fed by :mod:`verl_otel.demo.cpu_checkpoint_engine`;
 - ``StubServerAdapter`` (worker side, ``_ROLLOUT_REGISTRY``): consumes the FSDP actor's real per-tensor
   weight export and forwards a checksum to its server.
 """
@@ -43,13 +45,22 @@ class CpuResourcePoolManager(ResourcePoolManager):
 
 @ray.remote(num_cpus=0)
 class StubLLMServer:
-    def __init__(self, token_ids: dict[str, int], eos_id: int, response_length: int, seed: int = 0) -> None:
+    def __init__(self, token_ids: dict[str, int], eos_id: int, response_length: int, seed: int = 0,
+                 awake: bool = False) -> None:
         self.rng = random.Random(seed)
         self.tok = token_ids
         self.word_ids = [v for k, v in token_ids.items() if not k.isdigit() and k != "####" and not k.startswith("<")]
         self.eos_id = eos_id
         self.response_length = response_length
-        self.awake = False
+        self.awake = awake  # a hybrid server sleeps until its first weight sync; a standalone one serves
+        # vLLM's abort gate: abort_all_requests closes it (in-flight requests return what they have,
+        # stop_reason "aborted", and verl's FullyAsyncLLMServerClient resumes them); requests behind
+        # the closed gate wait for resume_generation(), or are turned away when reject_request=True
+        self.gate_open = asyncio.Event()
+        self.gate_open.set()
+        self.rejecting = False
+        self.abort_epoch = 0
+        self.n_aborted = 0
         self.version = 0
         self.slow = SlowSpec.from_env()
         self.slowed_samples: set[int] = set()
@@ -58,9 +69,15 @@ class StubLLMServer:
 
     async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any],
                        image_data: Any = None, video_data: Any = None, **kwargs: Any) -> TokenOutput:
+        while not self.gate_open.is_set():
+            if self.rejecting:
+                return TokenOutput(token_ids=[], log_probs=None, stop_reason="aborted",
+                                   extra_fields={"global_steps": self.version})
+            await self.gate_open.wait()
         if not self.awake:
             raise RuntimeError("StubLLMServer.generate called while asleep (weight-sync order violated)")
         self.n_requests += 1
+        epoch = self.abort_epoch
         delay = self.rng.uniform(0.005, 0.03)
         if float(sampling_params.get("temperature", 0) or 0) > 0:  # training rollouts sample; validation is greedy
             step = self.version + 1  # weights of step k-1 generate step k
@@ -70,10 +87,14 @@ class StubLLMServer:
                 delay += self.slow.seconds("rollout_sample", step)
         await asyncio.sleep(delay)
         body = [self.rng.choice(self.word_ids) for _ in range(self.rng.randint(1, max(1, self.response_length - 4)))]
-        tokens = (body + [self.tok["####"], self.tok[str(self.rng.randint(2, 14))], self.eos_id])[
-            : self.response_length]
+        budget = min(self.response_length, int(sampling_params.get("max_tokens") or self.response_length))
+        tokens = (body + [self.tok["####"], self.tok[str(self.rng.randint(2, 14))], self.eos_id])[: max(1, budget)]
+        stop = "completed"
+        if self.abort_epoch != epoch:  # aborted while "decoding": hand back the first half
+            self.n_aborted += 1
+            tokens, stop = tokens[: len(tokens) // 2], "aborted"
         log_probs = [-self.rng.random() * 3 for _ in tokens] if sampling_params.get("logprobs") else None
-        return TokenOutput(token_ids=tokens, log_probs=log_probs, stop_reason="completed", num_preempted=0,
+        return TokenOutput(token_ids=tokens, log_probs=log_probs, stop_reason=stop, num_preempted=0,
                            extra_fields={"global_steps": self.version})
 
     async def receive_weights(self, global_steps: int | None, n_tensors: int, checksum: float) -> None:
@@ -88,24 +109,60 @@ class StubLLMServer:
         self.awake = False
 
     async def clear_kv_cache(self) -> None: ...
-    async def abort_all_requests(self, reject_request: bool = False) -> None: ...
-    async def resume_generation(self) -> None: ...
+
+    async def abort_all_requests(self, reject_request: bool = False) -> dict[str, Any]:
+        self.abort_epoch += 1
+        self.rejecting = reject_request
+        self.gate_open.clear()
+        return {"aborted_count": 0, "request_ids": []}
+
+    async def resume_generation(self) -> None:
+        self.rejecting = False
+        self.gate_open.set()
+
     async def release_kv_cache(self) -> None: ...
     async def resume_kv_cache(self) -> None: ...
     async def start_profile(self, **kwargs: Any) -> None: ...
     async def stop_profile(self) -> None: ...
 
     def stats(self) -> dict[str, Any]:
-        return {"requests": self.n_requests, "weight_syncs": self.weight_syncs, "version": self.version}
+        return {"requests": self.n_requests, "weight_syncs": self.weight_syncs, "version": self.version,
+                "aborted": self.n_aborted}
 
 
 class StubReplica(RolloutReplica):
     server_kwargs: dict[str, Any] = {}
 
+    async def init_standalone(self) -> None:
+        """verl's version reserves a GPU placement group and starts a ``RayWorkerGroup`` of its
+        ``CheckpointEngineWorker``; here the same worker class runs as one 0-CPU actor per rank (the
+        demo's Ray has no CPU to spare for another placement group), with the environment a
+        ``RayWorkerGroup`` would give it."""
+        from verl.checkpoint_engine.base import CheckpointEngineWorker
+        from verl.utils.net_utils import get_free_port
+        from verl.workers.rollout.replica import RolloutMode
+
+        self.rollout_mode = RolloutMode.STANDALONE
+        host = ray.util.get_node_ip_address().strip("[]")
+        port, _ = get_free_port(host)
+        prefix = f"rollout_standalone_{self.replica_rank}"
+        workers = []
+        for rank in range(self.world_size):
+            env = {"WORLD_SIZE": str(self.world_size), "RANK": str(rank), "WG_PREFIX": prefix, "WG_BACKEND": "ray",
+                   "RAY_LOCAL_WORLD_SIZE": str(self.world_size), "MASTER_ADDR": host, "MASTER_PORT": str(port)}
+            workers.append(ray.remote(CheckpointEngineWorker).options(
+                num_cpus=0, name=f"{prefix}CheckpointEngineWorker_0:{rank}", runtime_env={"env_vars": env},
+            ).remote(rollout_config=self.config, model_config=self.model_config, replica_rank=self.replica_rank))
+        self.workers = workers
+        await self.launch_servers()
+
     async def launch_servers(self) -> None:
+        from verl.workers.rollout.replica import RolloutMode
+
         if not self.server_kwargs:
             type(self).server_kwargs = _server_kwargs(self.config)
-        server = StubLLMServer.options(name=SERVER_NAME.format(self.replica_rank)).remote(**self.server_kwargs)
+        server = StubLLMServer.options(name=SERVER_NAME.format(self.replica_rank)).remote(
+            awake=self.rollout_mode == RolloutMode.STANDALONE, **self.server_kwargs)
         self.servers = [server]
         self._server_handle = server
         self._server_address = f"stub-llm-{self.replica_rank}:0"
@@ -153,8 +210,15 @@ class StubServerAdapter(BaseRollout):
     async def update_weights(self, weights: Generator[tuple[str, torch.Tensor], None, None],
                              wire_format: str = "named_tensors", global_steps: int | None = None, **kwargs: Any):
         n_tensors, checksum = 0, 0.0
-        for _name, tensor in weights:  # consume the real FSDP per-tensor export
+        # the real FSDP per-tensor export (hybrid), or what a checkpoint engine received (standalone)
+        items = weights if hasattr(weights, "__aiter__") else _aiter(weights)
+        async for _name, tensor in items:
             n_tensors += 1
             checksum += float(tensor.float().sum())
         if self._server() is not None:
             await self._server().receive_weights.remote(global_steps, n_tensors, checksum)
+
+
+async def _aiter(items: Any) -> Any:
+    for item in items:
+        yield item

@@ -1,0 +1,129 @@
+"""verl's separate_async trainer on the CPU demo (`verl-otel demo --trainer separate_async`): real FSDP2
+actor/ref workers (verl's DetachActorWorker), a hybrid stand-in LLM server beside a standalone one whose
+rollout worker is verl's real CheckpointEngineWorker, weights carried to it by the demo's gloo checkpoint
+engine. One global step runs rollout..update_actor once per parameter-sync mini-batch, so a phase occurs
+several times in one step trace. The run is shared by this module's tests (conftest fixture)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from trace_file import load_spans, parent_chain, steps
+
+pytestmark = pytest.mark.verl
+
+PER_SYNC = ("rollout", "old_log_prob", "ref", "adv", "update_actor")
+SYNCS = 2  # the demo's trainer.v1.separate_async.parameter_sync_step
+BATCH = 4 * 2  # data.train_batch_size x rollout.n
+VALIDATED = (2, 3)  # test_freq 2 and the last of 3 steps (step 0 validates before training)
+PHASE_SPANS = {*PER_SYNC, "update_weights", "switch_to_trainer", "validate", "save_checkpoint"}
+
+
+def _phases(tree):
+    return Counter(s["name"] for s in tree["spans"] if s["name"] in PHASE_SPANS)
+
+
+def _spans(run):
+    assert run.rc == 0, run.log_tail()
+    return load_spans(run.out / "traces.jsonl")
+
+
+def test_each_step_is_one_trace_with_a_phase_run_per_mini_batch(separate_async_run):
+    run = separate_async_run
+    by_step = steps(_spans(run))
+    assert sorted(by_step) == list(range(run.steps + 1)), sorted(by_step)
+    assert _phases(by_step[0]) == Counter({"validate": 1})
+    for number in range(1, run.steps + 1):
+        tree = by_step[number]
+        want = Counter({p: SYNCS for p in PER_SYNC})
+        want["update_weights"] = 1
+        # the hybrid replica serves rollout after init and after each validation, and is taken
+        # back for training at the next step begin
+        if number == 1 or number - 1 in VALIDATED:
+            want["switch_to_trainer"] = 1
+        if number in VALIDATED:
+            want["validate"] = 1
+        if number == run.steps:
+            want["save_checkpoint"] = 1
+        assert _phases(tree) == want, (number, _phases(tree))
+        root = tree["root"]
+        assert root["attributes"]["verl.trainer"] == "v1"
+        assert root["attributes"]["verl.trainer_mode"] == "separate_async"
+        assert not root["error"]
+        for s in tree["spans"]:
+            assert parent_chain(s, tree["spans"])[-1] == "step", parent_chain(s, tree["spans"])
+        # separate runs, one per mini-batch, in verl's order (not one span stretched over both)
+        runs = sorted((s for s in tree["spans"] if s["name"] in PER_SYNC), key=lambda s: s["start"])
+        assert [s["name"] for s in runs] == list(PER_SYNC) * SYNCS
+        sync = [s for s in tree["spans"] if s["name"] == "update_weights"][0]
+        assert sync["start"] >= runs[-1]["end"]
+
+
+def test_rollout_spans_cross_ray_into_the_step_traces(separate_async_run):
+    run = separate_async_run
+    spans = _spans(run)
+    by_step = steps(spans)
+    total = 0
+    for number in range(1, run.steps + 1):
+        workers = [s for s in by_step[number]["spans"]
+                   if s["name"] == "rollout.worker" and s["attributes"]["verl.rollout.mode"] == "train"]
+        assert {w["attributes"]["verl.rollout.worker"] for w in workers} == {0, 1}, number
+        assert all(w["resource"]["verl.process.role"] == "agent_loop_worker" for w in workers)
+        assert all(parent_chain(w, by_step[number]["spans"])[-1] == "step" for w in workers)
+        samples = sum(w["attributes"]["verl.rollout.samples"] for w in workers)
+        assert samples >= BATCH, (number, samples)
+        total += samples
+    # each batch is spanned once: one submitted per step (prepare_step) plus verl's warm-up batch
+    # (num_warmup_batches=1); the batch the last step submits may still be running when fit() ends
+    assert BATCH * run.steps <= total <= BATCH * (run.steps + 1), total
+    samples = [s for s in spans if s["name"] == "rollout.sample"]
+    assert samples
+    for s in samples:
+        chain = parent_chain(s, spans)
+        assert chain[:2] == ["rollout.sample", "rollout.worker"] and chain[-1] == "step", chain
+
+
+def test_validation_generations_are_events_of_each_validate_span(separate_async_run):
+    by_step = steps(_spans(separate_async_run))
+    for number in (0, *VALIDATED):
+        validate = [s for s in by_step[number]["spans"] if s["name"] == "validate"]
+        assert len(validate) == 1, number
+        # the demo sets trainer.log_val_generations=2: counted, no text by default
+        assert validate[0]["attributes"]["verl.val_generations.count"] == 2
+        assert validate[0]["events"].count("verl.val_generation") == 2
+        workers = [s for s in by_step[number]["spans"] if s["name"] == "rollout.worker"
+                   and s["attributes"]["verl.rollout.mode"] == "validate"]
+        assert workers and all(parent_chain(w, by_step[number]["spans"])[1] == "validate" for w in workers)
+
+
+def _model_bytes(model_dir: Path) -> int:
+    from safetensors.torch import load_file
+
+    tensors: dict = {}
+    for f in sorted(model_dir.glob("*.safetensors")):
+        tensors.update(load_file(f))
+    return sum(t.numel() * 4 for t in tensors.values())  # the demo trains in fp32
+
+
+def test_prometheus_counts_every_phase_run_and_the_weight_sync_payload(separate_async_run):
+    run = separate_async_run
+    prom, at = run.prom, run.query_time
+    assert at is not None, "the run never settled at its last step in Prometheus"
+    spans = _spans(run)
+    in_traces = Counter(s["name"] for s in spans if s["name"] in PHASE_SPANS)
+    assert in_traces["rollout"] == SYNCS * run.steps
+    counted = {k: round(v) for k, v in
+               prom.scalar_by("sum by (phase) (verl_phase_duration_seconds_count)", "phase").items()}
+    assert {p: counted.get(p, 0) for p in in_traces} == dict(in_traces), counted
+    assert prom.scalar_by("sum(verl_step_duration_seconds_count)") == {(): float(run.steps)}
+    assert prom.scalar_by("max(verl_training_step)") == {(): float(run.steps)}
+    assert prom.scalar_by("sum(verl_phase_active)") == {(): 0.0}
+    # every actor weight crossed the gloo checkpoint engine to the standalone replica's worker
+    payload = prom.scalar_by('max(verl_training_metric{key="checkpoint_engine/payload_mbytes"})')
+    assert payload == {(): pytest.approx(_model_bytes(run.out / "assets" / "tiny_model") / (1 << 20))}, payload
+    done = {(r["metric"]["worker"], r["metric"]["mode"]) for r in prom.query("verl_rollout_samples_completed", at)
+            if float(r["value"][1]) > 0}
+    assert {("0", "train"), ("1", "train"), ("0", "validate"), ("1", "validate")} <= done, done

@@ -1,0 +1,155 @@
+"""A CPU checkpoint engine for the demo's ``separate_async`` trainer, registered in verl's own
+``CheckpointEngineRegistry`` and loaded by verl through
+``actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module`` (the demo sets both).
+
+verl refuses the in-process ``naive`` engine in separate_async mode: weights must travel from the
+FSDP actor process to the standalone rollout's ``CheckpointEngineWorker`` in another process, which
+verl does with NCCL/NIXL/Mooncake on GPUs. This engine is the stand-in for that transport: the same
+protocol verl's NCCL engine follows (``prepare`` -> ``build_topology`` -> ``init_process_group`` ->
+``send_weights`` / ``receive_weights`` -> ``finalize``, actor rank 0 the only sender, weights packed
+into byte buckets) over a private gloo process group on the CPU. The bytes really move between the
+processes; the stand-in LLM server only counts what arrives (it generates without weights).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+from collections.abc import AsyncIterator, Iterable
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from verl.checkpoint_engine.base import CheckpointEngine, CheckpointEngineRegistry
+
+BACKEND = "cpu_gloo"
+_TIMEOUT = timedelta(seconds=300)
+#: verl's own key for the bytes one weight sync moved (its delta engine reports the same)
+_PAYLOAD_KEY = "checkpoint_engine/payload_mbytes"
+
+
+async def _items(weights: Any) -> AsyncIterator[tuple[str, torch.Tensor]]:
+    if hasattr(weights, "__aiter__"):
+        async for item in weights:
+            yield item
+    else:
+        for item in weights:
+            yield item
+
+
+def _as_bytes(tensor: torch.Tensor) -> torch.Tensor:
+    if hasattr(tensor, "full_tensor"):  # a DTensor shard: the sender exports whole tensors
+        tensor = tensor.full_tensor()
+    return tensor.detach().to("cpu").contiguous().view(-1).view(torch.uint8)
+
+
+@CheckpointEngineRegistry.register(BACKEND)
+class GlooCheckpointEngine(CheckpointEngine):
+    """One sender (actor rank 0) broadcasts byte buckets to every rollout worker over gloo.
+
+    A bucket goes out as three broadcasts: a header (metadata length, payload length, last-bucket
+    flag), the pickled tensor metadata, then the payload. The group is built for each sync (verl's
+    manager calls ``prepare``/``init_process_group`` before every ``update_weights``)."""
+
+    def __init__(self, bucket_size: int, is_master: bool = False, **_kwargs: Any) -> None:
+        self.bucket_size = bucket_size
+        self.is_master = is_master
+        self.rank = -1
+        self._pg: Any = None
+        self._store: Any = None
+        self.syncs = 0
+        self.bytes_moved = 0
+
+    # -- topology ---------------------------------------------------------------------------
+    def prepare(self) -> dict[str, Any]:
+        if not self.is_master:
+            return {}
+        import ray
+
+        from verl.utils.net_utils import get_free_port
+
+        host = ray.util.get_node_ip_address().strip("[]")
+        port, _ = get_free_port(host)
+        return {"host": host, "port": port}
+
+    @classmethod
+    def build_topology(cls, actor_wg_world_size: int, rollout_world_size: int,
+                       metadata: list[dict[str, Any]]) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+        master = metadata[0]
+        assert master.get("port"), "actor rank 0 must be the checkpoint engine master"
+        world = 1 + rollout_world_size
+        actor = {"rank": [0] + [-1] * (actor_wg_world_size - 1), "world_size": [world] * actor_wg_world_size,
+                 "master": [master] * actor_wg_world_size}
+        rollout = {"rank": list(range(1, world)), "world_size": [world] * rollout_world_size,
+                   "master": [master] * rollout_world_size}
+        return actor, rollout
+
+    def init_process_group(self, rank: int, world_size: int, master: dict[str, Any]) -> None:
+        self.rank = rank
+        if rank < 0:  # an actor rank that only walks its export (producing it is collective)
+            return
+        self._store = dist.TCPStore(master["host"], master["port"], world_size, rank == 0, timeout=_TIMEOUT)
+        self._pg = dist.ProcessGroupGloo(self._store, rank, world_size, _TIMEOUT)
+
+    def finalize(self) -> None:
+        self._pg = None
+        self._store = None
+
+    # -- transfer ---------------------------------------------------------------------------
+    async def _broadcast(self, tensor: torch.Tensor) -> None:
+        opts = dist.BroadcastOptions()
+        opts.rootRank = 0
+        work = self._pg.broadcast([tensor], opts)
+        await asyncio.to_thread(work.wait)  # keep the worker's event loop free while bytes move
+
+    async def _send_bucket(self, meta: list[tuple[Any, ...]], parts: list[torch.Tensor], last: bool) -> int:
+        meta_bytes = torch.frombuffer(bytearray(pickle.dumps(meta)), dtype=torch.uint8)
+        payload = torch.cat(parts) if parts else torch.empty(0, dtype=torch.uint8)
+        await self._broadcast(torch.tensor([meta_bytes.numel(), payload.numel(), int(last)], dtype=torch.int64))
+        await self._broadcast(meta_bytes)
+        if payload.numel():
+            await self._broadcast(payload)
+        return payload.numel()
+
+    @torch.no_grad()
+    async def send_weights(self, weights: Iterable[tuple[str, torch.Tensor]] | Any,
+                           global_steps: int | None = None) -> dict[str, float]:
+        if self.rank < 0:
+            async for _ in _items(weights):
+                pass
+            return {}
+        meta: list[tuple[Any, ...]] = []
+        parts: list[torch.Tensor] = []
+        filled = sent = 0
+        async for name, tensor in _items(weights):
+            raw = _as_bytes(tensor)
+            if parts and filled + raw.numel() > self.bucket_size:  # a tensor larger than a bucket goes alone
+                sent += await self._send_bucket(meta, parts, last=False)
+                meta, parts, filled = [], [], 0
+            meta.append((name, tensor.dtype, tuple(tensor.shape), filled, raw.numel()))
+            parts.append(raw)
+            filled += raw.numel()
+        sent += await self._send_bucket(meta, parts, last=True)
+        self.syncs += 1
+        self.bytes_moved += sent
+        return {_PAYLOAD_KEY: sent / (1 << 20)}
+
+    async def receive_weights(self, global_steps: int | None = None) -> AsyncIterator[tuple[str, torch.Tensor]]:
+        while True:
+            header = torch.zeros(3, dtype=torch.int64)
+            await self._broadcast(header)
+            meta_len, payload_len, last = (int(x) for x in header)
+            meta_bytes = torch.empty(meta_len, dtype=torch.uint8)
+            await self._broadcast(meta_bytes)
+            payload = torch.empty(payload_len, dtype=torch.uint8)
+            if payload_len:
+                await self._broadcast(payload)
+            self.bytes_moved += payload_len
+            for name, dtype, shape, offset, nbytes in pickle.loads(meta_bytes.numpy().tobytes()):
+                # clone: a view of another dtype needs an aligned storage offset
+                yield name, payload[offset: offset + nbytes].clone().view(dtype).view(shape)
+            if last:
+                self.syncs += 1
+                return
