@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+from verl_otel.hooks.async_rollout import ASYNC_ROLLOUT_TARGETS
 from verl_otel.hooks.registry import HookTarget
 from verl_otel.hooks.rollout import ROLLOUT_TARGETS
 from verl_otel.hooks.trainer import TRAINER_TARGETS
 from verl_otel.hooks.update import UPDATE_TARGETS
 
-ALL_TARGETS: tuple[HookTarget, ...] = (*TRAINER_TARGETS, *ROLLOUT_TARGETS, *UPDATE_TARGETS)
+ALL_TARGETS: tuple[HookTarget, ...] = (*TRAINER_TARGETS, *ROLLOUT_TARGETS, *UPDATE_TARGETS, *ASYNC_ROLLOUT_TARGETS)
