@@ -60,7 +60,8 @@ class StandInServers:
             tensors={"responses": torch.ones(n, 3, dtype=torch.long), "attention_mask": torch.ones(n, 7, dtype=torch.long),
                      "input_ids": torch.ones(n, 7, dtype=torch.long)},
             non_tensors={"min_global_steps": np.array([start] * n, dtype=object),
-                         "max_global_steps": np.array([self.version] * n, dtype=object)},
+                         # numpy ints, as an engine may report them: the hooks must read both kinds
+                         "max_global_steps": np.array([np.int64(self.version)] * n, dtype=object)},
             meta_info={"metrics": [{"generate_sequences": 0.05, "tool_calls": 0.0}] * n},
         )
 

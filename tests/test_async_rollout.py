@@ -189,3 +189,17 @@ def test_hooked_actor_classes_still_pickle_by_value():
     finally:
         verl_otel.uninstrument()
     assert fully_async_trainer.assemble_batch_from_rollout_samples.__module__.startswith("verl.")
+
+
+def test_v1_colocate_async_step_links_to_the_step_that_submitted_its_prompts(colocate_async_run):
+    """The real v1 colocate_async demo: step 2 trains on prompts submitted at step 1 (verl's warmup and step 1
+    both tag theirs with global step 1), so its step span links to step 1's span."""
+    run = colocate_async_run
+    assert run.rc == 0, run.log_tail()
+    steps = {s["attrs"][sc.ATTR_GLOBAL_STEP]: s for s in _spans(run.out / "traces.jsonl")
+             if s["name"] == sc.SPAN_STEP and not s.get("parentSpanId")}
+    (link,) = steps[2]["link_list"]
+    assert (link["traceId"], link["spanId"]) == (steps[1]["traceId"], steps[1]["spanId"])
+    assert link["attrs"][sc.ATTR_GLOBAL_STEP] == 1 and link["attrs"][sc.ATTR_ASYNC_SAMPLES] > 0
+    assert link["attrs"][sc.ATTR_STALENESS] == 1 - link["attrs"][sc.ATTR_PARAM_VERSION]
+    assert not steps[1]["link_list"]  # step 1's prompts were its own (no earlier step to link to)

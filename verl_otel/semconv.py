@@ -157,11 +157,14 @@ ROLE_ROLLOUTER: Final = "rollouter"
 SPAN_ROLLOUTER_GENERATE: Final = "rollouter.generate"
 #: The rollouter's validation run (``do_validate``, called by the trainer).
 SPAN_ROLLOUTER_VALIDATE: Final = "rollouter.validate"
-#: Parameter (weights) version: fully_async's ``current_param_version`` (one per parameter sync).
+#: Parameter (weights) version: fully_async's ``current_param_version`` (one per parameter sync); on a v1
+#: step link, the oldest weights version (max_global_steps) that finished the linked samples. On v1 links
+#: ATTR_GLOBAL_STEP names the step that submitted the prompts.
 ATTR_PARAM_VERSION: Final = "verl.param_version"
 #: Trainer's parameter version minus the version that generated the samples (on step links).
 ATTR_STALENESS: Final = "verl.staleness"
-#: Samples: produced in a rollouter window, or (on a step's link) taken from that window.
+#: Samples: produced in a rollouter window, or (on a step's link) taken from that window / submitting step
+#: (fully_async counts prompt groups, v1 trajectories).
 ATTR_ASYNC_SAMPLES: Final = "verl.async.samples"
 #: Samples the rollouter dropped in the window (queue full).
 ATTR_ASYNC_DROPPED: Final = "verl.async.dropped"

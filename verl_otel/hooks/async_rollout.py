@@ -1,4 +1,5 @@
-"""fully_async hooks: the rollouter as its own service, and the trainer's links back to it.
+"""Async trainers' hooks: fully_async's rollouter as its own service and the trainer's links back to it;
+v1's colocate_async / separate_async step links to the steps that submitted their prompts.
 
 ``FullyAsyncRollouter`` and ``FullyAsyncTrainer`` are module-level ``@ray.remote`` classes: Ray pickles
 them by value, so their methods are patched on the Ray class' ``modified_class`` in the process that
@@ -21,7 +22,7 @@ from typing import Any
 from verl_otel import semconv as sc
 from verl_otel.hooks._safe import once, safe
 from verl_otel.hooks.registry import HookTarget
-from verl_otel.telemetry.async_rollout import TRAINER_SIDE, WINDOWS
+from verl_otel.telemetry.async_rollout import SUBMITS, TRAINER_SIDE, WINDOWS
 
 _MOD = "verl.experimental.fully_async_policy."
 _ROLLOUTER = _MOD + "fully_async_rollouter"
@@ -176,6 +177,29 @@ async def _queue_get(wrapped: Callable[..., Any], instance: Any, args: tuple[Any
     return result
 
 
+# -- v1 async trainers (colocate_async / separate_async) ------------------------------------------------
+def _step_number(trainer: Any) -> int:
+    return int(getattr(trainer, "global_steps", -1))
+
+
+def _submit(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    from verl_otel.telemetry.steps import TRACER
+
+    safe(lambda: SUBMITS.submitted(_step_number(instance), TRACER.innermost_span(sc.SPAN_STEP)))
+    return wrapped(*args, **kwargs)
+
+
+def _v1_step(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    from verl_otel.telemetry.steps import TRACER
+
+    batch = wrapped(*args, **kwargs)
+    safe(lambda: SUBMITS.consumed(_step_number(instance), list(getattr(batch, "tags", None) or ()),
+                                  TRACER.innermost_span(sc.SPAN_STEP)))
+    return batch
+
+
+_V1 = "verl.trainer.ppo.v1.trainer_base"
+
 ASYNC_ROLLOUT_TARGETS: tuple[HookTarget, ...] = (
     HookTarget.actor_method(_ROLLOUTER, _R + "fit", _rollouter_fit, "rollouter generation spans", min_verl=_MIN),
     HookTarget.actor_method(_ROLLOUTER, _R + "_process_single_sample_streaming", _process_sample,
@@ -197,4 +221,7 @@ ASYNC_ROLLOUT_TARGETS: tuple[HookTarget, ...] = (
                else None),
     HookTarget(_QUEUE, "MessageQueueClient.get_sample", _queue_get, "queue depth seen by the trainer",
                min_verl=_MIN),
+    HookTarget(_V1, "PPOTrainer._submit_batch_to_rollout", _submit, "v1 step links to submitting steps",
+               min_verl=_MIN),
+    HookTarget(_V1, "PPOTrainer.step", _v1_step, "v1 step links to submitting steps", min_verl=_MIN),
 )

@@ -1,4 +1,5 @@
-"""fully_async's two sides: the rollouter's parameter-version windows and the trainer's view of them.
+"""fully_async's two sides (the rollouter's parameter-version windows and the trainer's view of them), and
+v1's async trainers' links from a training step to the steps that submitted its prompts.
 
 Rollouter process: one ``rollouter.generate`` span per parameter-version window (from one parameter
 sync, verl's ``reset_staleness``, to the next). Each sample the rollouter starts in a window gets
@@ -12,6 +13,7 @@ twice, and the per-sample path only sets one attribute.
 
 from __future__ import annotations
 
+import operator
 import threading
 import time
 from collections import Counter
@@ -230,7 +232,8 @@ class TrainerSide:
         with self._lock:
             self.trainer = trainer
             pending, self._pending = self._pending, []
-        stale = [current - float(v) for v in versions if isinstance(v, (int, float))] if current is not None else []
+        numbers = [_int(v) for v in versions]  # verl's object arrays: python or numpy ints
+        stale = [current - v for v in numbers if v is not None] if current is not None else []
         if stale:
             self.staleness_max, self.staleness_mean = max(stale), sum(stale) / len(stale)
         if step_span is None or not pending:
@@ -259,6 +262,59 @@ class TrainerSide:
             yield sc.ASYNC_IDLE_RATIO, _TRAINER, idle
 
 
+class SubmitLinks:
+    """v1 async trainers (colocate_async / separate_async): the trainer submits prompts at one step and
+    trains on them at a later one. The submitting step's span context is kept per step number (verl tags
+    each prompt with it), and the training step's span gets a link to each submitting step."""
+
+    KEEP = 64  # steps remembered (staleness is bounded far below this)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_step: dict[int, SpanContext] = {}
+
+    def submitted(self, step: int, span: Span | None) -> None:
+        if span is None:
+            return
+        with self._lock:
+            self._by_step.setdefault(step, span.get_span_context())  # warmup and step 1 share number 1
+            for old in sorted(self._by_step)[:-self.KEEP]:
+                del self._by_step[old]
+
+    def consumed(self, step: int, tags: Sequence[Mapping[str, Any]], step_span: Span | None) -> None:
+        """``tags``: verl's per-sample TransferQueue tags (global_steps = submitting step, max_global_steps =
+        weights version that finished the sample)."""
+        if step_span is None:
+            return
+        groups: dict[int, list[Any]] = {}
+        for tag in tags:
+            if isinstance(tag, Mapping) and not tag.get("is_padding", False):
+                submit = _int(tag.get("global_steps"))
+                if submit is not None and submit != step:  # the step's own samples need no link
+                    groups.setdefault(submit, []).append(_int(tag.get("max_global_steps")))
+        with self._lock:
+            targets = {s: self._by_step.get(s) for s in groups}
+        for submit in sorted(groups):
+            ctx = targets[submit]
+            if ctx is None:
+                continue
+            versions = [v for v in groups[submit] if isinstance(v, int)]
+            attrs: dict[str, Any] = {sc.ATTR_GLOBAL_STEP: submit, sc.ATTR_ASYNC_SAMPLES: len(groups[submit])}
+            if versions:
+                # verl's training/off_policy/trajectory_staleness: (global_steps - 1) - max_global_steps, worst
+                attrs[sc.ATTR_PARAM_VERSION] = min(versions)
+                attrs[sc.ATTR_STALENESS] = (step - 1) - min(versions)
+            step_span.add_link(ctx, attrs)
+
+
+def _int(value: Any) -> int | None:
+    """An integer from verl's tags (int, numpy or 0-d tensor), else None."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
 def _span_context(traceparent: str) -> SpanContext | None:
     ctx = trace.get_current_span(extract(traceparent)).get_span_context()
     return ctx if ctx.is_valid else None
@@ -267,3 +323,4 @@ def _span_context(traceparent: str) -> SpanContext | None:
 #: One of each per process (a process is either fully_async's rollouter or its trainer).
 WINDOWS = RolloutWindows()
 TRAINER_SIDE = TrainerSide()
+SUBMITS = SubmitLinks()
