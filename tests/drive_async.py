@@ -16,6 +16,7 @@ import asyncio
 import json
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import ray
@@ -107,6 +108,19 @@ def async_gauges() -> dict[str, float]:
             for m, labels, v in STATE.samples() if m.name.startswith("verl_async_")}
 
 
+def own_metrics_page() -> tuple[str, dict]:
+    """This process' /metrics page and its target labels, found the way Prometheus finds them (file_sd)."""
+    import os
+    import urllib.request
+
+    from verl_otel.export.prometheus import PID_LABEL
+
+    groups = json.loads((Path(os.environ["VERL_OTEL_DIR"]) / "prometheus_targets.json").read_text())
+    (group,) = [g for g in groups if g["labels"].get(PID_LABEL) == str(os.getpid())]
+    with urllib.request.urlopen(f"http://{group['targets'][0]}/metrics", timeout=10) as resp:
+        return resp.read().decode(), group["labels"]
+
+
 async def main(out_path: str) -> None:
     assert any("FullyAsyncRollouter" in k for k in registry.installed()), registry.installed()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -152,6 +166,7 @@ async def main(out_path: str) -> None:
     results = await asyncio.gather(rollouter.fit(), trainer.fit(), return_exceptions=True)
     record["errors"] = [repr(r) for r in results if isinstance(r, BaseException)]
     record["final_gauges"] = async_gauges()
+    record["exposition"], record["target_labels"] = own_metrics_page()
     record["produced"] = rollouter.total_generated_samples
     ray.shutdown()
     with open(out_path, "w") as f:

@@ -107,6 +107,30 @@ def test_staleness_and_version_gauges_match_the_batches(run):
     assert final[sc.ASYNC_SAMPLES_DROPPED.name] == 0
 
 
+def test_gauges_on_the_metrics_page(run):
+    """The same values through the real exporter: this process' /metrics page, found via the file_sd targets."""
+    record, _ = run
+    page = {}
+    for line in record["exposition"].splitlines():
+        if line.startswith("verl_async_"):
+            series, value = line.rsplit(" ", 1)
+            page[series] = float(value)
+
+    def value(name: str, **labels: str) -> float:
+        (v,) = [v for s, v in page.items() if s.split("{")[0] == name
+                and all(f'{k}="{lv}"' in s for k, lv in labels.items())]
+        return v
+
+    assert value(sc.ASYNC_SAMPLES_PRODUCED.name) == record["produced"]
+    assert value(sc.ASYNC_PARAM_VERSION.name, role=sc.ROLE_ROLLOUTER) == record["syncs"][-1]["version"]
+    assert value(sc.ASYNC_PARAM_VERSION.name, role=sc.ROLE_TRAINER) == record["syncs"][-1]["version"]
+    assert value(sc.ASYNC_QUEUE_CAPACITY.name) == 4
+    assert value(sc.ASYNC_STALENESS.name) == record["final_gauges"][sc.ASYNC_STALENESS.name]
+    # Prometheus adds the process' labels from the targets file: the rollouter's wiring named the run and role
+    labels = record["target_labels"]
+    assert labels[sc.LABEL_EXPERIMENT] == "exp" and labels[sc.LABEL_PROCESS_ROLE] == sc.ROLE_ROLLOUTER, labels
+
+
 def test_idle_ratios(run):
     record, _ = run
     # rollouter: the live gauge just before a sync is verl's own idle_ratio of that window
@@ -203,3 +227,58 @@ def test_v1_colocate_async_step_links_to_the_step_that_submitted_its_prompts(col
     assert link["attrs"][sc.ATTR_GLOBAL_STEP] == 1 and link["attrs"][sc.ATTR_ASYNC_SAMPLES] > 0
     assert link["attrs"][sc.ATTR_STALENESS] == 1 - link["attrs"][sc.ATTR_PARAM_VERSION]
     assert not steps[1]["link_list"]  # step 1's prompts were its own (no earlier step to link to)
+
+
+def test_batch_of_mixed_versions():
+    """Staleness over a batch whose samples come from several windows (numpy and python ints, as verl's object
+    arrays hold them), and one link per window with its sample count."""
+    from types import SimpleNamespace
+
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from verl_otel.telemetry.async_rollout import TrainerSide
+    from verl_otel.telemetry.rollout_spans import inject
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("t")
+    windows = {v: tracer.start_span(f"w{v}") for v in (3, 4)}
+    tags = {v: (inject(trace.set_span_in_context(s)), v) for v, s in windows.items()}
+    samples = [SimpleNamespace(**{sc.ROLLOUT_SAMPLE_TRACE_ATTR: tags[v]}) for v in (3, 4, 4)] + [SimpleNamespace()]
+    side = TrainerSide()
+    side.samples_assembled(samples)
+    step = tracer.start_span("step")
+    side.batch_taken(SimpleNamespace(current_param_version=5), [3, np.int64(4), 4, 5], step)
+    step.end()
+    assert (side.staleness_max, side.staleness_mean) == (2, (2 + 1 + 1 + 0) / 4)
+    links = {ln.attributes[sc.ATTR_PARAM_VERSION]: ln for ln in exporter.get_finished_spans()[0].links}
+    assert {v: ln.attributes[sc.ATTR_ASYNC_SAMPLES] for v, ln in links.items()} == {3: 1, 4: 2}
+    assert {v: ln.attributes[sc.ATTR_STALENESS] for v, ln in links.items()} == {3: 2, 4: 1}
+    assert links[3].context.span_id == windows[3].get_span_context().span_id
+
+
+def test_resumed_rollouter_counts_versions_from_the_checkpoint(tmp_path):
+    """verl's real load_checkpoint on a resumed run (checkpoint of parameter version 7): the rollouter's windows
+    continue from version 7, not 0."""
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "global_step_7").mkdir(parents=True)
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("7")
+    code = f"""
+from omegaconf import OmegaConf
+from verl.experimental.fully_async_policy.fully_async_rollouter import FullyAsyncRollouter
+from verl_otel.telemetry.async_rollout import WINDOWS
+r = object.__new__(FullyAsyncRollouter.__ray_metadata__.modified_class)
+r.config = OmegaConf.create({{"trainer": {{"resume_mode": "auto", "default_hdfs_dir": None,
+                             "default_local_dir": "{ckpt}", "project_name": "p", "experiment_name": "e"}},
+                             "async_training": {{"trigger_parameter_sync_step": 2}}}})
+r.required_samples, r.global_steps = 4, 1
+r.load_checkpoint()
+print("RESUMED", r.global_steps, WINDOWS.version)
+"""
+    proc = run_py(["-c", code], clean_env(VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(tmp_path)), tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "RESUMED 57 7" in proc.stdout, proc.stdout[-2000:]  # verl: 7 x 4 samples x 2 steps + 1
