@@ -173,6 +173,33 @@ ROLE_REWARD: Final = "reward_worker"
 ROLE_WORKER: Final = "train_worker"
 ROLE_OTHER: Final = "ray_worker"
 
+# --------------------------------------------------------------------------------------------
+# Async trainers (fully_async): the rollouter service, parameter versions, staleness
+# --------------------------------------------------------------------------------------------
+#: fully_async's FullyAsyncRollouter actor: its own service/process role.
+ROLE_ROLLOUTER: Final = "rollouter"
+#: One span per parameter-version window of the rollouter: from one parameter sync
+#: (verl's ``reset_staleness``) to the next; the samples it started in that window carry its context.
+SPAN_ROLLOUTER_GENERATE: Final = "rollouter.generate"
+#: The rollouter's validation run (``do_validate``, called by the trainer).
+SPAN_ROLLOUTER_VALIDATE: Final = "rollouter.validate"
+#: Parameter (weights) version: fully_async's ``current_param_version`` (one per parameter sync); on a v1
+#: step link, the oldest weights version (max_global_steps) that finished the linked samples. On v1 links
+#: ATTR_GLOBAL_STEP names the step that submitted the prompts.
+ATTR_PARAM_VERSION: Final = "verl.param_version"
+#: Trainer's parameter version minus the version that generated the samples (on step links).
+ATTR_STALENESS: Final = "verl.staleness"
+#: Samples: produced in a rollouter window, or (on a step's link) taken from that window / submitting step
+#: (fully_async counts prompt groups, v1 trajectories).
+ATTR_ASYNC_SAMPLES: Final = "verl.async.samples"
+#: Samples the rollouter dropped in the window (queue full).
+ATTR_ASYNC_DROPPED: Final = "verl.async.dropped"
+#: verl's own rollouter idle ratio of the window (fully_async/rollouter/idle_ratio).
+ATTR_ASYNC_IDLE_RATIO: Final = "verl.async.idle_ratio"
+#: Attribute set on verl's RolloutSample object (not in its data): (traceparent, param version)
+#: of the rollouter window, pickled with the sample through the MessageQueue.
+ROLLOUT_SAMPLE_TRACE_ATTR: Final = "_verl_otel_rollout_trace"
+
 TRAINER_LEGACY: Final = "legacy"
 TRAINER_V1: Final = "v1"
 TRAINER_FULLY_ASYNC: Final = "fully_async"
@@ -323,6 +350,50 @@ OTEL_DROPPED = MetricDef(
     unit="{item}",
 )
 
+# Async trainers (fully_async). The role label says which process observed the value.
+ASYNC_SAMPLES_PRODUCED = MetricDef(
+    "verl_async_samples_produced_total", "counter",
+    "Samples (prompt groups) the rollouter put into the MessageQueue since it started.", unit="{sample}",
+)
+ASYNC_SAMPLES_DROPPED = MetricDef(
+    "verl_async_samples_dropped_total", "counter",
+    "Samples the MessageQueue dropped because it was full.", unit="{sample}",
+)
+ASYNC_QUEUE_DEPTH = MetricDef(
+    "verl_async_queue_depth", "gauge",
+    "Samples waiting in the MessageQueue, as last seen by this process (rollouter: just before each of "
+    "its puts; trainer: after each take).", (LABEL_ROLE,), unit="{sample}",
+)
+ASYNC_QUEUE_CAPACITY = MetricDef(
+    "verl_async_queue_capacity", "gauge", "MessageQueue size limit (max_queue_size).", unit="{sample}",
+)
+ASYNC_PARAM_VERSION = MetricDef(
+    "verl_async_param_version", "gauge",
+    "Parameter version: the trainer's current_param_version, or the version the rollouter generates with.",
+    (LABEL_ROLE,), unit="{version}",
+)
+ASYNC_STALENESS = MetricDef(
+    "verl_async_staleness", "gauge",
+    "Largest staleness (trainer version minus generating version) in the last batch the trainer took.",
+    unit="{version}",
+)
+ASYNC_STALENESS_MEAN = MetricDef(
+    "verl_async_staleness_mean", "gauge",
+    "Mean staleness over the samples of the last batch the trainer took.", unit="{version}",
+)
+ASYNC_IDLE_RATIO = MetricDef(
+    "verl_async_idle_ratio", "gauge",
+    "Live share of the current parameter-version window spent idle: the trainer waiting for samples, "
+    "the rollouter paused (verl's own fully_async/<role>/idle_ratio, evaluated now).", (LABEL_ROLE,), unit="1",
+)
+ASYNC_ROLLOUTER_PAUSED = MetricDef(
+    "verl_async_rollouter_paused", "gauge",
+    "1 while the rollouter holds back new samples (queue full or staleness limit reached), else 0.", unit="",
+)
+ASYNC_ROLLOUTER_INFLIGHT = MetricDef(
+    "verl_async_rollouter_inflight", "gauge", "Samples the rollouter is generating now.", unit="{sample}",
+)
+
 METRICS: Final[tuple[MetricDef, ...]] = (
     ROLLOUT_SAMPLES_COMPLETED, ROLLOUT_SAMPLES_EXPECTED, ROLLOUT_SAMPLES_INFLIGHT, ROLLOUT_OLDEST_INFLIGHT,
     ROLLOUT_ELAPSED, ROLLOUT_ETA,
@@ -330,6 +401,8 @@ METRICS: Final[tuple[MetricDef, ...]] = (
     PHASE_DURATION,
     UPDATE_MINIBATCHES_COMPLETED, UPDATE_MINIBATCHES_EXPECTED, UPDATE_EPOCH, UPDATE_ETA,
     TRAINING_METRIC, PHASE_PEAK_MEMORY, OTEL_DROPPED,
+    ASYNC_SAMPLES_PRODUCED, ASYNC_SAMPLES_DROPPED, ASYNC_QUEUE_DEPTH, ASYNC_QUEUE_CAPACITY, ASYNC_PARAM_VERSION,
+    ASYNC_STALENESS, ASYNC_STALENESS_MEAN, ASYNC_IDLE_RATIO, ASYNC_ROLLOUTER_PAUSED, ASYNC_ROLLOUTER_INFLIGHT,
 )
 assert len({m.name for m in METRICS}) == len(METRICS), "metric names must be unique"
 

@@ -140,6 +140,13 @@ def _val_generations_wrapper(wrapped: Callable[..., Any], instance: Any, args: t
             safe(val_generations.record, samples, step)
 
 
+def _fit_fully_async(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A module-level function (Ray pickles the actor class by value; this is pickled by reference, a
+    closure would drag TRACER and its lock along)."""
+    return _FULLY_ASYNC_FIT(wrapped, instance, args, kwargs)
+
+
+_FULLY_ASYNC_FIT = _fit_wrapper(sc.TRAINER_FULLY_ASYNC)
 _LEGACY = "verl.trainer.ppo.ray_trainer"
 _V1 = "verl.trainer.ppo.v1.trainer_base"
 
@@ -149,8 +156,12 @@ TRAINER_TARGETS: tuple[HookTarget, ...] = (
     HookTarget(_LEGACY, "RayPPOTrainer._validate", _validate_wrapper, "legacy validation spans"),
     HookTarget(_V1, "PPOTrainer.fit", _fit_wrapper(sc.TRAINER_V1), "v1 trainer step traces", min_verl="0.9.0"),
     HookTarget(_V1, "PPOTrainer._validate", _validate_wrapper, "v1 validation spans", min_verl="0.9.0"),
-    HookTarget("verl.experimental.fully_async_policy.fully_async_trainer", "FullyAsyncTrainer.fit",
-               _fit_wrapper(sc.TRAINER_FULLY_ASYNC), "fully_async trainer step traces", min_verl="0.8.0"),
+    # a module-level @ray.remote class, pickled by value: patched on its modified_class (the ActorClass'
+    # own attribute is never called in the actor)
+    HookTarget.actor_method("verl.experimental.fully_async_policy.fully_async_trainer",
+                            "FullyAsyncTrainer.__ray_metadata__.modified_class.fit",
+                            _fit_fully_async, "fully_async trainer step traces",
+                            min_verl="0.8.0"),
     HookTarget("verl.utils.tracking", "Tracking.log", _log_wrapper, "step ends and training curves"),
     HookTarget("verl.utils.tracking", "ValidationGenerationsLogger.log", _val_generations_wrapper,
                "validation generations on the validate span"),

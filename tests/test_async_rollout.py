@@ -1,0 +1,284 @@
+"""fully_async's rollouter and trainer, driven through verl's real methods (tests/drive_async.py) with a
+real MessageQueue actor on a real local Ray: one rollouter span per parameter version, step spans linked
+to the windows whose samples they trained on, staleness / idle / queue gauges matching what verl computes,
+and what verl itself sees left unchanged."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import clean_env, run_py
+
+from verl_otel import semconv as sc
+
+HERE = Path(__file__).resolve().parent
+
+
+def _attrs(items: list[dict]) -> dict:
+    out = {}
+    for a in items or []:
+        (kind, val), = a["value"].items()
+        out[a["key"]] = int(val) if kind == "intValue" else val
+    return out
+
+
+def _spans(path: Path) -> list[dict]:
+    out = []
+    for line in path.read_text().splitlines():
+        for rs in json.loads(line)["resourceSpans"]:
+            res = _attrs(rs["resource"]["attributes"])
+            for ss in rs["scopeSpans"]:
+                for sp in ss["spans"]:
+                    out.append({**sp, "attrs": _attrs(sp.get("attributes")), "res": res,
+                                "link_list": [{**ln, "attrs": _attrs(ln.get("attributes"))}
+                                              for ln in sp.get("links", [])]})
+    return out
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("drive-async")
+    proc = run_py([str(HERE / "drive_async.py"), str(out / "record.json")],
+                  clean_env(VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(out)), out, timeout=240)
+    assert proc.returncode == 0 and "DRIVE_ASYNC_DONE" in proc.stdout, (proc.stdout[-3000:], proc.stderr[-3000:])
+    record = json.loads((out / "record.json").read_text())
+    assert record["errors"] == [], record["errors"]
+    return record, _spans(out / "traces.jsonl")
+
+
+def _windows(spans: list[dict]) -> dict[int, dict]:
+    wins = [s for s in spans if s["name"] == sc.SPAN_ROLLOUTER_GENERATE]
+    by_version = {s["attrs"][sc.ATTR_PARAM_VERSION]: s for s in wins}
+    assert len(by_version) == len(wins), "one rollouter.generate span per parameter version"
+    return by_version
+
+
+def test_rollouter_has_one_window_span_per_parameter_version(run):
+    record, spans = run
+    windows = _windows(spans)
+    syncs = [s["version"] for s in record["syncs"]]
+    # the sync before fit() opens version 0; every later sync closes a window and opens the next
+    assert sorted(windows) == syncs == list(range(len(syncs)))
+    for span in windows.values():
+        assert not span.get("parentSpanId") and span["res"][sc.RES_ROLE] == sc.ROLE_ROLLOUTER
+    assert sum(s["attrs"].get(sc.ATTR_ASYNC_SAMPLES, 0) for s in windows.values()) == record["produced"] == 8
+    assert len({s["traceId"] for s in windows.values()}) == len(windows)
+
+
+def test_step_links_lead_to_the_windows_that_fed_it(run):
+    record, spans = run
+    windows = _windows(spans)
+    steps = {s["attrs"][sc.ATTR_GLOBAL_STEP]: s for s in spans if s["name"] == sc.SPAN_STEP}
+    assert record["steps"], "the trainer took no batch"
+    for taken in record["steps"]:
+        step = steps[taken["global_step"]]
+        links = step["link_list"]
+        # each sample's window = the weights version its generation started with (verl's min_global_steps)
+        assert Counter({ln["attrs"][sc.ATTR_PARAM_VERSION]: ln["attrs"][sc.ATTR_ASYNC_SAMPLES] for ln in links}) \
+            == Counter(taken["start_versions"]), (taken, links)
+        for ln in links:
+            window = windows[ln["attrs"][sc.ATTR_PARAM_VERSION]]
+            assert (ln["traceId"], ln["spanId"]) == (window["traceId"], window["spanId"])
+            assert ln["attrs"][sc.ATTR_STALENESS] == taken["param_version"] - ln["attrs"][sc.ATTR_PARAM_VERSION]
+    assert any(ln["attrs"][sc.ATTR_STALENESS] > 0 for s in steps.values() for ln in s["link_list"]), \
+        "the scenario must train on stale samples for the staleness checks to mean anything"
+
+
+def test_staleness_and_version_gauges_match_the_batches(run):
+    record, _ = run
+    for taken in record["steps"]:
+        g = taken["gauges"]
+        stale = [taken["param_version"] - v for v in taken["end_versions"]]
+        assert g[sc.ASYNC_STALENESS.name] == max(stale)
+        assert g[sc.ASYNC_STALENESS_MEAN.name] == pytest.approx(sum(stale) / len(stale))
+        assert g[f"{sc.ASYNC_PARAM_VERSION.name}{{trainer}}"] == taken["param_version"]
+        assert g[f"{sc.ASYNC_PARAM_VERSION.name}{{rollouter}}"] == taken["param_version"]
+        assert 0 <= g[f"{sc.ASYNC_QUEUE_DEPTH.name}{{trainer}}"] <= g[sc.ASYNC_QUEUE_CAPACITY.name]
+    final = record["final_gauges"]
+    assert final[sc.ASYNC_SAMPLES_PRODUCED.name] == record["produced"]
+    assert final[sc.ASYNC_SAMPLES_DROPPED.name] == 0
+
+
+def test_gauges_on_the_metrics_page(run):
+    """The same values through the real exporter: this process' /metrics page, found via the file_sd targets."""
+    record, _ = run
+    page = {}
+    for line in record["exposition"].splitlines():
+        if line.startswith("verl_async_"):
+            series, value = line.rsplit(" ", 1)
+            page[series] = float(value)
+
+    def value(name: str, **labels: str) -> float:
+        (v,) = [v for s, v in page.items() if s.split("{")[0] == name
+                and all(f'{k}="{lv}"' in s for k, lv in labels.items())]
+        return v
+
+    assert value(sc.ASYNC_SAMPLES_PRODUCED.name) == record["produced"]
+    assert value(sc.ASYNC_PARAM_VERSION.name, role=sc.ROLE_ROLLOUTER) == record["syncs"][-1]["version"]
+    assert value(sc.ASYNC_PARAM_VERSION.name, role=sc.ROLE_TRAINER) == record["syncs"][-1]["version"]
+    assert value(sc.ASYNC_QUEUE_CAPACITY.name) == 4
+    assert value(sc.ASYNC_STALENESS.name) == record["final_gauges"][sc.ASYNC_STALENESS.name]
+    # Prometheus adds the process' labels from the targets file: the rollouter's wiring named the run and role
+    labels = record["target_labels"]
+    assert labels[sc.LABEL_EXPERIMENT] == "exp" and labels[sc.LABEL_PROCESS_ROLE] == sc.ROLE_ROLLOUTER, labels
+
+
+def test_idle_ratios(run):
+    record, _ = run
+    # rollouter: the live gauge just before a sync is verl's own idle_ratio of that window
+    compared = [(s["gauges_before"][f"{sc.ASYNC_IDLE_RATIO.name}{{rollouter}}"], s["verl_idle"])
+                for s in record["syncs"][1:]]
+    assert any(verl > 0.2 for _, verl in compared), compared
+    for live, verl in compared:
+        assert live == pytest.approx(verl, abs=0.05), compared
+    # trainer: the first step waited for the rollouter's first samples, so its window was partly idle
+    first = record["steps"][0]["gauges"][f"{sc.ASYNC_IDLE_RATIO.name}{{trainer}}"]
+    assert 0.05 < first <= 1.0, first
+    # the rollouter ran ahead by the staleness limit and paused: idle until the sync
+    paused = [s["gauges_before"][sc.ASYNC_ROLLOUTER_PAUSED.name] for s in record["syncs"][1:]]
+    assert [p for p, (_, verl) in zip(paused, compared) if verl > 0] == [1.0] * sum(v > 0 for _, v in compared)
+
+
+def test_rollouter_validation_span(run):
+    record, spans = run
+    (span,) = [s for s in spans if s["name"] == sc.SPAN_ROLLOUTER_VALIDATE]
+    assert span["attrs"][sc.ATTR_PARAM_VERSION] == 0 and not span.get("parentSpanId")
+    assert record["validate"]["val-core/score/mean"] == 1.0  # verl's result passes through unchanged
+
+
+def _rollout_samples(tagged: bool):
+    from verl import DataProto
+    from verl.experimental.fully_async_policy.detach_utils import RolloutSample
+
+    out = []
+    for i in range(2):
+        batch = DataProto.from_dict(
+            tensors={"responses": torch.ones(2, 3, dtype=torch.long), "attention_mask": torch.ones(2, 7, dtype=torch.long)},
+            non_tensors={"min_global_steps": np.array([i, i], dtype=object),
+                         "max_global_steps": np.array([i, i], dtype=object)},
+            meta_info={"metrics": [{"generate_sequences": 0.1, "tool_calls": 0.0}] * 2})
+        rs = RolloutSample(full_batch=batch, sample_id=f"s{i}", epoch=0, rollout_status={"x": 1})
+        if tagged:
+            setattr(rs, sc.ROLLOUT_SAMPLE_TRACE_ATTR, (f"00-{'1' * 32}-{'2' * 16}-01", i))
+        out.append(rs)
+    return out
+
+
+def test_verl_sees_the_same_batch():
+    """The tag rides on the RolloutSample object only: verl's assembled batch is the same with and without it,
+    and our stand-in for verl's assemble function returns exactly what verl's returns."""
+    import ray
+
+    from verl.experimental.fully_async_policy import detach_utils
+
+    from verl_otel.hooks.async_rollout import assemble_batch_from_rollout_samples as ours
+
+    tagged = [ray.cloudpickle.loads(ray.cloudpickle.dumps(rs)) for rs in _rollout_samples(True)]
+    assert all(getattr(rs, sc.ROLLOUT_SAMPLE_TRACE_ATTR)[1] == i for i, rs in enumerate(tagged))  # survives pickling
+    plain = detach_utils.assemble_batch_from_rollout_samples(_rollout_samples(False), None, None, None)
+    hooked = ours(copy.deepcopy(tagged), None, None, None)
+    assert set(hooked.meta_info) == set(plain.meta_info) and set(hooked.non_tensor_batch) == set(plain.non_tensor_batch)
+    assert all(torch.equal(hooked.batch[k], plain.batch[k]) for k in plain.batch.keys())
+    assert not any(sc.ROLLOUT_SAMPLE_TRACE_ATTR in str(k) for k in (*hooked.meta_info, *hooked.non_tensor_batch))
+
+
+def test_hooked_actor_classes_still_pickle_by_value():
+    """Ray ships FullyAsyncTrainer/Rollouter by value: with our methods in place they must still pickle, and
+    the pickled trainer must call our assemble stand-in by reference (it is importable)."""
+    import ray
+
+    import verl_otel
+    from verl.experimental.fully_async_policy import fully_async_rollouter, fully_async_trainer
+
+    from verl_otel.hooks.async_rollout import assemble_batch_from_rollout_samples as ours
+
+    verl_otel.instrument()
+    try:
+        for cls in (fully_async_trainer.FullyAsyncTrainer, fully_async_rollouter.FullyAsyncRollouter):
+            modified = cls.__ray_metadata__.modified_class
+            blob = ray.cloudpickle.dumps(modified)
+            assert ray.cloudpickle.loads(blob).__name__ == modified.__name__
+        shipped = ray.cloudpickle.loads(ray.cloudpickle.dumps(fully_async_trainer.FullyAsyncTrainer.__ray_metadata__
+                                                              .modified_class))
+        verl_method = inspect.unwrap(shipped.__dict__["_get_samples_from_queue"])  # under our (and Ray's) wrappers
+        assert verl_method.__globals__["assemble_batch_from_rollout_samples"] is ours
+    finally:
+        verl_otel.uninstrument()
+    assert fully_async_trainer.assemble_batch_from_rollout_samples.__module__.startswith("verl.")
+
+
+def test_v1_colocate_async_step_links_to_the_step_that_submitted_its_prompts(colocate_async_run):
+    """The real v1 colocate_async demo: step 2 trains on prompts submitted at step 1 (verl's warmup and step 1
+    both tag theirs with global step 1), so its step span links to step 1's span."""
+    run = colocate_async_run
+    assert run.rc == 0, run.log_tail()
+    steps = {s["attrs"][sc.ATTR_GLOBAL_STEP]: s for s in _spans(run.out / "traces.jsonl")
+             if s["name"] == sc.SPAN_STEP and not s.get("parentSpanId")}
+    (link,) = steps[2]["link_list"]
+    assert (link["traceId"], link["spanId"]) == (steps[1]["traceId"], steps[1]["spanId"])
+    assert link["attrs"][sc.ATTR_GLOBAL_STEP] == 1 and link["attrs"][sc.ATTR_ASYNC_SAMPLES] > 0
+    assert link["attrs"][sc.ATTR_STALENESS] == 1 - link["attrs"][sc.ATTR_PARAM_VERSION]
+    assert not steps[1]["link_list"]  # step 1's prompts were its own (no earlier step to link to)
+
+
+def test_batch_of_mixed_versions():
+    """Staleness over a batch whose samples come from several windows (numpy and python ints, as verl's object
+    arrays hold them), and one link per window with its sample count."""
+    from types import SimpleNamespace
+
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from verl_otel.telemetry.async_rollout import TrainerSide
+    from verl_otel.telemetry.propagation import inject
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("t")
+    windows = {v: tracer.start_span(f"w{v}") for v in (3, 4)}
+    tags = {v: (inject(trace.set_span_in_context(s)), v) for v, s in windows.items()}
+    samples = [SimpleNamespace(**{sc.ROLLOUT_SAMPLE_TRACE_ATTR: tags[v]}) for v in (3, 4, 4)] + [SimpleNamespace()]
+    side = TrainerSide()
+    side.samples_assembled(samples)
+    step = tracer.start_span("step")
+    side.batch_taken(SimpleNamespace(current_param_version=5), [3, np.int64(4), 4, 5], step)
+    step.end()
+    assert (side.staleness_max, side.staleness_mean) == (2, (2 + 1 + 1 + 0) / 4)
+    links = {ln.attributes[sc.ATTR_PARAM_VERSION]: ln for ln in exporter.get_finished_spans()[0].links}
+    assert {v: ln.attributes[sc.ATTR_ASYNC_SAMPLES] for v, ln in links.items()} == {3: 1, 4: 2}
+    assert {v: ln.attributes[sc.ATTR_STALENESS] for v, ln in links.items()} == {3: 2, 4: 1}
+    assert links[3].context.span_id == windows[3].get_span_context().span_id
+
+
+def test_resumed_rollouter_counts_versions_from_the_checkpoint(tmp_path):
+    """verl's real load_checkpoint on a resumed run (checkpoint of parameter version 7): the rollouter's windows
+    continue from version 7, not 0."""
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "global_step_7").mkdir(parents=True)
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("7")
+    code = f"""
+from omegaconf import OmegaConf
+from verl.experimental.fully_async_policy.fully_async_rollouter import FullyAsyncRollouter
+from verl_otel.telemetry.async_rollout import WINDOWS
+r = object.__new__(FullyAsyncRollouter.__ray_metadata__.modified_class)
+r.config = OmegaConf.create({{"trainer": {{"resume_mode": "auto", "default_hdfs_dir": None,
+                             "default_local_dir": "{ckpt}", "project_name": "p", "experiment_name": "e"}},
+                             "async_training": {{"trigger_parameter_sync_step": 2}}}})
+r.required_samples, r.global_steps = 4, 1
+r.load_checkpoint()
+print("RESUMED", r.global_steps, WINDOWS.version)
+"""
+    proc = run_py(["-c", code], clean_env(VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(tmp_path)), tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "RESUMED 57 7" in proc.stdout, proc.stdout[-2000:]  # verl: 7 x 4 samples x 2 steps + 1
