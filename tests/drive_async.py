@@ -5,9 +5,13 @@ fully_async cannot run on this CPU machine (see docs/async.md), so the two Ray a
 with ``object.__new__`` on their real classes and given the attributes their methods read; the
 MessageQueue between them is verl's real MessageQueue actor on a real local Ray. What stands in:
 the LLM servers (``generate_sequences_single`` returns a small DataProto whose min/max_global_steps
-are the weights version at start/end, as verl's servers report), the trainer's PPO compute, and the
-checkpoint engine (the trainer sets the servers' version, then calls the rollouter's real
-``reset_staleness``, as ``_fit_update_weights`` does).
+are the weights version at start/end, as verl's servers report), the trainer's PPO compute (the
+``_fit_compute_*``/``_fit_update_*`` methods its real ``fit_step`` calls), and the checkpoint engine
+(the trainer sets the servers' version, then calls the rollouter's real ``reset_staleness`` and logs
+its timing, as ``_fit_update_weights`` does). The trainer's ``fit``, ``fit_step``, ``_fit_generate``,
+``_fit_validate`` (asking the rollouter to validate every ``test_freq`` versions),
+``_fit_update_local_step`` and ``_fit_postprocess_step`` are verl's; the run ends as verl's does, by a
+``TrainingStopException`` when the queue closes.
 
 Usage: python drive_async.py OUT_JSON
 """
@@ -27,6 +31,7 @@ from tqdm import tqdm
 import verl_otel.hooks.registry as registry
 from verl import DataProto
 from verl.experimental.fully_async_policy.fully_async_rollouter import FullyAsyncRollouter
+from verl.experimental.fully_async_policy.detach_utils import MetricsAggregator
 from verl.experimental.fully_async_policy.fully_async_trainer import FullyAsyncTrainer
 from verl.experimental.fully_async_policy.message_queue import MessageQueue, MessageQueueClient
 from verl.utils.profiler import marked_timer
@@ -40,11 +45,13 @@ MAX_REQUIRED = PER_STEP * (STALENESS + 1)
 
 CONFIG = OmegaConf.create({
     "trainer": {"project_name": "proj", "experiment_name": "exp", "total_epochs": 1, "resume_mode": "disable",
-                "balance_batch": False, "test_freq": -1, "save_freq": -1, "esi_redundant_time": 0,
+                "balance_batch": False, "test_freq": 2, "save_freq": -1, "esi_redundant_time": 0,
                 "total_training_steps": PROMPTS // PER_STEP},
+    "global_profiler": {"steps": None},
     "actor_rollout_ref": {"rollout": {"n": N, "temperature": 1.0, "multi_turn": {"enable": False}}},
     "data": {"train_batch_size": 0},
-    "async_training": {"trigger_parameter_sync_step": 1, "staleness_threshold": STALENESS, "require_batches": 1},
+    "async_training": {"trigger_parameter_sync_step": 1, "staleness_threshold": STALENESS, "require_batches": 1,
+                       "use_trainer_do_validate": False},
 })
 
 
@@ -100,6 +107,12 @@ def make_trainer(client: MessageQueueClient, rollouter):
     t.local_trigger_step, t.trigger_parameter_sync_step = 1, 1
     t.current_param_version = t.last_ckpt_version = t.stale_trajectory_processed = 0
     t.progress_bar = tqdm(total=PROMPTS // PER_STEP, disable=True)
+    t.metrics_aggregator = MetricsAggregator(total_gpus=1)
+    t.dynamic_resource_controller = None
+    t._fit_start_profile = t._fit_stop_profile = lambda should_profiler: None
+    for name in ("_fit_compute_reward", "_fit_compute_log_prob", "_fit_compute_ref_log_prob", "_fit_compute_critic",
+                 "_fit_compute_advantage", "_fit_update_critic", "_fit_dump_data", "_fit_collect_metrics"):
+        setattr(t, name, lambda batch: batch)  # PPO compute standing in
     return t
 
 
@@ -131,8 +144,12 @@ async def main(out_path: str) -> None:
     logger = Tracking(project_name="proj", experiment_name="exp", default_backend=["console"])
     record: dict = {"steps": [], "syncs": []}
 
-    async def update_weights() -> None:
+    async def update_weights() -> dict | None:
         # _fit_update_weights: checkpoint engine to the servers, then the rollouter's reset_staleness
+        # the trainer's compute time, awaited: in verl the rollouter is another process and keeps going
+        await asyncio.sleep(0.3)
+        if trainer.local_trigger_step != 1:
+            return None
         with marked_timer("timing_s/param_sync", trainer.timing_raw):
             servers.version = trainer.current_param_version
         before = async_gauges()
@@ -140,6 +157,15 @@ async def main(out_path: str) -> None:
         record["syncs"].append({"version": trainer.current_param_version, "verl_idle": timing[
             "fully_async/rollouter/idle_ratio"], "gauges_before": before})
         logger.log(data=timing, step=trainer.current_param_version)
+        return timing
+
+    class RemoteRollouter:
+        """What the trainer reaches through the rollouter actor handle."""
+
+        class do_validate:  # noqa: N801 - ray's method.remote() shape
+            @staticmethod
+            async def remote():
+                return rollouter.do_validate()
 
     # fully_async_main: load checkpoints, param sync before fit, validation before training
     trainer.timing_raw = {}
@@ -147,22 +173,18 @@ async def main(out_path: str) -> None:
     await update_weights()
     record["validate"] = rollouter.do_validate()
 
-    async def fit_step() -> None:  # FullyAsyncTrainer.fit_step, PPO compute standing in
-        trainer.metrics, trainer.timing_raw = {"training/global_step": trainer.global_steps}, {}
-        with marked_timer("step", trainer.timing_raw):
-            batch = await trainer._fit_generate(None)  # real: gen timer, queue, assemble, staleness
-            record["steps"].append({
-                "global_step": trainer.global_steps, "param_version": trainer.current_param_version,
-                "start_versions": [int(v) for v in batch.non_tensor_batch["min_global_steps"][::N]],
-                "end_versions": [int(v) for v in batch.non_tensor_batch["max_global_steps"][::N]],
-                "gauges": async_gauges()})
-            with marked_timer("update_actor", trainer.timing_raw):
-                await asyncio.sleep(0.3)
-            trainer._fit_update_local_step()
-            await update_weights()
-        trainer.global_steps += 1
+    def update_actor(batch: DataProto) -> DataProto:
+        record["steps"].append({
+            "global_step": trainer.global_steps, "param_version": trainer.current_param_version,
+            "start_versions": [int(v) for v in batch.non_tensor_batch["min_global_steps"][::N]],
+            "end_versions": [int(v) for v in batch.non_tensor_batch["max_global_steps"][::N]],
+            "gauges": async_gauges()})
+        with marked_timer("update_actor", trainer.timing_raw):
+            time.sleep(0.02)
+        return batch
 
-    trainer.fit_step = fit_step
+    trainer._fit_update_actor, trainer._fit_update_weights = update_actor, update_weights
+    trainer.logger, trainer.rollouter = logger, RemoteRollouter()
     results = await asyncio.gather(rollouter.fit(), trainer.fit(), return_exceptions=True)
     record["errors"] = [repr(r) for r in results if isinstance(r, BaseException)]
     record["final_gauges"] = async_gauges()

@@ -149,9 +149,48 @@ def test_idle_ratios(run):
 
 def test_rollouter_validation_span(run):
     record, spans = run
-    (span,) = [s for s in spans if s["name"] == sc.SPAN_ROLLOUTER_VALIDATE]
-    assert span["attrs"][sc.ATTR_PARAM_VERSION] == 0 and not span.get("parentSpanId")
+    vals = sorted((s for s in spans if s["name"] == sc.SPAN_ROLLOUTER_VALIDATE),
+                  key=lambda s: s["attrs"][sc.ATTR_PARAM_VERSION])
+    # before training, then every test_freq=2 versions as the trainer asks
+    assert [s["attrs"][sc.ATTR_PARAM_VERSION] for s in vals] == [0, 2, 4]
+    assert all(not s.get("parentSpanId") and s["res"][sc.RES_ROLE] == sc.ROLE_ROLLOUTER for s in vals)
     assert record["validate"]["val-core/score/mean"] == 1.0  # verl's result passes through unchanged
+
+
+def _children(spans: list[dict], parent: dict) -> dict[str, dict]:
+    return {s["name"]: s for s in spans if s.get("parentSpanId") == parent["spanId"]
+            and s["traceId"] == parent["traceId"]}
+
+
+def test_each_fit_step_is_one_trace_with_its_validation(run):
+    """verl logs inside fully_async's step timer and validates after it: the trace still spans the
+    whole fit_step, one per step, with the validation the trainer asked for as its ``validate`` phase."""
+    record, spans = run
+    steps = [s for s in spans if s["name"] == sc.SPAN_STEP and not s["attrs"].get(sc.ATTR_STOPPED)]
+    numbers = [s["attrs"][sc.ATTR_GLOBAL_STEP] for s in steps]
+    assert sorted(numbers) == [t["global_step"] for t in record["steps"]] == [1, 2, 3, 4]
+    for step in steps:
+        kids = _children(spans, step)
+        assert {sc.PHASE_ROLLOUT, sc.PHASE_UPDATE_ACTOR, "param_sync"} <= set(kids), kids.keys()
+        version = step["attrs"][sc.ATTR_GLOBAL_STEP]  # one step per version here (trigger_parameter_sync_step=1)
+        if version % 2 == 0:
+            val = kids[sc.PHASE_VALIDATE]
+            assert int(step["startTimeUnixNano"]) <= int(val["startTimeUnixNano"])
+            assert int(val["endTimeUnixNano"]) <= int(step["endTimeUnixNano"])
+            assert int(val["startTimeUnixNano"]) >= int(kids["param_sync"]["endTimeUnixNano"])
+        else:
+            assert sc.PHASE_VALIDATE not in kids
+        assert step.get("status", {}).get("code") != 2  # ERROR
+
+
+def test_queue_end_is_a_stop_not_an_error(run):
+    """fully_async ends by raising TrainingStopException inside the last fit_step's ``gen`` timer."""
+    _, spans = run
+    (stopped,) = [s for s in spans if s["name"] == sc.SPAN_STEP and s["attrs"].get(sc.ATTR_STOPPED)]
+    assert stopped["attrs"][sc.ATTR_GLOBAL_STEP] == 5
+    gen = _children(spans, stopped)[sc.PHASE_ROLLOUT]
+    assert gen["attrs"][sc.ATTR_STOPPED] is True
+    assert not [s for s in spans if s.get("status", {}).get("code") == 2]  # ERROR
 
 
 def _rollout_samples(tagged: bool):

@@ -89,6 +89,13 @@ ATTR_BATCH_SIZE: Final = "verl.batch_size"
 ATTR_PHASE: Final = "verl.phase"
 ATTR_PHASE_SLOWEST: Final = "verl.slowest_phase"
 ATTR_STEPS_PLANNED: Final = "verl.steps_planned"
+#: On a step (and the phase it stopped in) that ended by verl's own stop signal, not an error:
+#: fully_async's last fit_step finds the queue closed and raises TrainingStopException in ``gen``.
+ATTR_STOPPED: Final = "verl.stopped"
+#: Exception classes (by name) verl raises to end training normally.
+VERL_STOP_EXCEPTIONS: Final = frozenset({"TrainingStopException"})
+#: verl's validation metric keys start with this (``val-core/...``, ``val-aux/...``).
+VERL_VAL_METRIC_PREFIX: Final = "val-"
 
 #: verl metric key -> step-span attribute, so Jaeger can search steps by them.
 STEP_METRIC_ATTRS: Final[dict[str, str]] = {

@@ -147,6 +147,45 @@ def _fit_fully_async(wrapped: Callable[..., Any], instance: Any, args: tuple[Any
 
 
 _FULLY_ASYNC_FIT = _fit_wrapper(sc.TRAINER_FULLY_ASYNC)
+
+
+def _fit_step_fully_async(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+                          kwargs: dict[str, Any]) -> Any:
+    """fully_async's ``fit_step()`` is one step: it logs inside its ``step`` timer and validates and
+    checkpoints after it, so the step trace spans the call, not the timer."""
+    coro = wrapped(*args, **kwargs)
+    return _scoped_step(coro) if TRACER.active else coro
+
+
+async def _scoped_step(coro: Any) -> Any:
+    safe(TRACER.step_scope_enter)
+    exc: BaseException | None = None
+    try:
+        return await coro
+    except BaseException as err:
+        exc = err
+        raise
+    finally:
+        safe(TRACER.step_scope_exit, exc)
+
+
+def _fit_validate_fully_async(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+                              kwargs: dict[str, Any]) -> Any:
+    """fully_async's ``_fit_validate()`` asks the rollouter to validate (no timer, mostly a no-op):
+    a ``validate`` phase is added when validation metrics came back during the call."""
+    coro = wrapped(*args, **kwargs)
+    return _validation_window(coro) if TRACER.active else coro
+
+
+async def _validation_window(coro: Any) -> Any:
+    start = safe(TRACER.validation_window_start)
+    try:
+        return await coro
+    finally:
+        if start is not None:
+            safe(TRACER.validation_window_end, start)
+
+
 _LEGACY = "verl.trainer.ppo.ray_trainer"
 _V1 = "verl.trainer.ppo.v1.trainer_base"
 
@@ -162,6 +201,13 @@ TRAINER_TARGETS: tuple[HookTarget, ...] = (
                             "FullyAsyncTrainer.__ray_metadata__.modified_class.fit",
                             _fit_fully_async, "fully_async trainer step traces",
                             min_verl="0.8.0"),
+    HookTarget.actor_method("verl.experimental.fully_async_policy.fully_async_trainer",
+                            "FullyAsyncTrainer.__ray_metadata__.modified_class.fit_step",
+                            _fit_step_fully_async, "fully_async step spans ending after validation",
+                            min_verl="0.8.0"),
+    HookTarget.actor_method("verl.experimental.fully_async_policy.fully_async_trainer",
+                            "FullyAsyncTrainer.__ray_metadata__.modified_class._fit_validate",
+                            _fit_validate_fully_async, "fully_async validate phase", min_verl="0.8.0"),
     HookTarget("verl.utils.tracking", "Tracking.log", _log_wrapper, "step ends and training curves"),
     HookTarget("verl.utils.tracking", "ValidationGenerationsLogger.log", _val_generations_wrapper,
                "validation generations on the validate span"),

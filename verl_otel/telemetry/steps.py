@@ -4,7 +4,9 @@ The trainer hooks feed events in (fit start/end, timer enter/exit, validate ente
 logged); this module turns them into spans and tells observers (metrics, console) what happened.
 The step span opens at verl's ``step`` timer (or at a validation outside any step, for the
 validation before training) and ends when the step's metrics are logged, so it includes
-validation, as verl's own ``timing_s`` does not.
+validation, as verl's own ``timing_s`` does not. fully_async's trainer logs inside its step and
+validates and checkpoints after its ``step`` timer: there the step is the whole ``fit_step()`` call
+(a *scoped* step, opened and closed by that hook) and the logs only add to it.
 """
 
 from __future__ import annotations
@@ -70,6 +72,15 @@ class _Step:
     phases: dict[str, float] = field(default_factory=dict)
     open: list[_Open] = field(default_factory=list)
     error: bool = False
+    scoped: bool = False  # ends at fit_step()'s return, not at the metrics log
+    stopped: bool = False  # ended by verl's stop signal: no training happened in it
+    metrics: dict[str, Any] = field(default_factory=dict)  # logged during a scoped step
+    val_logged: bool = False  # validation metrics logged since the last validation window opened
+
+
+def is_stop(exc: BaseException | None) -> bool:
+    """verl's normal end of training (fully_async's closed queue), not an error."""
+    return exc is not None and type(exc).__name__ in sc.VERL_STOP_EXCEPTIONS
 
 
 def _cfg(config: Any, path: str, default: Any = None) -> Any:
@@ -135,9 +146,11 @@ class StepTracer:
     def fit_ended(self, exc: BaseException | None) -> None:
         with self._lock:
             if self._step is not None:
-                if exc is not None:
+                if is_stop(exc):
+                    self._step.stopped = True
+                elif exc is not None:
                     self._fail(self._step, exc)
-                self._end_step(metrics=None)
+                self._end_step(metrics=self._step.metrics or None)
             self._trainer = None
         setup.get().flush(block=True)
 
@@ -158,7 +171,11 @@ class StepTracer:
         with self._lock:
             step = self._step
             seconds = time.monotonic() - token.start
-            if exc is not None:
+            if is_stop(exc):
+                token.span.set_attribute(sc.ATTR_STOPPED, True)
+                if step is not None:
+                    step.stopped = True
+            elif exc is not None:
                 token.span.record_exception(exc)
                 token.span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:512]))
                 if step is not None:
@@ -185,15 +202,63 @@ class StepTracer:
         self.phase_exit(token, exc)
 
     def metrics_logged(self, data: Mapping[str, Any], step: Any) -> None:
-        """``Tracking.log``: the step's metrics are out; the step trace ends here."""
+        """``Tracking.log``: the step's metrics are out; the step trace ends here (a scoped step
+        keeps them for its end)."""
         try:
             number = int(step)
         except (TypeError, ValueError):
             number = -1
         with self._lock:
-            if self._step is not None:
+            current = self._step
+            if current is not None and current.scoped:
+                current.metrics.update(data)
+                if any(str(k).startswith(sc.VERL_VAL_METRIC_PREFIX) for k in data):
+                    current.val_logged = True
+            elif current is not None:
                 self._end_step(metrics=data)
         self._notify("on_metrics", data, number)
+
+    def step_scope_enter(self) -> None:
+        """fully_async's ``fit_step()`` started: the step trace spans the whole call."""
+        with self._lock:
+            if self._step is not None:
+                self._end_step(self._step.metrics)  # a leftover (should not happen)
+            self._ensure_step().scoped = True
+
+    def step_scope_exit(self, exc: BaseException | None) -> None:
+        with self._lock:
+            step = self._step
+            if step is None or not step.scoped:
+                return
+            if is_stop(exc):
+                step.stopped = True
+            elif exc is not None:
+                self._fail(step, exc)
+            self._end_step(step.metrics)
+
+    def validation_window_start(self) -> int:
+        """fully_async validates through a remote call without a timer; the ``validate`` phase is
+        made afterwards, from this start, if validation metrics were logged in between."""
+        with self._lock:
+            if self._step is not None:
+                self._step.val_logged = False
+        return time.time_ns()
+
+    def validation_window_end(self, start_ns: int) -> None:
+        with self._lock:
+            step = self._step
+            if step is None or not step.val_logged:
+                return
+            step.val_logged = False
+            parent = step.open[-1].span if step.open else step.span
+            span = setup.get().tracer.start_span(
+                sc.PHASE_VALIDATE, context=trace.set_span_in_context(parent), start_time=start_ns,
+                attributes={sc.ATTR_PHASE: sc.PHASE_VALIDATE, sc.ATTR_GLOBAL_STEP: step.number})
+            span.end()
+            seconds = max(0.0, (time.time_ns() - start_ns) / 1e9)
+            step.phases[sc.PHASE_VALIDATE] = step.phases.get(sc.PHASE_VALIDATE, 0.0) + seconds
+            number, trace_id = step.number, format(span.get_span_context().trace_id, "032x")
+        self._notify("on_phase_end", sc.PHASE_VALIDATE, number, seconds, trace_id)
 
     def current_context(self) -> otel_context.Context | None:
         """Context of the innermost open span (for propagation to Ray workers)."""
@@ -288,6 +353,12 @@ class StepTracer:
             slowest = max(step.phases, key=step.phases.__getitem__)
             span.set_attribute(sc.ATTR_PHASE_SLOWEST, slowest)
         seconds = time.monotonic() - step.start
+        if step.stopped:
+            # verl's stop signal: an empty step, not a training step (no step-end event, no ERROR)
+            span.set_attribute(sc.ATTR_STOPPED, True)
+            span.end()
+            setup.get().flush_finished()
+            return
         span.end()
         result = StepResult(step.number, seconds, dict(step.phases),
                             format(span.get_span_context().trace_id, "032x"), step.error)
