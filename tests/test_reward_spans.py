@@ -52,3 +52,34 @@ def test_background_flush_after_idle(monkeypatch):
     while not spans.emitted and time.monotonic() < deadline:
         time.sleep(0.05)
     assert [e[:2] for e in spans.emitted] == [("tp", 1)]
+
+
+def test_batch_reward_path_joins_the_reward_phase(tmp_path):
+    """verl's batch path (RewardLoopManager.compute_rm_score, run by a trainer with a colocated reward
+    model): each row's compute_score call in the real reward-loop worker actor is counted under the
+    trainer's ``reward`` phase, and the trainer's batch is handed back without our column."""
+    import json
+    from pathlib import Path
+
+    from conftest import clean_env, run_py
+    from trace_file import load_spans
+
+    from verl_otel.demo import assets
+
+    here = Path(__file__).resolve().parent
+    asset_dir = assets.build(tmp_path / "assets")
+    proc = run_py([str(here / "drive_reward_batch.py"), str(asset_dir), str(tmp_path / "record.json")],
+                  clean_env(VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(tmp_path)), tmp_path, timeout=240)
+    assert proc.returncode == 0 and "DRIVE_REWARD_BATCH_DONE" in proc.stdout, (proc.stdout[-3000:],
+                                                                               proc.stderr[-3000:])
+    record = json.loads((tmp_path / "record.json").read_text())
+    assert record["rm_scores_shape"][0] == 4 and record["keys_after"] == record["keys_before"]
+    spans = load_spans(tmp_path / "traces.jsonl")
+    (reward,) = [s for s in spans if s["name"] == "reward" and s["attributes"].get("verl.global_step") == 3]
+    (group,) = [s for s in spans if s["name"] == "reward.worker"]
+    assert (group["trace_id"], group["parent_id"]) == (reward["trace_id"], reward["span_id"])
+    assert group["resource"]["verl.process.role"] == "reward_worker"
+    assert group["attributes"]["verl.reward.calls"] == 4
+    calls = [s for s in spans if s["name"] == "reward.compute_score" and s["parent_id"] == group["span_id"]]
+    assert len(calls) == group["attributes"]["verl.reward.calls_spanned"] > 0
+    assert {c["attributes"]["verl.sample.index"] for c in calls} <= {0, 1, 2, 3}

@@ -1,7 +1,10 @@
-"""Reward-loop worker hooks: each streaming ``RewardLoopWorker.compute_score`` call (one per
-sample, from an agent-loop worker) whose data carries the trainer's context is recorded for the
-reward spans (telemetry/reward_spans.py). The context came in the call's non-tensor batch (see
-``_compute_score`` in hooks/rollout.py) and is taken out before verl's reward manager runs."""
+"""Reward-loop hooks: each ``RewardLoopWorker.compute_score`` call whose data carries the trainer's
+context is recorded for the reward spans (telemetry/reward_spans.py). The context arrives in the
+call's non-tensor batch, put there on one of verl's two paths to the reward-loop workers: streaming,
+one call per sample from an agent-loop worker (``_compute_score`` in hooks/rollout.py), or the batch
+path, the trainer's ``RewardLoopManager.compute_rm_score`` (a colocated reward model), which splits
+the batch into per-sample ``compute_score`` calls (a column here, so each row carries it). The
+worker takes it out before verl's reward manager runs."""
 
 from __future__ import annotations
 
@@ -13,7 +16,9 @@ from typing import Any
 from verl_otel import semconv as sc
 from verl_otel.hooks._safe import once, safe
 from verl_otel.hooks.registry import HookTarget
+from verl_otel.telemetry.propagation import inject
 from verl_otel.telemetry.reward_spans import RewardSpans
+from verl_otel.telemetry.steps import TRACER
 from verl_otel.telemetry.values import to_scalar
 
 _RL = "verl.experimental.reward_loop.reward_loop"
@@ -85,7 +90,31 @@ def _compute_score(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, 
     return _timed(coro, parent, data) if parent and _SPANS else coro
 
 
+def _context_column(data: Any) -> Callable[[], None] | None:
+    """Add the trainer's context as a non-tensor column of ``data``; returns the undo."""
+    non_tensor = getattr(data, "non_tensor_batch", None)
+    traceparent = inject(TRACER.current_context())
+    if traceparent is None or not isinstance(non_tensor, dict) or sc.TRACEPARENT_KEY in non_tensor:
+        return None
+    import numpy as np
+
+    non_tensor[sc.TRACEPARENT_KEY] = np.full(len(data), traceparent, dtype=object)
+    return lambda: non_tensor.pop(sc.TRACEPARENT_KEY, None)
+
+
+def _compute_rm_score(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    data = args[0] if args else kwargs.get("data")
+    undo = safe(_context_column, data) if TRACER.active else None
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        if undo is not None:
+            safe(undo)
+
+
 REWARD_TARGETS: tuple[HookTarget, ...] = (
+    HookTarget(_RL, "RewardLoopManager.compute_rm_score", _compute_rm_score,
+               "reward-model (batch) calls in the step trace", min_verl="0.8.0"),
     HookTarget.actor_method(_RL, "RewardLoopWorker.compute_score", _compute_score,
                             "reward-loop spans in the step trace", min_verl="0.7.1"),
 )
