@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from conftest import clean_env, run_py
+from prom_server import prom_factory  # noqa: F401 (a fixture)
 
 from verl_otel import semconv as sc
 
@@ -129,6 +130,27 @@ def test_gauges_on_the_metrics_page(run):
     # Prometheus adds the process' labels from the targets file: the rollouter's wiring named the run and role
     labels = record["target_labels"]
     assert labels[sc.LABEL_EXPERIMENT] == "exp" and labels[sc.LABEL_PROCESS_ROLE] == sc.ROLE_ROLLOUTER, labels
+
+
+def test_async_panels_show_the_run_in_real_prometheus(run, prom_factory):  # noqa: F811 (pytest fixture)
+    """The dashboard's fully_async panels, as Grafana sends them, on a real Prometheus scraping the rollouter
+    process' real /metrics page (as served at the run's end, with its file_sd labels): every query has data."""
+    from prom_server import MetricsEndpoint
+
+    from verl_otel.dashboards import all_expressions, concrete
+    from verl_otel.dashboards.panels import _ASYNC_ONLY
+
+    record, _ = run
+    exprs = [(where, expr) for where, expr, why in all_expressions() if why == _ASYNC_ONLY]
+    assert len(exprs) >= 9, exprs
+    with MetricsEndpoint(record["exposition"]) as endpoint:
+        prom = prom_factory(config={
+            "global": {"scrape_interval": "1s"},
+            "scrape_configs": [{"job_name": "verl", "static_configs": [
+                {"targets": [endpoint.address], "labels": record["target_labels"]}]}]})
+        prom.wait_for(f'count_over_time({sc.ASYNC_SAMPLES_PRODUCED.name}[1m]) >= 2')  # rate() needs two points
+        empty = [where for where, expr in exprs if not prom.query(concrete(expr))]
+    assert empty == []
 
 
 def test_idle_ratios(run):
