@@ -66,7 +66,8 @@ class StandInServers:
         n = len(prompts)
         return DataProto.from_dict(
             tensors={"responses": torch.ones(n, 3, dtype=torch.long), "attention_mask": torch.ones(n, 7, dtype=torch.long),
-                     "input_ids": torch.ones(n, 7, dtype=torch.long)},
+                     "input_ids": torch.ones(n, 7, dtype=torch.long),
+                     "response_mask": torch.tensor([[1, 1, 0]] * n)},
             non_tensors={"min_global_steps": np.array([start] * n, dtype=object),
                          # numpy ints, as an engine may report them: the hooks must read both kinds
                          "max_global_steps": np.array([np.int64(self.version)] * n, dtype=object)},

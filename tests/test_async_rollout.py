@@ -179,6 +179,23 @@ def test_rollouter_validation_span(run):
     assert record["validate"]["val-core/score/mean"] == 1.0  # verl's result passes through unchanged
 
 
+def test_rollouter_samples_are_spans_of_their_window(run):
+    """Each prompt group the rollouter generated (here all 8: fewer than VERL_OTEL_SAMPLE_SPANS per window)
+    is a rollout.sample span under the window it started in, with verl's versions and timings."""
+    _, spans = run
+    windows = {s["spanId"]: s for s in _windows(spans).values()}
+    samples = [s for s in spans if s["name"] == sc.SPAN_ROLLOUT_SAMPLE]
+    assert len(samples) == 8 and len({s["attrs"][sc.ATTR_SAMPLE_ID] for s in samples}) == 8
+    for sample in samples:
+        window = windows[sample["parentSpanId"]]
+        attrs = sample["attrs"]
+        assert sample["traceId"] == window["traceId"] and sample["res"][sc.RES_ROLE] == sc.ROLE_ROLLOUTER
+        assert attrs[sc.ATTR_PARAM_VERSION] == window["attrs"][sc.ATTR_PARAM_VERSION] <= attrs[sc.ATTR_PARAM_VERSION_END]
+        assert attrs[sc.ATTR_SAMPLES] == 2 and attrs[sc.ATTR_SAMPLE_RESPONSE_TOKENS] == 2
+        assert attrs[sc.SAMPLE_TIMING_ATTRS["generate_sequences"]] == 0.05
+        assert int(sample["endTimeUnixNano"]) - int(sample["startTimeUnixNano"]) >= 50_000_000
+
+
 def _children(spans: list[dict], parent: dict) -> dict[str, dict]:
     return {s["name"]: s for s in spans if s.get("parentSpanId") == parent["spanId"]
             and s["traceId"] == parent["traceId"]}

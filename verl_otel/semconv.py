@@ -194,6 +194,10 @@ SPAN_ROLLOUTER_VALIDATE: Final = "rollouter.validate"
 #: step link, the oldest weights version (max_global_steps) that finished the linked samples. On v1 links
 #: ATTR_GLOBAL_STEP names the step that submitted the prompts.
 ATTR_PARAM_VERSION: Final = "verl.param_version"
+#: On a fully_async rollouter sample: the weights version that finished it (partial rollouts span versions).
+ATTR_PARAM_VERSION_END: Final = "verl.param_version_end"
+#: fully_async's RolloutSample.sample_id.
+ATTR_SAMPLE_ID: Final = "verl.sample.id"
 #: Trainer's parameter version minus the version that generated the samples (on step links).
 ATTR_STALENESS: Final = "verl.staleness"
 #: Samples: produced in a rollouter window, or (on a step's link) taken from that window / submitting step

@@ -16,6 +16,7 @@ links to the windows that fed it; staleness and waiting time are gauges.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -82,7 +83,14 @@ async def _process_sample(wrapped: Callable[..., Any], instance: Any, args: tupl
                           kwargs: dict[str, Any]) -> Any:
     sample = args[0] if args else kwargs.get("rollout_sample")
     safe(_tag_sample, sample)
-    return await wrapped(*args, **kwargs)
+    start_ns, error = time.time_ns(), None
+    try:
+        return await wrapped(*args, **kwargs)
+    except BaseException as err:
+        error = err
+        raise
+    finally:
+        safe(WINDOWS.sample_finished, sample, start_ns, error)
 
 
 async def _reset_staleness(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],

@@ -7,6 +7,10 @@ the window's (traceparent, version) as an attribute of verl's RolloutSample obje
 with it through the MessageQueue. Trainer process: the samples of a batch are grouped by window and
 the open ``step`` span gets one link per window (version, sample count, staleness).
 
+Each sample (one prompt group, from generation start to the queue) is timed; per window the K slowest
+(``VERL_OTEL_SAMPLE_SPANS``) become ``rollout.sample`` spans under the window's span, emitted once the
+window's samples stopped finishing (a sample may end after its window closed).
+
 Gauges read verl's own counters off the rollouter/trainer objects at scrape time: nothing is counted
 twice, and the per-sample path only sets one attribute.
 """
@@ -23,12 +27,14 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Span, SpanContext
+from opentelemetry.trace import Span, SpanContext, Status, StatusCode
 
 from verl_otel import semconv as sc
 from verl_otel.export import setup
 from verl_otel.telemetry.metrics import Sample
 from verl_otel.telemetry.propagation import extract, inject
+from verl_otel.telemetry.slowest_calls import Group, SlowestCalls
+from verl_otel.telemetry.values import to_scalar
 
 _ROLLOUTER = (sc.ROLE_ROLLOUTER,)
 _TRAINER = (sc.ROLE_TRAINER,)
@@ -51,6 +57,59 @@ class _Window:
     tag: tuple[str, int] | None
 
 
+class WindowSamples(SlowestCalls):
+    """The K slowest samples of a window, as ``rollout.sample`` spans under its ``rollouter.generate`` span."""
+
+    def _emit(self, parent: str, group: Group) -> None:
+        tracer, ctx = setup.get().tracer, extract(parent)
+        for _, _, call in sorted(group.slowest, key=lambda k: k[2].start_ns):
+            span = tracer.start_span(sc.SPAN_ROLLOUT_SAMPLE, context=ctx, attributes=call.attributes,
+                                     start_time=call.start_ns)
+            if call.error is not None:
+                span.record_exception(call.error)
+                span.set_status(Status(StatusCode.ERROR, repr(call.error)[:512]))
+            span.end(end_time=call.end_ns)
+
+
+def _max_int(values: Any) -> int | None:
+    numbers = [v for v in (_int(x) for x in (values if values is not None else ())) if v is not None]
+    return max(numbers) if numbers else None
+
+
+def rollouter_sample_attributes(rollout_sample: Any) -> dict[str, Any]:
+    """Attributes of one finished rollouter sample (verl's RolloutSample after generation: its
+    ``full_batch`` holds the n responses)."""
+    attrs: dict[str, Any] = {}
+    sample_id = getattr(rollout_sample, "sample_id", None)
+    if sample_id is not None:
+        attrs[sc.ATTR_SAMPLE_ID] = str(sample_id)[:128]
+    batch = getattr(rollout_sample, "full_batch", None)
+    non_tensor = getattr(batch, "non_tensor_batch", None) or {}
+    start = non_tensor.get("min_global_steps")
+    end = _max_int(non_tensor.get("max_global_steps"))
+    starts = [v for v in (_int(x) for x in (start if start is not None else ())) if v is not None]
+    if starts:
+        attrs[sc.ATTR_PARAM_VERSION] = min(starts)
+    if end is not None:
+        attrs[sc.ATTR_PARAM_VERSION_END] = end
+    tensors = getattr(batch, "batch", None)
+    try:
+        mask = tensors["response_mask"] if "response_mask" in tensors.keys() else None
+        attrs[sc.ATTR_SAMPLES] = int(len(batch))
+        if mask is not None:
+            attrs[sc.ATTR_SAMPLE_RESPONSE_TOKENS] = int(mask.sum(dim=-1).max())
+    except (AttributeError, TypeError, KeyError, RuntimeError, ValueError):
+        pass
+    metrics = (getattr(batch, "meta_info", None) or {}).get("metrics")
+    if isinstance(metrics, list):
+        for field_name, attr in sc.SAMPLE_TIMING_ATTRS.items():
+            values = [to_scalar(m.get(field_name))[0] for m in metrics if isinstance(m, Mapping)]
+            values = [v for v in values if v is not None]
+            if values:
+                attrs[attr] = max(values)  # the slowest of the n responses
+    return attrs
+
+
 class RolloutWindows:
     """Rollouter-process state. ``rollouter`` is verl's FullyAsyncRollouter instance."""
 
@@ -61,6 +120,7 @@ class RolloutWindows:
         self.syncs = 0  # reset_staleness calls seen: the first is the sync before fit()
         self.queue_depth: float | None = None
         self._window: _Window | None = None
+        self.sample_spans: WindowSamples | None = None
 
     @property
     def version(self) -> int:
@@ -79,13 +139,25 @@ class RolloutWindows:
     def fit_started(self, rollouter: Any) -> None:
         with self._lock:
             self.rollouter = rollouter
+            if self.sample_spans is None:
+                self.sample_spans = WindowSamples(setup.get().settings.sample_spans)
             if self._window is None:
                 self._open_locked()
 
     def fit_ended(self, exc: BaseException | None) -> None:
         with self._lock:
             self._close_locked(None, exc)
+        if self.sample_spans is not None:
+            self.sample_spans.flush(idle_only=False)
         setup.get().flush(block=True)
+
+    def sample_finished(self, rollout_sample: Any, start_ns: int, error: BaseException | None) -> None:
+        """A sample went through generation into the queue (or failed); timed from its start."""
+        tag = getattr(rollout_sample, sc.ROLLOUT_SAMPLE_TRACE_ATTR, None)
+        spans = self.sample_spans
+        if spans is None or not isinstance(tag, tuple) or not tag or not tag[0]:
+            return
+        spans.record(tag[0], start_ns, time.time_ns(), rollouter_sample_attributes(rollout_sample), error)
 
     def param_synced(self, timing: Mapping[str, Any] | None) -> None:
         """``reset_staleness`` returned: the weights changed. Close the window, open the next."""

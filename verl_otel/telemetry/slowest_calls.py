@@ -1,0 +1,90 @@
+"""Per-call spans that grow with the batch, kept bounded: per parent span only the count and the K
+slowest calls, emitted once the group went idle. Used for reward-loop calls (one per sample, from
+agent-loop workers) and for fully_async's rollouter samples (one per prompt group)."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from verl_otel.export import setup
+
+
+@dataclass
+class Call:
+    start_ns: int
+    end_ns: int
+    attributes: dict[str, Any]
+    error: BaseException | None
+
+
+@dataclass
+class Group:
+    first_ns: int
+    last_ns: int = 0
+    calls: int = 0
+    errors: int = 0
+    slowest: list[tuple[int, int, Call]] = field(default_factory=list)  # min-heap of (duration, seq, call)
+    touched: float = field(default_factory=time.monotonic)
+
+
+class SlowestCalls:
+    """Per parent span (a traceparent): the count of calls and the K slowest, handed to :meth:`_emit` once
+    no call for that parent came for ``idle_s`` (the recording side cannot know when the parent ends)."""
+
+    def __init__(self, max_spans: int, idle_s: float = 2.0, background: bool = True) -> None:
+        self.max_spans, self.idle_s, self.background = max_spans, idle_s, background
+        self._lock = threading.Lock()
+        self._groups: dict[str, Group] = {}
+        self._seq = itertools.count()
+        self._flusher: threading.Thread | None = None
+
+    def record(self, parent: str, start_ns: int, end_ns: int, attributes: dict[str, Any],
+               error: BaseException | None = None) -> None:
+        """One finished call (hot path: a dict lookup and a heap push under a lock)."""
+        call = Call(start_ns, end_ns, attributes, error)
+        key = (end_ns - start_ns, next(self._seq), call)
+        with self._lock:
+            group = self._groups.get(parent)
+            if group is None:
+                group = self._groups[parent] = Group(first_ns=start_ns)
+            group.first_ns = min(group.first_ns, start_ns)
+            group.last_ns = max(group.last_ns, end_ns)
+            group.calls += 1
+            group.errors += error is not None
+            group.touched = time.monotonic()
+            if len(group.slowest) < self.max_spans:
+                heapq.heappush(group.slowest, key)
+            elif self.max_spans and key[0] > group.slowest[0][0]:
+                heapq.heapreplace(group.slowest, key)
+            if self._flusher is None and self.background:
+                self._flusher = threading.Thread(target=self._flush_loop, name=f"verl-otel-{type(self).__name__}", daemon=True)
+                self._flusher.start()
+
+    def flush(self, idle_only: bool = True) -> int:
+        """Emit the groups idle for ``idle_s`` (all of them with ``idle_only=False``); how many."""
+        now = time.monotonic()
+        with self._lock:
+            ready = [p for p, g in self._groups.items() if not idle_only or now - g.touched >= self.idle_s]
+            groups = [(p, self._groups.pop(p)) for p in ready]
+        for parent, group in groups:
+            self._emit(parent, group)
+        if groups:
+            setup.get().flush_finished()
+        return len(groups)
+
+    def _flush_loop(self) -> None:
+        while True:
+            time.sleep(min(1.0, self.idle_s / 2))
+            try:
+                self.flush()
+            except Exception:  # noqa: BLE001 - a telemetry thread never dies of an export error
+                pass
+
+    def _emit(self, parent: str, group: Group) -> None:
+        """Export one idle group (subclasses: the span shape)."""
+        raise NotImplementedError
