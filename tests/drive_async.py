@@ -35,7 +35,7 @@ from verl.experimental.fully_async_policy.detach_utils import MetricsAggregator
 from verl.experimental.fully_async_policy.fully_async_trainer import FullyAsyncTrainer
 from verl.experimental.fully_async_policy.message_queue import MessageQueue, MessageQueueClient
 from verl.utils.profiler import marked_timer
-from verl.utils.tracking import Tracking
+from verl.utils.tracking import Tracking, ValidationGenerationsLogger
 
 from verl_otel import semconv as sc
 from verl_otel.telemetry.metrics import STATE
@@ -45,7 +45,8 @@ MAX_REQUIRED = PER_STEP * (STALENESS + 1)
 
 CONFIG = OmegaConf.create({
     "trainer": {"project_name": "proj", "experiment_name": "exp", "total_epochs": 1, "resume_mode": "disable",
-                "balance_batch": False, "test_freq": 2, "save_freq": -1, "esi_redundant_time": 0,
+                "balance_batch": False, "test_freq": 2,
+                "log_val_generations": 2, "logger": ["console"], "save_freq": -1, "esi_redundant_time": 0,
                 "total_training_steps": PROMPTS // PER_STEP},
     "global_profiler": {"steps": None},
     "actor_rollout_ref": {"rollout": {"n": N, "temperature": 1.0, "multi_turn": {"enable": False}}},
@@ -94,7 +95,13 @@ def make_rollouter(client: MessageQueueClient, servers: StandInServers):
     r._step_samples_history = __import__("collections").deque(maxlen=10)
     r.idle_start_time = r.step_start_time = time.time()
     r._active_count_history = [(time.time(), 0, 2)]
-    r._validate = lambda: {"val-core/score/mean": 1.0}  # the validation dataset run itself
+    r.validation_generations_logger = ValidationGenerationsLogger(project_name="proj", experiment_name="exp")
+
+    def validate() -> dict:  # the validation dataset run itself; verl's own pick of generations to log
+        r._maybe_log_val_generations(["q0", "q1", "q2"], ["a0", "a1", "a2"], [1.0, 0.0, 1.0])
+        return {"val-core/score/mean": 1.0}
+
+    r._validate = validate
     return r
 
 

@@ -176,6 +176,12 @@ def test_rollouter_validation_span(run):
     # before training, then every test_freq=2 versions as the trainer asks
     assert [s["attrs"][sc.ATTR_PARAM_VERSION] for s in vals] == [0, 2, 4]
     assert all(not s.get("parentSpanId") and s["res"][sc.RES_ROLE] == sc.ROLE_ROLLOUTER for s in vals)
+    # the generations verl picks for log_val_generations (seed 001's gap) are events on that span, not elsewhere
+    for span in vals:
+        assert span["attrs"][sc.ATTR_VAL_GENERATIONS] == 2
+        assert [e["name"] for e in span.get("events", [])] == [sc.EVENT_VAL_GENERATION] * 2
+    # (the drive runs both sides in one process: the trainer's validate phases are there too, inside steps)
+    assert not [s for s in spans if s["name"] == sc.PHASE_VALIDATE and not s.get("parentSpanId")]
     assert record["validate"]["val-core/score/mean"] == 1.0  # verl's result passes through unchanged
 
 

@@ -121,22 +121,15 @@ def _do_validate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ..
                  kwargs: dict[str, Any]) -> Any:
     safe(_wire_rollouter, instance)
     span = safe(WINDOWS.validate_span)
+    exc: BaseException | None = None
     try:
         return wrapped(*args, **kwargs)
-    except BaseException as exc:
-        if span is not None:
-            safe(span.record_exception, exc)
+    except BaseException as err:
+        exc = err
         raise
     finally:
         if span is not None:
-            safe(_end, span)
-
-
-def _end(span: Any) -> None:
-    from verl_otel.export import setup
-
-    span.end()
-    setup.get().flush_finished()
+            safe(WINDOWS.validate_ended, span, exc)
 
 
 # -- trainer --------------------------------------------------------------------------------------

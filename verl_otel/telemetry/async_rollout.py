@@ -121,6 +121,7 @@ class RolloutWindows:
         self.queue_depth: float | None = None
         self._window: _Window | None = None
         self.sample_spans: WindowSamples | None = None
+        self.validating: Span | None = None  # the open rollouter.validate span (validation generations go there)
 
     @property
     def version(self) -> int:
@@ -208,9 +209,18 @@ class RolloutWindows:
         span.end()
 
     def validate_span(self) -> Span:
-        return setup.get().tracer.start_span(sc.SPAN_ROLLOUTER_VALIDATE, context=otel_context.Context(),
-                                             attributes={sc.ATTR_PARAM_VERSION: self.version,
-                                                         sc.ATTR_PHASE: sc.PHASE_VALIDATE})
+        self.validating = setup.get().tracer.start_span(
+            sc.SPAN_ROLLOUTER_VALIDATE, context=otel_context.Context(),
+            attributes={sc.ATTR_PARAM_VERSION: self.version, sc.ATTR_PHASE: sc.PHASE_VALIDATE})
+        return self.validating
+
+    def validate_ended(self, span: Span, exc: BaseException | None) -> None:
+        self.validating = None
+        if exc is not None:
+            span.record_exception(exc)
+            span.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:512]))
+        span.end()
+        setup.get().flush_finished()
 
     # -- gauges (read at scrape time) ---------------------------------------------------------------
     def samples(self) -> Iterable[Sample]:

@@ -1,6 +1,6 @@
 """Validation generations as span events: the (input, output, score) samples verl picks for
-``trainer.log_val_generations`` go onto the open ``validate`` span (or, in a process with no step
-trace, e.g. fully_async's rollouter, onto a ``validate`` span of their own).
+``trainer.log_val_generations`` go onto the open ``validate`` span (in fully_async's rollouter, the
+open ``rollouter.validate`` span; elsewhere without either, a ``validate`` span of their own).
 
 Prompts can be private: text is captured only with VERL_OTEL_CAPTURE_TEXT=1, truncated to
 VERL_OTEL_MAX_TEXT characters; the count of samples is always recorded."""
@@ -39,10 +39,16 @@ def event_attributes(sample: Sequence[Any], capture_text: bool, max_text: int) -
     return attrs
 
 
+def _rollouter_validation() -> Span | None:
+    from verl_otel.telemetry.async_rollout import WINDOWS
+
+    return WINDOWS.validating
+
+
 def record(samples: Sequence[Sequence[Any]], step: Any) -> None:
     tel = setup.get()
     settings = tel.settings
-    span: Span | None = TRACER.innermost_span(sc.PHASE_VALIDATE)
+    span: Span | None = TRACER.innermost_span(sc.PHASE_VALIDATE) or _rollouter_validation()
     own = span is None
     if own:
         try:
