@@ -52,6 +52,7 @@ def run(tmp_path_factory):
     assert proc.returncode == 0 and "DRIVE_ASYNC_DONE" in proc.stdout, (proc.stdout[-3000:], proc.stderr[-3000:])
     record = json.loads((out / "record.json").read_text())
     assert record["errors"] == [], record["errors"]
+    record["stdout"] = proc.stdout
     return record, _spans(out / "traces.jsonl")
 
 
@@ -366,3 +367,23 @@ print("RESUMED", r.global_steps, WINDOWS.version)
     proc = run_py(["-c", code], clean_env(VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(tmp_path)), tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "RESUMED 57 7" in proc.stdout, proc.stdout[-2000:]  # verl: 7 x 4 samples x 2 steps + 1
+
+
+def test_console_lines_of_an_async_run(run):
+    """Both sides' console lines: the trainer's step line notes the weights version and the batch's staleness
+    (the versions recorded by the drive); the rollouter prints one line per parameter-version window."""
+    import re
+
+    record, _ = run
+    lines = record["stdout"].splitlines()
+    steps = {int(m[1]): m for m in (re.match(r"\[verl-otel\] step (\d+)\S* took .* \| param version (\d+), "
+                                              r"staleness max (\d+) mean ([\d.]+)$", ln) for ln in lines) if m}
+    assert sorted(steps) == [t["global_step"] for t in record["steps"]]
+    for taken in record["steps"]:
+        m = steps[taken["global_step"]]
+        stale = [taken["param_version"] - v for v in taken["start_versions"]]
+        assert int(m[2]) == taken["param_version"] + 1  # after this step's parameter sync
+        assert (int(m[3]), float(m[4])) == (max(stale), round(sum(stale) / len(stale), 2))
+    windows = [ln for ln in lines if re.match(r"\[verl-otel\] rollouter param version \d+: \d+ samples queued, "
+                                              r"\d+ dropped, idle \d+%$", ln)]
+    assert len(windows) == len(record["syncs"]) - 1  # every sync after the first closes a window

@@ -54,8 +54,11 @@ def _wire_trainer() -> None:
     from verl_otel.export import setup
     from verl_otel.telemetry.metrics import STATE
 
+    from verl_otel.telemetry.console import STEP_NOTES
+
     setup.ensure_metrics()
     STATE.add_source(TRAINER_SIDE.samples)
+    STEP_NOTES.append(TRAINER_SIDE.console_note)
 
 
 # -- rollouter ------------------------------------------------------------------------------------

@@ -207,6 +207,10 @@ class RolloutWindows:
             span.record_exception(exc)
             span.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:512]))
         span.end()
+        if setup.get().settings.console and produced is not None:
+            idle_text = f", idle {float(idle):.0%}" if isinstance(idle, (int, float)) else ""
+            print(f"[verl-otel] rollouter param version {window.version}: {int(produced - window.produced0)} samples "
+                  f"queued, {int((dropped or 0) - window.dropped0)} dropped{idle_text}", flush=True)
 
     def validate_span(self) -> Span:
         self.validating = setup.get().tracer.start_span(
@@ -328,6 +332,16 @@ class TrainerSide:
             if current is not None:
                 attrs[sc.ATTR_STALENESS] = int(current) - int(version)
             step_span.add_link(ctx, attrs)
+
+    def console_note(self) -> str | None:
+        """Appended to fully_async's step line: the weights version and the last batch's staleness."""
+        version = _num(self.trainer, "current_param_version")
+        if version is None:
+            return None
+        note = f"param version {int(version)}"
+        if self.staleness_max is not None and self.staleness_mean is not None:
+            note += f", staleness max {self.staleness_max:g} mean {self.staleness_mean:.2f}"
+        return note
 
     # -- gauges -------------------------------------------------------------------------------------------
     def samples(self) -> Iterable[Sample]:

@@ -1,12 +1,17 @@
-"""Console lines: the embedded default's one line per step (step, duration, slowest phase)."""
+"""Console lines: the embedded default's one line per step (step, duration, slowest phase, and what
+a trainer kind adds: fully_async's parameter version and staleness)."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
 from verl_otel.telemetry.steps import RunInfo, StepResult
+
+
+#: Notes appended to the step line (``" | note"``) when they return text; registered by trainer kinds.
+STEP_NOTES: list[Callable[[], str | None]] = []
 
 
 def step_line(result: StepResult, planned: int | None) -> str:
@@ -18,6 +23,13 @@ def step_line(result: StepResult, planned: int | None) -> str:
         line += f", slowest phase {slowest} {result.phases[slowest]:.1f}s ({share:.0f}%)"
     if result.error:
         line += " [ERROR]"
+    for note in list(STEP_NOTES):
+        try:
+            text = note()
+        except Exception:  # noqa: BLE001 - a note never costs the line
+            text = None
+        if text:
+            line += f" | {text}"
     return line
 
 
