@@ -76,6 +76,9 @@ PHASES: Final[tuple[str, ...]] = (
 SPAN_STEP: Final = "step"
 SPAN_ROLLOUT_WORKER: Final = "rollout.worker"
 SPAN_ROLLOUT_SAMPLE: Final = "rollout.sample"
+#: fully_async runs a weight sync, a validation and the final checkpoint after its last step, outside
+#: any fit_step: their phases go under this root (its own trace, global step = the last step), not a step
+SPAN_FIT_END: Final = "fit.end"
 
 # Attributes on the step span
 ATTR_GLOBAL_STEP: Final = "verl.global_step"
@@ -161,7 +164,7 @@ ATTR_WORKER_RANK: Final = "verl.worker.rank"
 ATTR_WORKER_BATCH: Final = "verl.worker.batch_size"
 #: spans of a step's trace that are not phases
 NON_PHASE_SPANS: Final[frozenset[str]] = frozenset(
-    {SPAN_STEP, SPAN_ROLLOUT_WORKER, SPAN_ROLLOUT_SAMPLE, SPAN_REWARD_WORKER, SPAN_REWARD_SCORE,
+    {SPAN_STEP, SPAN_FIT_END, SPAN_ROLLOUT_WORKER, SPAN_ROLLOUT_SAMPLE, SPAN_REWARD_WORKER, SPAN_REWARD_SCORE,
      *WORKER_SPAN_NAMES.values()})
 
 # Resource attributes: what each process is (and of which run, where the process knows it)

@@ -6,7 +6,8 @@ The step span opens at verl's ``step`` timer (or at a validation outside any ste
 validation before training) and ends when the step's metrics are logged, so it includes
 validation, as verl's own ``timing_s`` does not. fully_async's trainer logs inside its step and
 validates and checkpoints after its ``step`` timer: there the step is the whole ``fit_step()`` call
-(a *scoped* step, opened and closed by that hook) and the logs only add to it.
+(a *scoped* step, opened and closed by that hook) and the logs only add to it; what it runs after
+its last step (weight sync, validation, final checkpoint) goes under a ``fit.end`` root, not a step.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ class _Step:
     stopped: bool = False  # ended by verl's stop signal: no training happened in it
     metrics: dict[str, Any] = field(default_factory=dict)  # logged during a scoped step
     val_logged: bool = False  # validation metrics logged since the last validation window opened
+    tail: bool = False  # fit.end: the work after a scoped run's last step, not a step
 
 
 def is_stop(exc: BaseException | None) -> bool:
@@ -133,6 +135,8 @@ class StepTracer:
         self._trainer: Any = None
         self._run: RunInfo | None = None
         self._step: _Step | None = None
+        self._scoped_run = False  # steps are fit_step() calls (fully_async)
+        self._last_number = -1  # the last step that trained
         self.observers: list[StepObserver] = []
 
     # -- inputs from the hooks ----------------------------------------------------------------
@@ -140,6 +144,7 @@ class StepTracer:
         with self._lock:
             self._trainer = trainer
             self._run = run_info_from_trainer(trainer, kind)
+            self._scoped_run, self._last_number = False, -1
             setup.set_role(sc.ROLE_TRAINER)
         self._notify("on_fit_start", self._run)
 
@@ -223,7 +228,8 @@ class StepTracer:
         with self._lock:
             if self._step is not None:
                 self._end_step(self._step.metrics)  # a leftover (should not happen)
-            self._ensure_step().scoped = True
+            self._scoped_run = True
+            self._ensure_step(scope=True)
 
     def step_scope_exit(self, exc: BaseException | None) -> None:
         with self._lock:
@@ -292,11 +298,15 @@ class StepTracer:
         except (TypeError, ValueError):
             return -1
 
-    def _ensure_step(self) -> _Step:
+    def _ensure_step(self, scope: bool = False) -> _Step:
         if self._step is not None:
             return self._step
         tel = setup.get()
         number = self._global_step()
+        # a phase outside fit_step() in a scoped run: verl's work after the last step (ended by fit_ended)
+        tail = self._scoped_run and not scope
+        if tail:
+            number = self._last_number
         run = self._run
         attrs: dict[str, Any] = {sc.ATTR_GLOBAL_STEP: number}
         if run is not None:
@@ -307,8 +317,9 @@ class StepTracer:
                 if val is not None:
                     attrs[key] = val
         # a fresh root: each step is its own trace whatever context the caller runs in
-        span = tel.tracer.start_span(sc.SPAN_STEP, context=otel_context.Context(), attributes=attrs)
-        self._step = _Step(number=number, span=span, start=time.monotonic())
+        name = sc.SPAN_FIT_END if tail else sc.SPAN_STEP
+        span = tel.tracer.start_span(name, context=otel_context.Context(), attributes=attrs)
+        self._step = _Step(number=number, span=span, start=time.monotonic(), scoped=scope or tail, tail=tail)
         return self._step
 
     def _open_phase(self, phase: str) -> _Open | None:
@@ -353,13 +364,16 @@ class StepTracer:
             slowest = max(step.phases, key=step.phases.__getitem__)
             span.set_attribute(sc.ATTR_PHASE_SLOWEST, slowest)
         seconds = time.monotonic() - step.start
-        if step.stopped:
-            # verl's stop signal: an empty step, not a training step (no step-end event, no ERROR)
-            span.set_attribute(sc.ATTR_STOPPED, True)
+        if step.stopped or step.tail:
+            # verl's stop signal: an empty step, not a training step (no step-end event, no ERROR);
+            # fit.end is not a step either
+            if step.stopped:
+                span.set_attribute(sc.ATTR_STOPPED, True)
             span.end()
             setup.get().flush_finished()
             return
         span.end()
+        self._last_number = step.number
         result = StepResult(step.number, seconds, dict(step.phases),
                             format(span.get_span_context().trace_id, "032x"), step.error)
         self._notify("on_step_end", result)
