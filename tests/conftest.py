@@ -1,7 +1,11 @@
 import os
 import subprocess
 import sys
+import threading
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,11 +35,6 @@ def drive(tmp_path: Path):
 
 
 # -- real-verl demo runs, shared by the e2e tests (each takes a minute or two on 2 cores) ---------
-import threading
-import time
-from dataclasses import dataclass, field
-from typing import Any
-
 LINGER_S = 12.0
 
 
@@ -65,7 +64,7 @@ def _settled(prom, steps: int) -> bool:
         active = prom.scalar_by("sum(verl_phase_active)")
     except (OSError, ValueError):
         return False
-    return step.get((), None) == float(steps) and active.get((), 1.0) == 0.0
+    return step.get((), -1.0) >= float(steps) and active.get((), 1.0) == 0.0
 
 
 def start_demo(out: Path, trainer: str, steps: int, slow: list[str], scrape: bool, **kw: Any) -> DemoRun:
@@ -136,5 +135,13 @@ def colocate_async_run(tmp_path_factory):
 def separate_async_run(tmp_path_factory):
     # scraped: the phase histograms must count each of a step's repeated phases
     run = start_demo(tmp_path_factory.mktemp("demo-separate"), "separate_async", 3, [], scrape=True)
+    yield run
+    run.prom.stop()
+
+
+@pytest.fixture(scope="session")
+def fully_async_run(tmp_path_factory):
+    # scraped: the async dashboard panels are queried on what the rollouter and trainer exported
+    run = start_demo(tmp_path_factory.mktemp("demo-fully-async"), "fully_async", 3, [], scrape=True)
     yield run
     run.prom.stop()

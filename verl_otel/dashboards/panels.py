@@ -106,7 +106,7 @@ DROPPED = Panel(
     grid=(0, 34, 24, 6))
 
 # -- fully_async: the rollouter beside the trainer ------------------------------------------------------
-_ASYNC_ONLY = "fully_async only (verl's experimental trainer, which the CPU demo cannot run)"
+_ASYNC_ONLY = "fully_async only (`verl-otel demo --trainer fully_async`)"
 ASYNC_VERSIONS = Panel(
     13, "Async rollout: parameter version and staleness",
     "Trainer and rollouter parameter versions, and the largest / mean staleness (versions behind) of the last "

@@ -7,6 +7,9 @@ from typing import Any
 
 from verl_otel.demo.slow import PHASES
 
+# the demo's trainers (here, not in the runner: --help must not import verl)
+TRAINERS = ("v1", "legacy", "colocate_async", "separate_async", "fully_async")
+
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="run a real verl PPO/GRPO training on the CPU with telemetry on",
@@ -15,10 +18,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                                    "by the environment, as in a user's run.")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--out", default="./verl-otel-data")
-    p.add_argument("--trainer", choices=["v1", "legacy", "colocate_async", "separate_async"], default="v1",
+    p.add_argument("--trainer", choices=list(TRAINERS), default="v1",
                    help="v1: verl's default trainer (trainer.use_v1=true, sync); legacy: RayPPOTrainer; "
                         "colocate_async: the v1 trainer's colocated async mode; separate_async: its mode with "
-                        "a standalone rollout replica fed by a (gloo) checkpoint engine")
+                        "a standalone rollout replica fed by a (gloo) checkpoint engine; fully_async: verl's "
+                        "experimental fully_async_policy (a rollouter and a trainer streaming through a queue)")
     p.add_argument("--adv", choices=["grpo", "gae"], default="grpo", help="gae adds verl's critic worker")
     p.add_argument("--slow", action="append", default=[], metavar="PHASE@STEP=SECONDS",
                    help="delay one phase of one step; PHASE: " + ", ".join(PHASES))

@@ -9,7 +9,7 @@ does goes through verl's public extension points or module attributes; no verl f
 4. a plain gloo process group in verl's worker-group processes (verl's own CPU backend string,
    ``cpu:gloo,cpu:gloo``, is rejected by torch: "Duplicate device type cpu");
 5. ``--slow`` delays inside the real workers, and ``--linger`` (keep the run's processes, and so
-   their /metrics, alive after fit());
+   their /metrics, alive after fit(); fully_async's after its trainer's fit);
 6. separate_async's "save the model to CPU memory" that really copies on a CPU (see ``_copying_save``).
 
 Hooks on classes that become Ray actors are plain functions (Ray's actor runtime skips wrapt proxies).
@@ -17,6 +17,7 @@ Hooks on classes that become Ray actors are plain functions (Ray's actor runtime
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import os
@@ -140,13 +141,17 @@ def _preinit_gloo() -> None:
                                 world_size=int(os.environ["WORLD_SIZE"]))
 
 
+def _linger_seconds() -> float:
+    return float(os.environ.get(ENV_LINGER, "0") or 0)
+
+
 def _lingering(fit: Any) -> Any:
     @functools.wraps(fit)
     def run(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return fit(self, *args, **kwargs)
         finally:
-            seconds = float(os.environ.get(ENV_LINGER, "0") or 0)
+            seconds = _linger_seconds()
             if seconds > 0:
                 print(f"[verl-otel demo] fit() done; keeping the run's processes up for {seconds:g}s (--linger)",
                       flush=True)
@@ -161,6 +166,28 @@ def _cpu_pools(module: Any, trainer_cls: str) -> None:
     module.ResourcePoolManager = CpuResourcePoolManager
     cls = getattr(module, trainer_cls)
     cls.fit = _lingering(cls.fit)
+
+
+def _lingering_async(fit: Any) -> Any:
+    @functools.wraps(fit)
+    async def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await fit(self, *args, **kwargs)
+        finally:
+            if _linger_seconds() > 0:
+                print(f"[verl-otel demo] fit() done; keeping the run's processes up for {_linger_seconds():g}s "
+                      "(--linger)", flush=True)
+                await asyncio.sleep(_linger_seconds())
+
+    return run
+
+
+def _fully_async_linger(module: Any) -> None:
+    """fully_async's task runner lives in the entry module (``__main__`` in the driver, out of reach
+    of import hooks) and waits for its trainer and rollouter actors: lingering in the trainer's
+    coroutine ``fit`` keeps all of them up."""
+    cls = module.FullyAsyncTrainer.__ray_metadata__.modified_class
+    cls.fit = _lingering_async(cls.__dict__["fit"])
 
 
 def _slowed(method: Any, phase: str, role_check: Any = None) -> Any:
@@ -217,6 +244,7 @@ _register_rollout_adapter()
 _preinit_gloo()
 wrapt.register_post_import_hook(lambda m: _cpu_pools(m, "RayPPOTrainer"), "verl.trainer.ppo.ray_trainer")
 wrapt.register_post_import_hook(lambda m: _cpu_pools(m, "PPOTrainer"), "verl.trainer.ppo.v1.trainer_base")
+wrapt.register_post_import_hook(_fully_async_linger, "verl.experimental.fully_async_policy.fully_async_trainer")
 wrapt.register_post_import_hook(_register_replica, "verl.workers.rollout.replica")
 wrapt.register_post_import_hook(_slow_workers, "verl.workers.engine_workers")
 wrapt.register_post_import_hook(_copying_save, "verl.utils.fsdp_utils")

@@ -11,11 +11,13 @@ from pathlib import Path
 
 from verl_otel import semconv as sc
 from verl_otel.demo import assets
+from verl_otel.demo.cli import TRAINERS
 from verl_otel.demo.cpu_plugin import ENV_LINGER
 from verl_otel.demo.slow import ENV as ENV_SLOW
 from verl_otel.demo.slow import SlowSpec
 
-TRAINERS = ("v1", "legacy", "colocate_async", "separate_async")
+# verl's entry point per trainer: fully_async has its own (a rollouter and a trainer Ray actor)
+_MAIN = {"fully_async": "verl.experimental.fully_async_policy.fully_async_main"}
 _FP32 = ["param_dtype=fp32", "reduce_dtype=fp32", "buffer_dtype=fp32"]
 
 
@@ -71,6 +73,8 @@ def overrides(asset_dir: Path, ckpt_dir: Path, steps: int, test_freq: int, train
         "ray_kwargs.ray_init.num_cpus=4", "+ray_kwargs.ray_init.include_dashboard=false",
         f"hydra.run.dir={ckpt_dir.parent / 'hydra'}",
     ]
+    if trainer == "fully_async":
+        return _fully_async(ov, steps)
     if trainer == "legacy":
         ov.append("trainer.use_v1=false")
     else:
@@ -90,6 +94,31 @@ def overrides(asset_dir: Path, ckpt_dir: Path, steps: int, test_freq: int, train
                f"actor_rollout_ref.rollout.checkpoint_engine.backend={engine.BACKEND}",
                f"actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module={engine.__name__}"]
     return ov
+
+
+def _fully_async(ov: list[str], steps: int) -> list[str]:
+    """verl's experimental fully_async trainer (its own main, legacy-style workers): a rollouter actor
+    with a standalone stand-in replica streams samples through verl's message queue to a trainer actor
+    whose DetachActorWorker (hybrid_engine=false) sends weights over the demo's gloo checkpoint engine.
+    One train step takes ppo_mini_batch_size=2 prompts (x n=2 responses); a weight sync after every
+    step (trigger_parameter_sync_step=1), so `steps` steps need 2*steps prompts."""
+    from verl_otel.demo import cpu_checkpoint_engine as engine
+
+    drop = ("actor_rollout_ref.rollout.checkpoint_engine.backend=", "ray_kwargs.ray_init.num_cpus=",
+            "data.train_batch_size=", "actor_rollout_ref.rollout.agent.num_workers=")
+    return [o for o in ov if not o.startswith(drop)] + [
+        "actor_rollout_ref.hybrid_engine=false", "data.train_batch_size=0", "data.gen_batch_size=1",
+        "rollout.nnodes=1", "rollout.n_gpus_per_node=1", "rollout.n=2", f"rollout.total_rollout_steps={2 * steps}",
+        "actor_rollout_ref.rollout.agent.num_workers=2",
+        "async_training.trigger_parameter_sync_step=1", "async_training.require_batches=1",
+        "async_training.staleness_threshold=0.5", "async_training.partial_rollout=true",
+        "actor_rollout_ref.actor.use_rollout_log_probs=true", "algorithm.rollout_correction.bypass_mode=true",
+        f"actor_rollout_ref.rollout.checkpoint_engine.backend={engine.BACKEND}",
+        f"actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module={engine.__name__}",
+        # each of verl's actors (task runner, rollouter, trainer, queue, workers) asks Ray for a CPU
+        # of its own; the processes mostly wait, so let Ray count more CPUs than the machine has
+        "ray_kwargs.ray_init.num_cpus=32",
+    ]
 
 
 def demo_env(out: Path, asset_dir: Path, slow: SlowSpec, linger: float, extra: dict[str, str] | None) -> dict[str, str]:
@@ -122,7 +151,7 @@ def run_demo(steps: int = 5, out: str | Path = "./verl-otel-data", trainer: str 
     out.mkdir(parents=True, exist_ok=True)
     asset_dir = assets.build(out / "assets")
     ckpt_dir = out / "checkpoints"
-    cmd = [sys.executable, "-m", "verl.trainer.main_ppo",
+    cmd = [sys.executable, "-m", _MAIN.get(trainer, "verl.trainer.main_ppo"),
            *overrides(asset_dir, ckpt_dir, steps, test_freq, trainer, adv), *(extra_overrides or [])]
     env = demo_env(out, asset_dir, spec, linger, extra_env)
     log_path = out / "demo.log"

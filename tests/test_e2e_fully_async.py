@@ -1,0 +1,151 @@
+"""verl's experimental fully_async trainer on the CPU demo (`verl-otel demo --trainer fully_async`): its own
+entry point (fully_async_main), a FullyAsyncRollouter actor with a standalone stand-in replica streaming
+samples through verl's MessageQueue to a FullyAsyncTrainer actor with verl's real FSDP2 DetachActorWorker,
+weights synced after every step over the demo's gloo checkpoint engine. 3 steps, validation every 2
+parameter versions. The run is shared by this module's tests (conftest fixture, scraped by Prometheus)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from trace_file import load_spans, parent_chain, steps
+from verl_otel import semconv as sc
+
+pytestmark = pytest.mark.verl
+
+TRAIN_PHASES = {sc.PHASE_ROLLOUT, sc.PHASE_REWARD, sc.PHASE_REF, sc.PHASE_ADV, sc.PHASE_UPDATE_ACTOR, "param_sync"}
+
+
+def _spans(run) -> list[dict]:
+    assert run.rc == 0, run.log_tail()
+    return load_spans(run.out / "traces.jsonl")
+
+
+def _value(v: dict):
+    (kind, val), = v.items()
+    return int(val) if kind == "intValue" else val  # OTLP JSON: int64 as a string
+
+
+def _links(path: Path) -> dict[str, list[dict]]:
+    """span id -> its links (trace file, raw OTLP JSON), with attributes."""
+    out: dict[str, list[dict]] = {}
+    for line in path.read_text().splitlines():
+        for rs in json.loads(line)["resourceSpans"]:
+            for ss in rs["scopeSpans"]:
+                for sp in ss["spans"]:
+                    out[sp["spanId"]] = [{"traceId": ln["traceId"], "spanId": ln["spanId"],
+                                          "attrs": {a["key"]: _value(a["value"]) for a in ln.get("attributes", [])}}
+                                         for ln in sp.get("links", [])]
+    return out
+
+
+def test_each_trained_step_is_one_trace_then_a_stop_and_fit_end(fully_async_run):
+    run = fully_async_run
+    spans = _spans(run)
+    by_step = steps(spans)
+    trained = {n: t for n, t in by_step.items() if not t["root"]["attributes"].get(sc.ATTR_STOPPED)}
+    assert sorted(trained) == list(range(1, run.steps + 1)), sorted(by_step)
+    for number, tree in trained.items():
+        root = tree["root"]
+        assert root["attributes"][sc.ATTR_TRAINER] == sc.TRAINER_FULLY_ASYNC and not root["error"]
+        assert root["resource"][sc.RES_ROLE] == sc.ROLE_TRAINER
+        names = Counter(s["name"] for s in tree["spans"])
+        assert TRAIN_PHASES <= set(names), (number, names)
+        assert names["param_sync"] == 1  # trigger_parameter_sync_step=1: a weight sync per step
+        # the trainer asks the rollouter to validate at parameter versions divisible by test_freq (2)
+        assert (sc.PHASE_VALIDATE in names) == (number % 2 == 0), (number, names)
+        assert (sc.PHASE_SAVE_CHECKPOINT in names) == (number == run.steps), (number, names)
+        for s in tree["spans"]:
+            assert parent_chain(s, tree["spans"])[-1] == sc.SPAN_STEP, parent_chain(s, tree["spans"])
+        # verl's real FSDP2 worker calls join the step's trace
+        assert names["worker.update_actor"] >= 1 and names["worker.compute_ref_log_prob"] >= 1, names
+    # the queue's end: the next fit_step finds it closed (TrainingStopException), a stop, not an error
+    (stopped,) = [t["root"] for t in by_step.values() if t["root"]["attributes"].get(sc.ATTR_STOPPED)]
+    assert stopped["attributes"][sc.ATTR_GLOBAL_STEP] == run.steps + 1 and not stopped["error"]
+    assert not [s for s in spans if s["error"]]
+    # what verl runs after its loop (a last weight sync: 3 % test_freq != 0) is no step of its own
+    (end,) = [s for s in spans if s["name"] == sc.SPAN_FIT_END]
+    assert not end["parent_id"] and end["attributes"][sc.ATTR_GLOBAL_STEP] == run.steps
+    under_end = Counter(s["name"] for s in spans if s["trace_id"] == end["trace_id"])
+    assert under_end["param_sync"] == 1 and sc.PHASE_ROLLOUT not in under_end, under_end
+
+
+def test_rollouter_windows_and_the_links_from_each_step(fully_async_run):
+    """The rollouter is its own process role with one span per parameter-version window; each trained step
+    links to the windows whose samples it took, with their staleness."""
+    run = fully_async_run
+    spans = _spans(run)
+    links = _links(run.out / "traces.jsonl")
+    windows = {s["attributes"][sc.ATTR_PARAM_VERSION]: s for s in spans if s["name"] == sc.SPAN_ROLLOUTER_GENERATE}
+    assert sorted(windows) == list(range(len(windows))) and len(windows) >= run.steps, sorted(windows)
+    assert all(w["resource"][sc.RES_ROLE] == sc.ROLE_ROLLOUTER and not w["parent_id"] for w in windows.values())
+    # 2 prompts per step (ppo_mini_batch_size) x 3 steps, each window counts what it put in the queue
+    assert sum(w["attributes"].get(sc.ATTR_ASYNC_SAMPLES, 0) for w in windows.values()) == 2 * run.steps
+    by_step = steps(spans)
+    for number in range(1, run.steps + 1):
+        root = by_step[number]["root"]
+        step_links = links[root["span_id"]]
+        assert sum(ln["attrs"][sc.ATTR_ASYNC_SAMPLES] for ln in step_links) == 2, (number, step_links)
+        for ln in step_links:
+            version = ln["attrs"][sc.ATTR_PARAM_VERSION]
+            assert (ln["traceId"], ln["spanId"]) == (windows[version]["trace_id"], windows[version]["span_id"])
+            # trained at parameter version number-1 (one sync per step)
+            assert ln["attrs"][sc.ATTR_STALENESS] == number - 1 - version >= 0
+    # the window's slowest samples, measured at the rollouter, under their window
+    samples = [s for s in spans
+               if s["name"] == sc.SPAN_ROLLOUT_SAMPLE and s["resource"][sc.RES_ROLE] == sc.ROLE_ROLLOUTER]
+    assert len(samples) == 2 * run.steps
+    for s in samples:
+        assert parent_chain(s, spans) == [sc.SPAN_ROLLOUT_SAMPLE, sc.SPAN_ROLLOUTER_GENERATE]
+        assert s["attributes"][sc.ATTR_SAMPLE_RESPONSE_TOKENS] > 0
+
+
+def test_rollouter_validation_carries_the_validation_generations(fully_async_run):
+    """Seed 001's gap: the rollouter (no tracker of its own) validates; its generations are events of its
+    rollouter.validate span (counted, no text without VERL_OTEL_CAPTURE_TEXT)."""
+    spans = _spans(fully_async_run)
+    vals = [s for s in spans if s["name"] == sc.SPAN_ROLLOUTER_VALIDATE]
+    # before training (val_before_train) and at parameter version 2
+    assert len(vals) == 2, [s["attributes"] for s in vals]
+    for span in vals:
+        assert span["resource"][sc.RES_ROLE] == sc.ROLE_ROLLOUTER
+        assert span["attributes"][sc.ATTR_VAL_GENERATIONS] == 2
+        assert span["events"].count(sc.EVENT_VAL_GENERATION) == 2
+
+
+def test_console_lines_of_both_services(fully_async_run):
+    run = fully_async_run
+    assert run.rc == 0, run.log_tail()
+    log = (run.out / "demo.log").read_text(errors="replace")
+    numbers = [int(m[1]) for m in re.finditer(r"\[verl-otel\] step (\d+)/3 took .* \| param version \d+, "
+                                              r"staleness max \d+ mean [\d.]+", log)]
+    assert numbers == [1, 2, 3], numbers  # no line for the stop or for fit.end
+    windows = re.findall(r"\[verl-otel\] rollouter param version (\d+): (\d+) samples queued, \d+ dropped", log)
+    assert sum(int(n) for _, n in windows) == 2 * run.steps, windows
+
+
+def test_async_gauges_and_panels_on_real_prometheus(fully_async_run):
+    """Prometheus scraped the rollouter's and the trainer's /metrics (file_sd): the fully_async panels, as
+    Grafana sends them, all have data; the versions and counts match the run."""
+    from verl_otel.dashboards import all_expressions, concrete
+    from verl_otel.dashboards.panels import _ASYNC_ONLY
+
+    run = fully_async_run
+    prom = run.prom
+    assert run.rc == 0 and run.query_time is not None, run.log_tail()
+    exprs = [(where, expr) for where, expr, why in all_expressions() if why == _ASYNC_ONLY]
+    assert len(exprs) >= 9
+    assert [where for where, expr in exprs if not prom.query(concrete(expr))] == []
+    versions = prom.scalar_by(f"max by (role) ({sc.ASYNC_PARAM_VERSION.name})", "role")
+    # the trainer trained at versions 0..2 and synced 3; the rollouter's last window is the one the
+    # post-loop sync opened (fit.end), as in its traces
+    last_window = max(s["attributes"][sc.ATTR_PARAM_VERSION] for s in _spans(run)
+                      if s["name"] == sc.SPAN_ROLLOUTER_GENERATE)
+    assert versions == {sc.ROLE_TRAINER: float(run.steps), sc.ROLE_ROLLOUTER: float(last_window)}, versions
+    assert prom.scalar_by(f"sum({sc.ASYNC_SAMPLES_PRODUCED.name})") == {(): 2.0 * run.steps}
+    assert prom.scalar_by("sum(verl_step_duration_seconds_count)") == {(): float(run.steps)}
