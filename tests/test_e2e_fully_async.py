@@ -105,6 +105,25 @@ def test_rollouter_windows_and_the_links_from_each_step(fully_async_run):
         assert s["attributes"][sc.ATTR_SAMPLE_RESPONSE_TOKENS] > 0
 
 
+def test_agent_loop_workers_join_the_rollouter_traces(fully_async_run):
+    """The rollouter sends each prompt group to an agent-loop worker on its own: the worker's rollout.worker
+    span (and its rollout.sample spans) joins the window the sample started in, or the validation."""
+    spans = _spans(fully_async_run)
+    workers = [s for s in spans if s["name"] == sc.SPAN_ROLLOUT_WORKER]
+    assert workers and all(w["resource"][sc.RES_ROLE] == sc.ROLE_AGENT_LOOP for w in workers)
+    parents = Counter((w["attributes"][sc.ATTR_MODE], tuple(parent_chain(w, spans)[1:])) for w in workers)
+    want = {(sc.MODE_TRAIN, (sc.SPAN_ROLLOUTER_GENERATE,)), (sc.MODE_VALIDATE, (sc.SPAN_ROLLOUTER_VALIDATE,))}
+    assert set(parents) == want, parents
+    # every trajectory trained on was generated in a spanned worker call (2 prompts x n=2 per step;
+    # calls that overlap on one worker share its span, as an async trainer's chunks do)
+    trajectories = sum(w["attributes"][sc.ATTR_SAMPLES] for w in workers
+                       if w["attributes"][sc.ATTR_MODE] == sc.MODE_TRAIN)
+    assert trajectories >= 2 * 2 * fully_async_run.steps, trajectories
+    for s in spans:
+        if s["name"] == sc.SPAN_ROLLOUT_SAMPLE and s["resource"][sc.RES_ROLE] == sc.ROLE_AGENT_LOOP:
+            assert parent_chain(s, spans)[-1] in (sc.SPAN_ROLLOUTER_GENERATE, sc.SPAN_ROLLOUTER_VALIDATE)
+
+
 def test_rollouter_validation_carries_the_validation_generations(fully_async_run):
     """Seed 001's gap: the rollouter (no tracker of its own) validates; its generations are events of its
     rollouter.validate span (counted, no text without VERL_OTEL_CAPTURE_TEXT)."""

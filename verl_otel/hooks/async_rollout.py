@@ -80,6 +80,11 @@ def _tag_sample(sample: Any) -> None:
     tag = WINDOWS.sample_tag()
     if tag is not None:
         setattr(sample, sc.ROLLOUT_SAMPLE_TRACE_ATTR, tag)
+        # the agent-loop worker's rollout.worker span joins the window (verl replaces the input
+        # batch with the worker's output, whose meta_info is new: nothing reaches the trainer)
+        meta = getattr(getattr(sample, "full_batch", None), "meta_info", None)
+        if isinstance(meta, dict):
+            meta[sc.TRACEPARENT_KEY] = tag[0]
 
 
 async def _process_sample(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],

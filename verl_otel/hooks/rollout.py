@@ -1,7 +1,8 @@
 """Agent-loop hooks: rollout progress per worker and the trainer's trace context into the batch.
 
 Trainer side: the manager's ``generate_sequences`` puts the current span's traceparent into the
-batch (legacy: ``meta_info``; v1: a TensorDict entry). Worker side: ``generate_sequences`` opens the
+batch (legacy: ``meta_info``; v1: a TensorDict entry; fully_async's rollouter: its validation span,
+and each training sample's window, see hooks/async_rollout.py). Worker side: ``generate_sequences`` opens the
 worker's batch (expected samples, mode, step, parent) and ``_run_agent_loop`` (one call per sample,
 legacy and v1) counts it in and out.
 
@@ -75,10 +76,12 @@ def _mode(validate: Any) -> str:
 
 
 def _current_traceparent() -> str | None:
+    """The trainer's open span; in fully_async's rollouter (no trainer there), its open validation."""
+    from verl_otel.telemetry.async_rollout import WINDOWS
     from verl_otel.telemetry.propagation import inject
     from verl_otel.telemetry.steps import TRACER
 
-    return inject(TRACER.current_context())
+    return inject(TRACER.current_context() or WINDOWS.validate_context())
 
 
 # -- trainer side ------------------------------------------------------------------------------

@@ -218,6 +218,11 @@ class RolloutWindows:
             attributes={sc.ATTR_PARAM_VERSION: self.version, sc.ATTR_PHASE: sc.PHASE_VALIDATE})
         return self.validating
 
+    def validate_context(self) -> otel_context.Context | None:
+        """Context of the open rollouter.validate span (its agent-loop calls join it), if any."""
+        span = self.validating
+        return None if span is None else trace.set_span_in_context(span)
+
     def validate_ended(self, span: Span, exc: BaseException | None) -> None:
         self.validating = None
         if exc is not None:
