@@ -157,6 +157,28 @@ def test_duplicate_spans_count_once(recent_spans):
     assert steps[SLOW_STEP].phase_runs[sc.PHASE_UPDATE_WEIGHTS] == 2 and len(steps[SLOW_STEP].samples) == 8
 
 
+def test_a_stopped_step_and_fit_end_are_not_steps(recent_spans):
+    """fully_async ends with an empty step marked verl.stopped (the queue closed) and runs its last weight sync
+    under fit.end: neither is a training step, so neither is listed nor counted in the medians."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "verl"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer(sc.INSTRUMENTATION_NAME)
+    t = time.time_ns() - 60 * S
+    for name, attrs in ((sc.SPAN_STEP, {sc.ATTR_GLOBAL_STEP: N_STEPS + 1, sc.ATTR_STOPPED: True}),
+                        (sc.SPAN_FIT_END, {sc.ATTR_GLOBAL_STEP: N_STEPS})):
+        root = tracer.start_span(name, context=otel_context.Context(), start_time=t, attributes=attrs)
+        phase = tracer.start_span(sc.PHASE_ROLLOUT, context=set_span_in_context(root), start_time=t,
+                                  attributes={sc.ATTR_PHASE: sc.PHASE_ROLLOUT})
+        phase.end(end_time=t + S // 100)
+        root.end(end_time=t + S // 100)
+    provider.shutdown()
+    extra = list(exporter.get_finished_spans())
+    steps = verl_steps(recent_spans + extra)
+    assert [s.global_step for s in steps] == list(range(0, N_STEPS + 1))
+    assert phase_medians(steps) == phase_medians(verl_steps(recent_spans))
+
+
 # -- ranking and the cause ----------------------------------------------------------------------------------
 def test_slow_step_ranked_first_with_its_deviating_phase(recent_spans):
     steps = verl_steps(recent_spans)

@@ -77,12 +77,14 @@ def _is_phase(span: Span, root: Span) -> bool:
 
 
 def build_step(trace: list[Span]) -> StepTrace | None:
-    """The StepTrace of one trace's spans, or None if the trace has no ``step`` root."""
+    """The StepTrace of one trace's spans, or None if the trace has no ``step`` root (or a stopped one)."""
     unique = list({s.span_id: s for s in trace}.values())  # a span exported twice counts once
     roots = sorted((s for s in unique if s.name == sc.SPAN_STEP and not s.parent_id), key=lambda s: s.start_ns)
     if not roots:
         return None
     root = roots[0]
+    if str(root.attributes.get(sc.ATTR_STOPPED)).lower() == "true":
+        return None  # fully_async's stop: the queue had closed, nothing trained (it would skew the medians)
     number = as_int(root.attributes.get(sc.ATTR_GLOBAL_STEP))
     step = StepTrace(root.trace_id, number if number is not None and number >= 0 else None,
                      root.start_ns, root.seconds, root.service, root.status_error)
