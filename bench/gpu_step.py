@@ -7,8 +7,8 @@ telemetry (the span/metric calls, the exporter and /metrics threads holding the 
 kernel launches. verl itself is not needed: the calls are the ones verl-otel's hooks make (the step
 tracer's phase enter/exit for verl's timer names, the rollout tracker per sample, the metrics log).
 
-Usage: python bench/gpu_step.py [--rounds 5] [--steps 20] [--samples 256] [--device cuda]
-Last line: gpu_overhead_ratio <median on / median off>.
+Usage: python bench/gpu_step.py [--rounds 5] [--steps 20] [--samples 256] [--device cuda] [--in-process STEPS]
+Last line: gpu_overhead_ratio <median on / median off> (gpu_inprocess_ratio with --in-process, the quieter figure).
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ class _Trainer:
               "data": {"train_batch_size": 64}, "actor_rollout_ref": {"rollout": {"n": 8}}}
 
 
-def _loop(steps: int, samples: int, device: str) -> float:
+def _loop(steps: int, samples: int, device: str, alternate: bool = False) -> tuple[float, list[float], list[float]]:
+    """Wall time of ``steps`` steps; with ``alternate`` (telemetry set up), blocks of 5 steps alternate
+    between making verl-otel's calls and skipping them, and the per-step times of each come back."""
     import torch
 
     from verl_otel.config import enabled
@@ -50,6 +52,7 @@ def _loop(steps: int, samples: int, device: str) -> float:
     batch = torch.randn(256, 512, device=device, dtype=dtype)
 
     on = enabled()
+    calls = {"on": on}  # whether this step makes the calls (alternated in one process with ``alternate``)
     trainer = _Trainer()
     if on:
         from verl_otel.hooks import trainer as hooks
@@ -62,10 +65,10 @@ def _loop(steps: int, samples: int, device: str) -> float:
     def phase(name: str) -> None:
         if name == "gen":
             for i in range(samples):  # one small forward per sample, as a server decodes per request
-                tok = TRACKER.sample_started("train") if on else 0
+                tok = TRACKER.sample_started("train") if calls["on"] else 0
                 with torch.no_grad():
                     actor(batch[i % 256: i % 256 + 1])
-                if on:
+                if calls["on"]:
                     TRACKER.sample_finished("train", tok, {"step": trainer.global_steps}, None)
         elif name in ("old_log_prob", "ref"):
             with torch.no_grad():
@@ -83,33 +86,39 @@ def _loop(steps: int, samples: int, device: str) -> float:
 
     def step(number: int) -> None:
         trainer.global_steps = number
-        if on:
+        if calls["on"]:
             TRACER.phase_enter("step")
             TRACKER.batch_started("train", number, samples, None)
         for name in PHASES:
-            token = TRACER.phase_enter(name) if on else None
+            token = TRACER.phase_enter(name) if calls["on"] else None
             phase(name)
-            if on:
+            if calls["on"]:
                 TRACER.phase_exit(token, None)
         out = actor(batch[:8]).float()
         metrics = {f"actor/k{i}": out[i % 8, i].item() for i in range(METRIC_KEYS)}  # .item() syncs, as verl's log
         metrics["actor/odd@name-/:x"] = float("nan")
-        if on:
+        if calls["on"]:
             TRACER.metrics_logged(metrics, number)
 
     for n in range(1, 4):  # warm-up: CUDA context, kernels, allocator
         step(n)
     if device == "cuda":
         torch.cuda.synchronize()
+    times: dict[bool, list[float]] = {True: [], False: []}
     t0 = time.perf_counter()
     for n in range(4, 4 + steps):
-        step(n)
+        if alternate:
+            calls["on"] = (n - 4) // 5 % 2 == 0
+        s0 = time.perf_counter()
+        step(n)  # ends in .item(): the GPU has caught up
+        times[calls["on"]].append(time.perf_counter() - s0)
     if device == "cuda":
         torch.cuda.synchronize()
     wall = time.perf_counter() - t0
     if on:
+        calls["on"] = True
         TRACER.fit_ended(None)
-    return wall
+    return wall, times[True], times[False]
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -118,16 +127,35 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
+def _in_process(args: argparse.Namespace) -> None:
+    """The foreground cost without between-process noise: the same process, GPU state and background
+    threads; only whether the step makes verl-otel's calls alternates (blocks of 5 steps)."""
+    tmp = Path(tempfile.mkdtemp(prefix="verl-otel-gpu-bench-"))
+    os.environ.update(VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(tmp), VERL_OTEL_PROMETHEUS_PORT="0",
+                      VERL_PROGRESS_LOG="1", VERL_OTEL_CONSOLE="1")
+    _, on, off = _loop(args.in_process, args.samples, args.device, alternate=True)
+    med_on, med_off = statistics.median(on), statistics.median(off)
+    print(f"{args.device} in-process: {len(on)} steps with the calls, {len(off)} without, alternating blocks of 5")
+    print(f"  step median with {med_on * 1e3:.2f} ms, without {med_off * 1e3:.2f} ms, "
+          f"difference {(med_on - med_off) * 1e3:.2f} ms")
+    print(f"gpu_inprocess_ratio {med_on / med_off:.4f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--samples", type=int, default=256)
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--in-process", type=int, default=0, metavar="STEPS",
+                    help="instead: one all-on process, blocks of 5 steps alternating calls on/off")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        print(f"GPU_WALL {_loop(args.steps, args.samples, args.device):.6f}", flush=True)
+        print(f"GPU_WALL {_loop(args.steps, args.samples, args.device)[0]:.6f}", flush=True)
+        return
+    if args.in_process:
+        _in_process(args)
         return
 
     sys.path.insert(0, str(HERE.parent / "tests"))
