@@ -16,13 +16,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
 PHASES = ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "update_weights")
 METRIC_KEYS = 150  # about what a verl GRPO step logs
 
@@ -52,7 +49,7 @@ def _loop(steps: int, samples: int, device: str, alternate: bool = False) -> tup
     batch = torch.randn(256, 512, device=device, dtype=dtype)
 
     on = enabled()
-    calls = {"on": on}  # whether this step makes the calls (alternated in one process with ``alternate``)
+    calling = on  # whether this step makes the calls (alternated in one process with ``alternate``)
     trainer = _Trainer()
     if on:
         from verl_otel.hooks import trainer as hooks
@@ -65,10 +62,10 @@ def _loop(steps: int, samples: int, device: str, alternate: bool = False) -> tup
     def phase(name: str) -> None:
         if name == "gen":
             for i in range(samples):  # one small forward per sample, as a server decodes per request
-                tok = TRACKER.sample_started("train") if calls["on"] else 0
+                tok = TRACKER.sample_started("train") if calling else 0
                 with torch.no_grad():
                     actor(batch[i % 256: i % 256 + 1])
-                if calls["on"]:
+                if calling:
                     TRACKER.sample_finished("train", tok, {"step": trainer.global_steps}, None)
         elif name in ("old_log_prob", "ref"):
             with torch.no_grad():
@@ -86,18 +83,18 @@ def _loop(steps: int, samples: int, device: str, alternate: bool = False) -> tup
 
     def step(number: int) -> None:
         trainer.global_steps = number
-        if calls["on"]:
+        if calling:
             TRACER.phase_enter("step")
             TRACKER.batch_started("train", number, samples, None)
         for name in PHASES:
-            token = TRACER.phase_enter(name) if calls["on"] else None
+            token = TRACER.phase_enter(name) if calling else None
             phase(name)
-            if calls["on"]:
+            if calling:
                 TRACER.phase_exit(token, None)
         out = actor(batch[:8]).float()
         metrics = {f"actor/k{i}": out[i % 8, i].item() for i in range(METRIC_KEYS)}  # .item() syncs, as verl's log
         metrics["actor/odd@name-/:x"] = float("nan")
-        if calls["on"]:
+        if calling:
             TRACER.metrics_logged(metrics, number)
 
     for n in range(1, 4):  # warm-up: CUDA context, kernels, allocator
@@ -108,23 +105,16 @@ def _loop(steps: int, samples: int, device: str, alternate: bool = False) -> tup
     t0 = time.perf_counter()
     for n in range(4, 4 + steps):
         if alternate:
-            calls["on"] = (n - 4) // 5 % 2 == 0
+            calling = (n - 4) // 5 % 2 == 0
         s0 = time.perf_counter()
         step(n)  # ends in .item(): the GPU has caught up
-        times[calls["on"]].append(time.perf_counter() - s0)
+        times[calling].append(time.perf_counter() - s0)
     if device == "cuda":
         torch.cuda.synchronize()
     wall = time.perf_counter() - t0
     if on:
-        calls["on"] = True
         TRACER.fit_ended(None)
     return wall, times[True], times[False]
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_OTEL_", "OTEL_", "VERL_PROGRESS_"))}
-    env.update(extra)
-    return env
 
 
 def _in_process(args: argparse.Namespace) -> None:
@@ -158,28 +148,25 @@ def main() -> None:
         _in_process(args)
         return
 
-    sys.path.insert(0, str(HERE.parent / "tests"))
+    from run import bench_env, worker_wall  # first: it puts tests/ (the OTLP receiver) on the path
+
     from otlp_receiver import OtlpReceiver, free_port
 
     tmp = Path(tempfile.mkdtemp(prefix="verl-otel-gpu-bench-"))
+    worker = [__file__, "--worker", "--steps", str(args.steps), "--samples", str(args.samples), "--device", args.device]
     with OtlpReceiver() as rx:
         variants = {
-            "off": _env(VERL_OTEL_ENABLED="0"),
-            "embedded": _env(VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(tmp / "e"), VERL_OTEL_CONSOLE="1"),
-            "all": _env(OTEL_EXPORTER_OTLP_ENDPOINT=rx.grpc_endpoint, VERL_OTEL_DIR=str(tmp / "a"),
-                        VERL_OTEL_PROMETHEUS_PORT="0", VERL_PROGRESS_LOG="1", VERL_OTEL_CONSOLE="1"),
-            "dead": _env(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{free_port()}", VERL_OTEL_DIR=str(tmp / "d")),
+            "off": bench_env(VERL_OTEL_ENABLED="0"),
+            "embedded": bench_env(VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(tmp / "e"), VERL_OTEL_CONSOLE="1"),
+            "all": bench_env(OTEL_EXPORTER_OTLP_ENDPOINT=rx.grpc_endpoint, VERL_OTEL_DIR=str(tmp / "a"),
+                             VERL_OTEL_PROMETHEUS_PORT="0", VERL_PROGRESS_LOG="1", VERL_OTEL_CONSOLE="1"),
+            "dead": bench_env(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{free_port()}",
+                              VERL_OTEL_DIR=str(tmp / "d"), VERL_OTEL_CONSOLE="1"),
         }
         walls: dict[str, list[float]] = {name: [] for name in variants}
         for r in range(args.rounds):
             for name, env in variants.items():
-                out = subprocess.run([sys.executable, __file__, "--worker", "--steps", str(args.steps),
-                                      "--samples", str(args.samples), "--device", args.device],
-                                     env=env, capture_output=True, text=True, timeout=600)
-                lines = [x for x in out.stdout.splitlines() if x.startswith("GPU_WALL")]
-                if not lines:
-                    raise SystemExit(f"{name} failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
-                walls[name].append(float(lines[-1].split()[1]))
+                walls[name].append(worker_wall(worker, env, "GPU_WALL"))
                 print(f"round {r + 1} {name:9s} {walls[name][-1]:.3f}s", flush=True)
     base = statistics.median(walls["off"])
     print(f"{args.device}: {args.steps} steps x ({args.samples} sample forwards + {len(PHASES)} phases + "

@@ -25,18 +25,26 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE))
 
 
-def _env(**extra: str) -> dict[str, str]:
+def bench_env(**extra: str) -> dict[str, str]:
+    """This environment without any verl-otel/OTel setting (console off), then ``extra``: one variant."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_OTEL_", "OTEL_", "VERL_PROGRESS_"))}
     env["VERL_OTEL_CONSOLE"] = "0"
     env.update(extra)
     return env
 
 
+def worker_wall(args: list[str], env: dict[str, str], marker: str) -> float:
+    """Run a bench worker script in its own process; the seconds on its last ``marker`` line."""
+    out = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=600)
+    lines = [x for x in out.stdout.splitlines() if x.startswith(marker)]
+    if out.returncode or not lines:
+        raise SystemExit(f"{Path(args[0]).name} failed (rc {out.returncode}):\n"
+                         f"{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
+    return float(lines[-1].split()[1])
+
+
 def modeled(env: dict[str, str], steps: int, step_s: float, samples: int) -> float:
-    out = subprocess.run([sys.executable, str(HERE / "modeled_step.py"), str(steps), str(step_s), str(samples)],
-                         env=env, capture_output=True, text=True, check=True, timeout=600)
-    line = [x for x in out.stdout.splitlines() if x.startswith("MODELED_WALL")][-1]
-    return float(line.split()[1])
+    return worker_wall([str(HERE / "modeled_step.py"), str(steps), str(step_s), str(samples)], env, "MODELED_WALL")
 
 
 def main() -> None:
@@ -54,14 +62,15 @@ def main() -> None:
     results: dict[str, list[float]] = {"off": [], "embedded": [], "otlp": [], "all": [], "dead": [], "slow": []}
     with OtlpReceiver() as rx, OtlpReceiver(delay_s=3.0) as slow_rx:
         variants = {
-            "off": _env(VERL_OTEL_ENABLED="0"),
-            "embedded": _env(VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(tmp / "embedded")),
-            "otlp": _env(OTEL_EXPORTER_OTLP_ENDPOINT=rx.grpc_endpoint, VERL_OTEL_DIR=str(tmp / "otlp")),
-            "all": _env(OTEL_EXPORTER_OTLP_ENDPOINT=rx.grpc_endpoint, VERL_OTEL_DIR=str(tmp / "all"),
+            "off": bench_env(VERL_OTEL_ENABLED="0"),
+            "embedded": bench_env(VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(tmp / "embedded")),
+            "otlp": bench_env(OTEL_EXPORTER_OTLP_ENDPOINT=rx.grpc_endpoint, VERL_OTEL_DIR=str(tmp / "otlp")),
+            "all": bench_env(OTEL_EXPORTER_OTLP_ENDPOINT=rx.grpc_endpoint, VERL_OTEL_DIR=str(tmp / "all"),
                         VERL_OTEL_PROMETHEUS_PORT="0", VERL_PROGRESS_LOG="1", VERL_OTEL_CONSOLE="1"),
             # faults: the collector unreachable, and one answering every export after 3 s
-            "dead": _env(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{free_port()}", VERL_OTEL_DIR=str(tmp / "d")),
-            "slow": _env(OTEL_EXPORTER_OTLP_ENDPOINT=slow_rx.grpc_endpoint, VERL_OTEL_DIR=str(tmp / "s")),
+            "dead": bench_env(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{free_port()}",
+                              VERL_OTEL_DIR=str(tmp / "d")),
+            "slow": bench_env(OTEL_EXPORTER_OTLP_ENDPOINT=slow_rx.grpc_endpoint, VERL_OTEL_DIR=str(tmp / "s")),
         }
         for r in range(args.rounds):
             for name, env in variants.items():
