@@ -10,7 +10,7 @@ OUT ?= ./verl-otel-data
 
 .PHONY: install demo test test-fast prometheus verl-compat bench dashboards clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml verl_otel/_pth/verl_otel_autoload.pth
 	test -x $(PY) || python3 -m venv $(VENV)
 	# the CPU build of torch lies on local disk; install it first so nothing pulls a CUDA build
 	$(PIP) install torch==2.13.0 2>&1 | grep -v '^WARNING: Location' || true

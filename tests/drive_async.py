@@ -38,7 +38,7 @@ from verl.utils.profiler import marked_timer
 from verl.utils.tracking import Tracking, ValidationGenerationsLogger
 
 from verl_otel import semconv as sc
-from verl_otel.telemetry.metrics import STATE
+from verl_otel import runtime
 
 PROMPTS, N, PER_STEP, STALENESS = 8, 2, 2, 1
 MAX_REQUIRED = PER_STEP * (STALENESS + 1)
@@ -126,7 +126,7 @@ def make_trainer(client: MessageQueueClient, rollouter):
 
 def async_gauges() -> dict[str, float]:
     return {m.name + (f"{{{','.join(labels)}}}" if labels else ""): v
-            for m, labels, v in STATE.samples() if m.name.startswith("verl_async_")}
+            for m, labels, v in runtime.current().state.samples() if m.name.startswith("verl_async_")}
 
 
 def own_metrics_page() -> tuple[str, dict]:

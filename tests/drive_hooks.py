@@ -30,7 +30,7 @@ def main() -> None:
     fail_phase = sys.argv[2] if len(sys.argv) > 2 else None
     assert "verl.utils.profiler.performance._timer" in registry.installed(), registry.installed()
     trainer = FakeTrainerState()
-    trainer_hooks._wire_observers()
+    trainer_hooks.declare_run(trainer)
     TRACER.fit_started(trainer, "legacy")
     logger = Tracking(project_name="proj", experiment_name="exp", default_backend=["console"])
     err = None

@@ -58,8 +58,9 @@ def main(asset_dir: str, out_path: str) -> None:
     data = batch(vocab_size=100)
     keys_before = sorted(data.non_tensor_batch)
 
-    trainer_hooks._wire_observers()
-    TRACER.fit_started(TrainerState(config), "legacy")
+    trainer = TrainerState(config)
+    trainer_hooks.declare_run(trainer)
+    TRACER.fit_started(trainer, "legacy")
     timing: dict = {}
     with marked_timer("step", timing):
         with marked_timer("reward", timing):

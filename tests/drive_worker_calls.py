@@ -42,8 +42,9 @@ def make_batch(kind: str):
 
 def main() -> None:
     kind = sys.argv[1]
-    trainer_hooks._wire_observers()
-    TRACER.fit_started(FakeTrainerState(), "v1")
+    trainer = FakeTrainerState()
+    trainer_hooks.declare_run(trainer)
+    TRACER.fit_started(trainer, "v1")
     seen: dict[str, object] = {}
 
     def execute(method_name, *args, **kwargs):  # the worker process, played here

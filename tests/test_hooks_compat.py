@@ -7,8 +7,8 @@ import logging
 
 from packaging.version import Version
 
-from verl_otel.hooks import ALL_TARGETS, registry
-from verl_otel.hooks.ray_env import RAY_TARGETS
+from verl_otel.hooks import registry
+from verl_otel.hooks.targets import ALL_TARGETS, RAY_TARGETS
 
 REQUIRED_ALWAYS = {
     "verl.utils.profiler.performance._timer",

@@ -19,7 +19,6 @@ class Collecting(RewardSpans):
 
 
 def test_keeps_the_k_slowest_and_counts_all(monkeypatch):
-    monkeypatch.setattr("verl_otel.export.setup.get", lambda: type("T", (), {"flush_finished": lambda self: None})())
     spans = Collecting(max_spans=3, idle_s=0.2, background=False)
     durations = [5, 1, 9, 3, 7, 2, 8]
     for i, d in enumerate(durations):
@@ -36,7 +35,6 @@ def test_keeps_the_k_slowest_and_counts_all(monkeypatch):
 
 
 def test_zero_spans_still_counts(monkeypatch):
-    monkeypatch.setattr("verl_otel.export.setup.get", lambda: type("T", (), {"flush_finished": lambda self: None})())
     spans = Collecting(max_spans=0, idle_s=0.0, background=False)
     spans.record("tp", 0, 5, {})
     spans.record("tp", 1, 9, {})
@@ -45,7 +43,6 @@ def test_zero_spans_still_counts(monkeypatch):
 
 
 def test_background_flush_after_idle(monkeypatch):
-    monkeypatch.setattr("verl_otel.export.setup.get", lambda: type("T", (), {"flush_finished": lambda self: None})())
     spans = Collecting(max_spans=2, idle_s=0.2)
     spans.record("tp", 0, 5, {})
     deadline = time.monotonic() + 3

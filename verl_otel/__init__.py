@@ -11,14 +11,17 @@ or ``VERL_OTEL_ENABLED=1`` for the embedded default (``./verl-otel-data/traces.j
 
 from __future__ import annotations
 
+from typing import Any
+
 __version__ = "0.1.0"
 
 
-def instrument() -> None:
-    """Hook verl in this process (and, through ``ray.init``, in the job's Ray workers)."""
+def instrument(tracer_provider: Any = None, meter_provider: Any = None) -> None:
+    """Hook verl in this process (and, through ``ray.init``, in the job's Ray workers). Spans and metrics
+    of this process go to the given providers when there are (Ray workers use the environment's settings)."""
     from verl_otel.instrumentor import VerlInstrumentor
 
-    VerlInstrumentor().instrument()
+    VerlInstrumentor().instrument(tracer_provider=tracer_provider, meter_provider=meter_provider)
 
 
 def uninstrument() -> None:

@@ -3,43 +3,25 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Collection
 from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 _instruments = ("verl >= 0.8.0",)
-_lock = threading.Lock()
-_registered = False
-
-
-def _targets() -> tuple[Any, ...]:
-    from verl_otel.hooks import ALL_TARGETS
-    from verl_otel.hooks.ray_env import RAY_TARGETS
-
-    return (*RAY_TARGETS, *ALL_TARGETS)
 
 
 def register_import_hooks() -> None:
     """Install every hook target; each is applied when (or if already) its module is imported."""
-    global _registered
-    with _lock:
-        if _registered:
-            return
-        _registered = True
-    from verl_otel.hooks import registry
+    from verl_otel.hooks.targets import install_all
 
-    registry.install(_targets())
+    install_all()
 
 
 def unregister_import_hooks() -> None:
-    global _registered
-    from verl_otel.hooks import registry
+    from verl_otel.hooks.targets import uninstall_all
 
-    registry.uninstall(_targets())
-    with _lock:
-        _registered = False
+    uninstall_all()
 
 
 class VerlInstrumentor(BaseInstrumentor):  # type: ignore[misc]
@@ -48,13 +30,16 @@ class VerlInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     Usage::
 
         from verl_otel.instrumentor import VerlInstrumentor
-        VerlInstrumentor().instrument()
+        VerlInstrumentor().instrument(tracer_provider=..., meter_provider=...)  # both optional
     """
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
 
     def _instrument(self, **kwargs: Any) -> None:
+        from verl_otel import runtime
+
+        runtime.configure(kwargs.get("tracer_provider"), kwargs.get("meter_provider"))
         register_import_hooks()
 
     def _uninstrument(self, **kwargs: Any) -> None:

@@ -82,6 +82,10 @@ SPAN_FIT_END: Final = "fit.end"
 
 # Attributes on the step span
 ATTR_GLOBAL_STEP: Final = "verl.global_step"
+# the OpenTelemetry semantic conventions' exception event attributes
+ATTR_EXC_TYPE: Final = "exception.type"
+ATTR_EXC_MESSAGE: Final = "exception.message"
+ATTR_EXC_STACKTRACE: Final = "exception.stacktrace"
 ATTR_EPOCH: Final = "verl.epoch"
 ATTR_PROJECT: Final = "verl.project"
 ATTR_EXPERIMENT: Final = "verl.experiment"
@@ -426,7 +430,10 @@ DROP_NON_FINITE: Final = "non_finite"
 DROP_KEY_CAP: Final = "key_cap"
 DROP_EXPORT: Final = "export_failed"
 DROP_QUEUE: Final = "queue_full"
-DROP_REASONS: Final = (DROP_NON_SCALAR, DROP_NON_FINITE, DROP_KEY_CAP, DROP_EXPORT, DROP_QUEUE)
+DROP_WRITE: Final = "write_failed"  # the trace file could not be written (disk full, not a regular file)
+DROP_BAD_KEY: Final = "bad_key"  # a metric key that cannot be turned into text
+DROP_REASONS: Final = (DROP_NON_SCALAR, DROP_NON_FINITE, DROP_KEY_CAP, DROP_EXPORT, DROP_QUEUE, DROP_WRITE,
+                       DROP_BAD_KEY)
 
 # --------------------------------------------------------------------------------------------
 # Environment variables (ours and the seed's; OTEL_* are the standard ones)
@@ -441,6 +448,10 @@ ENV_MAX_TEXT: Final = "VERL_OTEL_MAX_TEXT"
 ENV_MAX_METRIC_KEYS: Final = "VERL_OTEL_MAX_METRIC_KEYS"
 ENV_CONSOLE: Final = "VERL_OTEL_CONSOLE"
 ENV_ROLE: Final = "VERL_OTEL_ROLE"
+ENV_SHUTDOWN_TIMEOUT: Final = "VERL_OTEL_SHUTDOWN_TIMEOUT"  # seconds fit end may wait for exports, in total
+ENV_MAX_FILE_MB: Final = "VERL_OTEL_MAX_FILE_MB"  # the trace file rotates past this size
+ENV_MAX_FILES: Final = "VERL_OTEL_MAX_FILES"  # trace files kept: traces.jsonl and traces.jsonl.1 .. .N-1
+ENV_LOG_LEVEL: Final = "VERL_OTEL_LOG_LEVEL"
 
 ENV_PROGRESS_LOG: Final = "VERL_PROGRESS_LOG"
 ENV_PROGRESS_LOG_INTERVAL: Final = "VERL_PROGRESS_LOG_INTERVAL"

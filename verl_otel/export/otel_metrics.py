@@ -24,10 +24,11 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from verl_otel import semconv as sc
 from verl_otel.config import Settings
 from verl_otel.telemetry.metrics import Labels, MetricsState
+from verl_otel.telemetry.text import utf8
 
 
 def _attrs(metric: sc.MetricDef, labels: Labels) -> dict[str, str]:
-    return dict(zip(metric.labels, labels, strict=False))
+    return {name: utf8(value) for name, value in zip(metric.labels, labels, strict=False)}
 
 
 class _Collected:
@@ -51,7 +52,15 @@ class _Collected:
             return self._by_metric.get(metric.name, [])
 
 
-def start_push(state: MetricsState, settings: Settings, resource: Resource) -> MeterProvider:
+def start_push(state: MetricsState, settings: Settings, resource: Resource | None, given: Any = None) -> Any:
+    """Instruments reading ``state`` in the caller's meter provider (``given``), or in ours exporting OTLP."""
+    provider = given if given is not None else _provider(settings, resource)
+    meter = provider.get_meter(sc.INSTRUMENTATION_NAME)
+    _instruments(meter, state, settings)
+    return provider
+
+
+def _provider(settings: Settings, resource: Resource | None) -> MeterProvider:
     if settings.protocol == "http/protobuf":
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpExp
 
@@ -63,9 +72,11 @@ def start_push(state: MetricsState, settings: Settings, resource: Resource) -> M
     reader = PeriodicExportingMetricReader(exporter, export_interval_millis=settings.metric_export_interval_ms)
     views = [View(instrument_name=m.otel_name, aggregation=ExplicitBucketHistogramAggregation(m.buckets))
              for m in sc.METRICS if m.kind == "histogram"]
-    provider = MeterProvider(metric_readers=[reader], resource=resource, views=views)
-    meter = provider.get_meter(sc.INSTRUMENTATION_NAME)
+    return MeterProvider(metric_readers=[reader], resource=resource or Resource.create(), views=views,
+                         shutdown_on_exit=False)
 
+
+def _instruments(meter: Any, state: MetricsState, settings: Settings) -> None:
     collected = _Collected(state, max_age_s=min(0.5, settings.metric_export_interval_ms / 4000))
 
     def _callback_for(metric: sc.MetricDef) -> Any:
@@ -92,4 +103,3 @@ def start_push(state: MetricsState, settings: Settings, resource: Resource) -> M
         histograms[metric].record(value, _attrs(metric, labels), context=ctx)
 
     state.on_histogram.append(record)
-    return provider

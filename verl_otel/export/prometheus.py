@@ -23,7 +23,9 @@ from prometheus_client.samples import Exemplar
 
 from verl_otel import semconv as sc
 from verl_otel._log import warn_once
+from verl_otel.export.otlp_json import open_regular, write_all
 from verl_otel.telemetry.metrics import MetricsState
+from verl_otel.telemetry.text import utf8
 
 PID_LABEL = "__verl_otel_pid"  # internal (dropped by Prometheus after relabeling): lets us prune dead entries
 
@@ -43,7 +45,7 @@ class StateCollector:
             else:
                 family = GaugeMetricFamily(metric.name, metric.help, labels=list(metric.labels))
             for labels, value in rows:
-                family.add_metric(list(labels), value)
+                family.add_metric([utf8(v) for v in labels], value)
             yield family
         hist: dict[sc.MetricDef, HistogramMetricFamily] = {}
         for metric, labels, series in self._state.histograms():
@@ -58,7 +60,7 @@ class StateCollector:
                 ex = series.exemplars.get(i)
                 exemplar = Exemplar({"trace_id": ex.trace_id}, ex.value, ex.timestamp) if ex else None
                 buckets.append((le, running, exemplar) if exemplar else (le, running))
-            family.add_metric(list(labels), buckets, series.total)
+            family.add_metric([utf8(v) for v in labels], buckets, series.total)
         yield from hist.values()
 
 
@@ -100,18 +102,36 @@ def register_target(data_dir: Path, host: str, port: int, labels: dict[str, str]
     path = data_dir / sc.PROM_TARGETS_FILE
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
-        with open(data_dir / (sc.PROM_TARGETS_FILE + ".lock"), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                groups = json.loads(path.read_text()) if path.exists() else []
-                if not isinstance(groups, list):
-                    groups = []
-            except (OSError, ValueError):
-                groups = []
+        # the lock file is never truncated and no symlink in the directory is followed
+        lock_fd = open_regular(data_dir / (sc.PROM_TARGETS_FILE + ".lock"), os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+            groups = _read_groups(path)
             kept = [g for g in groups if isinstance(g, dict) and not _stale(g) and g.get("targets") != entry["targets"]]
             kept.append(entry)
             tmp = path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps(kept, indent=1))
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+            fd = open_regular(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            try:
+                write_all(fd, json.dumps(kept, indent=1).encode())
+            finally:
+                os.close(fd)
             os.replace(tmp, path)
+        finally:
+            os.close(lock_fd)
     except OSError as exc:
         warn_once("file_sd", f"cannot write {path}: {exc}; Prometheus will not discover this process")
+
+
+def _read_groups(path: Path) -> list[Any]:
+    try:
+        fd = open_regular(path, os.O_RDONLY)
+    except OSError:
+        return []
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            groups = json.loads(fh.read(16 * 2**20))
+    except (OSError, ValueError):
+        return []
+    return groups if isinstance(groups, list) else []

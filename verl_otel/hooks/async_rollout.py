@@ -20,49 +20,39 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from verl_otel import runtime
 from verl_otel import semconv as sc
-from verl_otel.hooks._safe import once, safe
-from verl_otel.hooks.registry import HookTarget
+from verl_otel.hooks._safe import safe
 from verl_otel.telemetry.async_rollout import SUBMITS, TRAINER_SIDE, WINDOWS
 
-_MOD = "verl.experimental.fully_async_policy."
-_ROLLOUTER = _MOD + "fully_async_rollouter"
-_TRAINER = _MOD + "fully_async_trainer"
-_QUEUE = _MOD + "message_queue"
-_R = "FullyAsyncRollouter.__ray_metadata__.modified_class."
-_T = "FullyAsyncTrainer.__ray_metadata__.modified_class."
-_MIN = "0.9.0"  # reset_staleness returning verl's timing dict, RolloutSample.full_batch
 
 
-@once
+def _rollouter_setup(rt: runtime.Runtime) -> None:
+    rt.state.add_source(WINDOWS.samples)
+
+
 def _wire_rollouter(rollouter: Any) -> None:
     """First hook in the rollouter actor: this process is the rollouter service."""
-    from verl_otel.export import setup
-    from verl_otel.telemetry.metrics import STATE
-
-    setup.set_role(sc.ROLE_ROLLOUTER)
-    trainer_cfg = getattr(getattr(rollouter, "config", None), "trainer", None)
-    if trainer_cfg is not None:
-        setup.set_run(trainer_cfg.get("project_name"), trainer_cfg.get("experiment_name"))
     WINDOWS.rollouter = rollouter
-    setup.ensure_metrics()
-    STATE.add_source(WINDOWS.samples)
+    trainer_cfg = getattr(getattr(rollouter, "config", None), "trainer", None)
+    get = getattr(trainer_cfg, "get", None)
+    runtime.current().wire(sc.ROLE_ROLLOUTER, setup=_rollouter_setup, project=get("project_name") if get else None,
+                           experiment=get("experiment_name") if get else None)
 
 
-@once
-def _wire_trainer() -> None:
-    from verl_otel.export import setup
-    from verl_otel.telemetry.metrics import STATE
-
+def _trainer_setup(rt: runtime.Runtime) -> None:
     from verl_otel.telemetry.console import STEP_NOTES
 
-    setup.ensure_metrics()
-    STATE.add_source(TRAINER_SIDE.samples)
+    rt.state.add_source(TRAINER_SIDE.samples)
     STEP_NOTES.append(TRAINER_SIDE.console_note)
 
 
+def _wire_trainer() -> None:
+    runtime.current().wire(sc.ROLE_TRAINER, key="fully_async_trainer", setup=_trainer_setup)
+
+
 # -- rollouter ------------------------------------------------------------------------------------
-async def _rollouter_fit(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+async def rollouter_fit(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                          kwargs: dict[str, Any]) -> Any:
     safe(_wire_rollouter, instance)
     safe(WINDOWS.fit_started, instance)
@@ -87,7 +77,7 @@ def _tag_sample(sample: Any) -> None:
             meta[sc.TRACEPARENT_KEY] = tag[0]
 
 
-async def _process_sample(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+async def process_sample(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                           kwargs: dict[str, Any]) -> Any:
     sample = args[0] if args else kwargs.get("rollout_sample")
     safe(_tag_sample, sample)
@@ -101,7 +91,7 @@ async def _process_sample(wrapped: Callable[..., Any], instance: Any, args: tupl
         safe(WINDOWS.sample_finished, sample, start_ns, error)
 
 
-async def _reset_staleness(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+async def reset_staleness(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                            kwargs: dict[str, Any]) -> Any:
     safe(_wire_rollouter, instance)
     result = await wrapped(*args, **kwargs)
@@ -109,7 +99,7 @@ async def _reset_staleness(wrapped: Callable[..., Any], instance: Any, args: tup
     return result
 
 
-async def _statistics(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+async def statistics(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                       kwargs: dict[str, Any]) -> Any:
     result = await wrapped(*args, **kwargs)
     if isinstance(result, dict):
@@ -117,7 +107,7 @@ async def _statistics(wrapped: Callable[..., Any], instance: Any, args: tuple[An
     return result
 
 
-def _load_checkpoint(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+def load_checkpoint(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                      kwargs: dict[str, Any]) -> Any:
     safe(_wire_rollouter, instance)
     result = wrapped(*args, **kwargs)
@@ -125,7 +115,7 @@ def _load_checkpoint(wrapped: Callable[..., Any], instance: Any, args: tuple[Any
     return result
 
 
-def _do_validate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+def do_validate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                  kwargs: dict[str, Any]) -> Any:
     safe(_wire_rollouter, instance)
     span = safe(WINDOWS.validate_span)
@@ -141,7 +131,7 @@ def _do_validate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ..
 
 
 # -- trainer --------------------------------------------------------------------------------------
-async def _get_samples(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+async def get_samples(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                        kwargs: dict[str, Any]) -> Any:
     safe(_wire_trainer)
     safe(TRAINER_SIDE.wait_started, instance)
@@ -170,7 +160,7 @@ def _batch_taken(trainer: Any, batch: Any) -> None:
     TRAINER_SIDE.batch_taken(trainer, versions, TRACER.innermost_span(sc.SPAN_STEP))
 
 
-def _collect_metrics(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+def collect_metrics(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                      kwargs: dict[str, Any]) -> Any:
     result = wrapped(*args, **kwargs)
     batch = args[0] if args else kwargs.get("batch")
@@ -178,7 +168,7 @@ def _collect_metrics(wrapped: Callable[..., Any], instance: Any, args: tuple[Any
     return result
 
 
-async def _queue_get(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+async def queue_get(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                      kwargs: dict[str, Any]) -> Any:
     result = await wrapped(*args, **kwargs)
     if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], int):
@@ -191,14 +181,14 @@ def _step_number(trainer: Any) -> int:
     return int(getattr(trainer, "global_steps", -1))
 
 
-def _submit(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def submit(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     from verl_otel.telemetry.steps import TRACER
 
     safe(lambda: SUBMITS.submitted(_step_number(instance), TRACER.innermost_span(sc.SPAN_STEP)))
     return wrapped(*args, **kwargs)
 
 
-def _v1_step(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def v1_step(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     from verl_otel.telemetry.steps import TRACER
 
     batch = wrapped(*args, **kwargs)
@@ -207,30 +197,6 @@ def _v1_step(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], 
     return batch
 
 
-_V1 = "verl.trainer.ppo.v1.trainer_base"
-
-ASYNC_ROLLOUT_TARGETS: tuple[HookTarget, ...] = (
-    HookTarget.actor_method(_ROLLOUTER, _R + "fit", _rollouter_fit, "rollouter generation spans", min_verl=_MIN),
-    HookTarget.actor_method(_ROLLOUTER, _R + "_process_single_sample_streaming", _process_sample,
-                            "rollouter -> trainer step links", min_verl=_MIN),
-    HookTarget.actor_method(_ROLLOUTER, _R + "reset_staleness", _reset_staleness,
-                            "rollouter parameter-version windows", min_verl=_MIN),
-    HookTarget.actor_method(_ROLLOUTER, _R + "get_statistics", _statistics, "rollouter queue depth",
-                            min_verl=_MIN),
-    HookTarget.actor_method(_ROLLOUTER, _R + "load_checkpoint", _load_checkpoint,
-                            "rollouter parameter version after resume", min_verl=_MIN),
-    HookTarget.actor_method(_ROLLOUTER, _R + "do_validate", _do_validate, "rollouter validation spans",
-                            min_verl=_MIN),
-    HookTarget.actor_method(_TRAINER, _T + "_get_samples_from_queue", _get_samples, "trainer idle ratio",
-                            min_verl=_MIN),
-    HookTarget.actor_method(_TRAINER, _T + "_collect_metrics_from_samples", _collect_metrics,
-                            "staleness gauges and step links", min_verl=_MIN),
-    HookTarget(_TRAINER, "assemble_batch_from_rollout_samples", None, "step links to rollouter windows",
-               min_verl=_MIN, replace=lambda original: assemble_batch_from_rollout_samples if callable(original)
-               else None),
-    HookTarget(_QUEUE, "MessageQueueClient.get_sample", _queue_get, "queue depth seen by the trainer",
-               min_verl=_MIN),
-    HookTarget(_V1, "PPOTrainer._submit_batch_to_rollout", _submit, "v1 step links to submitting steps",
-               min_verl=_MIN),
-    HookTarget(_V1, "PPOTrainer.step", _v1_step, "v1 step links to submitting steps", min_verl=_MIN),
-)
+def replace_assemble(original: Any) -> Any:
+    """verl's module function, replaced by ours (importable, so Ray pickles it by reference)."""
+    return assemble_batch_from_rollout_samples if callable(original) else None

@@ -13,7 +13,6 @@ from typing import Any
 
 from verl_otel import semconv as sc
 from verl_otel.hooks._safe import safe
-from verl_otel.hooks.registry import HookTarget
 
 
 def job_env() -> dict[str, str]:
@@ -35,11 +34,8 @@ def _add_env(kwargs: dict[str, Any]) -> None:
     kwargs["runtime_env"] = merge_runtime_env(kwargs.get("runtime_env"), job_env())
 
 
-def _init_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def init_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     safe(_add_env, kwargs)
     return wrapped(*args, **kwargs)
 
 
-RAY_TARGETS: tuple[HookTarget, ...] = (
-    HookTarget("ray", "init", _init_wrapper, "settings propagation to Ray workers"),
-)

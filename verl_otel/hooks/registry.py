@@ -9,6 +9,7 @@ A target missing in the installed verl gives one warning naming the verl version
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.metadata
 import inspect
 import os
@@ -24,31 +25,32 @@ from packaging.version import InvalidVersion, Version
 from verl_otel._log import logger, warn_once
 
 Wrapper = Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Any]
-Replacer = Callable[[Any], Any]  # original -> replacement (None: cannot hook this one)
 
 
 @dataclass(frozen=True)
 class HookTarget:
     module: str  # e.g. "verl.trainer.ppo.ray_trainer"
     attr: str  # e.g. "RayPPOTrainer.fit" (dotted path inside the module)
-    wrapper: Wrapper | None  # a wrapt wrapper, the usual way ...
+    wrapper: str | Wrapper  # "verl_otel.hooks.trainer:fit_legacy", resolved when ``module`` is imported
     feature: str  # what is lost without it, for the warning
     min_verl: str = "0.0"
     max_verl: str | None = None  # exclusive
-    # ... or a plain replacement, where a wrapt proxy cannot go (decorators that inspect frames,
-    # classes Ray pickles by value)
-    replace: Replacer | None = None
+    # "wrapt": a wrapt wrapper in place; "method": a plain function calling the wrapper (Ray's actor runtime
+    # bypasses wrapt proxies, seen with ray 2.60); "replace": the wrapper maps verl's original to its
+    # replacement (None: cannot hook this one), where a proxy cannot go (decorators that inspect frames)
+    how: str = "wrapt"
 
     @property
     def key(self) -> str:
         return f"{self.module}.{self.attr}"
 
-    @classmethod
-    def actor_method(cls, module: str, attr: str, wrapper: Wrapper, feature: str, **kw: Any) -> "HookTarget":
-        """A method of a class Ray turns into an actor. Ray's actor runtime bypasses wrapt proxies
-        (seen with ray 2.60: the original method runs), so these get a plain function with the
-        same wrapper semantics instead."""
-        return cls(module, attr, None, feature, replace=lambda original: plain_method(original, wrapper), **kw)
+
+def resolve(spec: str | Wrapper) -> Any:
+    """``"package.module:function"`` -> the function (imports the module)."""
+    if not isinstance(spec, str):
+        return spec
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def plain_method(original: Any, wrapper: Wrapper) -> Any:
@@ -71,7 +73,7 @@ def plain_method(original: Any, wrapper: Wrapper) -> Any:
     return method
 
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entered when resolving a wrapper imports a module with hooks of its own
 _active: dict[str, HookTarget] = {}  # registered and wanted
 _installed: dict[str, tuple[Any, str, Any]] = {}  # key -> (owner, attribute name, original)
 _registered_hooks: set[str] = set()  # post-import hooks cannot be removed: remember which exist
@@ -127,15 +129,21 @@ def _apply(key: str, module: ModuleType) -> None:
             return
         owner, name = found
         original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
-        if target.replace is not None:
-            new = target.replace(original)
+        try:
+            wrapper = resolve(target.wrapper)
+        except Exception as exc:  # noqa: BLE001 - our own module failed to import: hook nothing, say so
+            warn_once(f"load:{key}", f"cannot load the wrapper for {key} ({exc!r}): {target.feature} is off; "
+                      "training continues")
+            return
+        if target.how == "wrapt":
+            wrapt.wrap_function_wrapper(owner, name, wrapper)
+        else:
+            new = wrapper(original) if target.how == "replace" else plain_method(original, wrapper)
             if new is None:
                 warn_once(f"shape:{key}", f"hook target {key} has an unexpected shape in verl {version}: "
                           f"{target.feature} is off; training continues")
                 return
             setattr(owner, name, new)
-        else:
-            wrapt.wrap_function_wrapper(owner, name, target.wrapper)
         _installed[key] = (owner, name, original)
         logger.debug("hooked %s in pid %s", key, os.getpid())
 

@@ -1,7 +1,7 @@
 """Reward-loop hooks: each ``RewardLoopWorker.compute_score`` call whose data carries the trainer's
 context is recorded for the reward spans (telemetry/reward_spans.py). The context arrives in the
 call's non-tensor batch, put there on one of verl's two paths to the reward-loop workers: streaming,
-one call per sample from an agent-loop worker (``_compute_score`` in hooks/rollout.py), or the batch
+one call per sample from an agent-loop worker (``compute_score`` in hooks/rollout.py), or the batch
 path, the trainer's ``RewardLoopManager.compute_rm_score`` (a colocated reward model), which splits
 the batch into per-sample ``compute_score`` calls (a column here, so each row carries it). The
 worker takes it out before verl's reward manager runs."""
@@ -13,29 +13,28 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from verl_otel import runtime
 from verl_otel import semconv as sc
-from verl_otel.hooks._safe import once, safe
-from verl_otel.hooks.registry import HookTarget
+from verl_otel.hooks._safe import safe
 from verl_otel.telemetry.propagation import inject
 from verl_otel.telemetry.reward_spans import RewardSpans
 from verl_otel.telemetry.steps import TRACER
 from verl_otel.telemetry.values import to_scalar
 
-_RL = "verl.experimental.reward_loop.reward_loop"
 _SPANS: list[RewardSpans] = []
 
 
-@once
-def _wire(worker: Any) -> None:
-    from verl_otel.export import setup
-
-    setup.set_role(sc.ROLE_REWARD)
-    trainer_cfg = getattr(getattr(worker, "config", None), "trainer", None)
-    if trainer_cfg is not None:
-        setup.set_run(trainer_cfg.get("project_name"), trainer_cfg.get("experiment_name"))
-    spans = RewardSpans(setup.get().settings.sample_spans)
+def _wire_reward(rt: runtime.Runtime) -> None:
+    spans = RewardSpans(rt.settings.sample_spans)
     _SPANS.append(spans)
     atexit.register(safe, spans.flush, False)  # the last groups, where the process gets to exit
+
+
+def _wire(worker: Any) -> None:
+    trainer_cfg = getattr(getattr(worker, "config", None), "trainer", None)
+    get = getattr(trainer_cfg, "get", None)
+    runtime.current().wire(sc.ROLE_REWARD, setup=_wire_reward, project=get("project_name") if get else None,
+                           experiment=get("experiment_name") if get else None)
 
 
 def _take_parent(worker: Any, data: Any) -> str | None:
@@ -83,7 +82,7 @@ async def _timed(coro: Coroutine[Any, Any, Any], parent: str, data: Any) -> Any:
         safe(_record, parent, data, start_ns, result, error)
 
 
-def _compute_score(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def compute_score(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     data = args[0] if args else kwargs.get("data")
     parent = safe(_take_parent, instance, data)
     coro = wrapped(*args, **kwargs)
@@ -102,7 +101,7 @@ def _context_column(data: Any) -> Callable[[], None] | None:
     return lambda: non_tensor.pop(sc.TRACEPARENT_KEY, None)
 
 
-def _compute_rm_score(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def compute_rm_score(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     data = args[0] if args else kwargs.get("data")
     undo = safe(_context_column, data) if TRACER.active else None
     try:
@@ -112,9 +111,3 @@ def _compute_rm_score(wrapped: Callable[..., Any], instance: Any, args: tuple[An
             safe(undo)
 
 
-REWARD_TARGETS: tuple[HookTarget, ...] = (
-    HookTarget(_RL, "RewardLoopManager.compute_rm_score", _compute_rm_score,
-               "reward-model (batch) calls in the step trace", min_verl="0.8.0"),
-    HookTarget.actor_method(_RL, "RewardLoopWorker.compute_score", _compute_score,
-                            "reward-loop spans in the step trace", min_verl="0.7.1"),
-)

@@ -3,7 +3,7 @@
 Trainer side: the manager's ``generate_sequences`` puts the current span's traceparent into the
 batch (legacy: ``meta_info``; v1: a TensorDict entry; fully_async's rollouter: its validation span,
 and each training sample's window, see hooks/async_rollout.py). Worker side: ``generate_sequences`` opens the
-worker's batch (expected samples, mode, step, parent) and ``_run_agent_loop`` (one call per sample,
+worker's batch (expected samples, mode, step, parent) and ``run_agent_loop`` (one call per sample,
 legacy and v1) counts it in and out.
 
 v1's ``AgentLoopWorkerTQ`` is a module-level ``@ray.remote`` class, pickled by value: its own
@@ -19,13 +19,11 @@ import re
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from verl_otel import runtime
 from verl_otel import semconv as sc
-from verl_otel.hooks._safe import once, safe
-from verl_otel.hooks.registry import HookTarget
+from verl_otel.hooks._safe import safe
 from verl_otel.telemetry.rollout import TRACKER
 
-_AL = "verl.experimental.agent_loop.agent_loop"
-_TQ = "verl.trainer.ppo.v1.agent_loop_tq"
 
 
 def _worker_index() -> int | None:
@@ -40,28 +38,20 @@ def _worker_index() -> int | None:
     return int(m.group(1)) if m else None
 
 
-@once
-def _wire(worker: Any = None) -> None:
-    """First batch in this process: it is an agent-loop worker; start its exporters."""
+def _wire_agent_loop(rt: runtime.Runtime) -> None:
+    """First batch in this process: it is an agent-loop worker (gauges, sample spans, the seed's bar)."""
+    import time
+
     from verl_otel import config
-    from verl_otel.export import setup
-    from verl_otel.telemetry.metrics import STATE
     from verl_otel.telemetry.progress_console import rollout_line
     from verl_otel.telemetry.rollout_spans import emit_batch
 
-    TRACKER.worker = _worker_index()
-    setup.set_role(sc.ROLE_AGENT_LOOP, TRACKER.worker)
-    trainer_cfg = getattr(getattr(worker, "config", None), "trainer", None)
-    if trainer_cfg is not None:
-        setup.set_run(trainer_cfg.get("project_name"), trainer_cfg.get("experiment_name"))
-    setup.ensure_metrics()
-    STATE.add_source(TRACKER.samples)
-    max_spans = setup.get().settings.sample_spans
+    rt.state.add_source(TRACKER.samples)
+    max_spans = rt.settings.sample_spans
     TRACKER.on_batch_done.append(lambda worker, batch: emit_batch(worker, batch, max_spans))
     progress = config.load_progress()
     mine = progress.rollout_worker_index in (-1, TRACKER.worker if TRACKER.worker is not None else 0)
     if progress.enabled and mine:
-        import time
 
         def _bar(worker: int | None, batch: Any) -> None:
             if (batch.completed % progress.rollout_interval == 0 or batch.done) and progress.step_selected(batch.step):
@@ -69,6 +59,17 @@ def _wire(worker: Any = None) -> None:
                                    time.monotonic() - batch.start, progress.rollout_bar_width), flush=True)
 
         TRACKER.on_progress.append(_bar)
+
+
+def _wire(worker: Any = None) -> None:
+    rt = runtime.current()
+    if rt.wired(sc.ROLE_AGENT_LOOP):
+        return
+    TRACKER.worker = _worker_index()
+    trainer_cfg = getattr(getattr(worker, "config", None), "trainer", None)
+    get = getattr(trainer_cfg, "get", None)
+    rt.wire(sc.ROLE_AGENT_LOOP, worker_index=TRACKER.worker, setup=_wire_agent_loop,
+            project=get("project_name") if get else None, experiment=get("experiment_name") if get else None)
 
 
 def _mode(validate: Any) -> str:
@@ -91,7 +92,7 @@ def _inject_meta(prompts: Any) -> None:
         prompts.meta_info[sc.TRACEPARENT_KEY] = tp
 
 
-def _patch_legacy_manager(original: Callable[..., Any]) -> Callable[..., Any] | None:
+def patch_legacy_manager(original: Callable[..., Any]) -> Callable[..., Any] | None:
     """``AgentLoopManager.generate_sequences`` is ``@auto_await``, which inspects its caller's frame:
     wrap the coroutine function underneath and apply ``auto_await`` again on top."""
     inner = getattr(original, "__wrapped__", None)
@@ -107,7 +108,7 @@ def _patch_legacy_manager(original: Callable[..., Any]) -> Callable[..., Any] | 
     return auto_await(generate_sequences)
 
 
-def _tq_manager_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def tq_manager_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     prompts = args[0] if args else kwargs.get("prompts")
     tp = safe(_current_traceparent)
     if tp is not None and hasattr(prompts, "set_non_tensor"):
@@ -132,7 +133,7 @@ async def _finish_after(coro: Coroutine[Any, Any, Any], mode: str | None) -> Any
             safe(TRACKER.finish, mode)
 
 
-def _legacy_worker_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def legacy_worker_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     batch = args[0] if args else kwargs.get("batch")
     mode = safe(_on_legacy_batch, instance, batch)
     return _finish_after(wrapped(*args, **kwargs), mode)
@@ -140,7 +141,7 @@ def _legacy_worker_generate(wrapped: Callable[..., Any], instance: Any, args: tu
 
 class _SampleCtx:
     """What one sample's asyncio task carries: its trainer context (for the reward loop) and, in
-    v1, whose _run_agent_loop returns nothing (the output goes into TransferQueue), the output
+    v1, whose run_agent_loop returns nothing (the output goes into TransferQueue), the output
     that the _agent_loop_postprocess hook sees."""
 
     __slots__ = ("outputs", "parent")
@@ -175,7 +176,7 @@ async def _timed_sample(coro: Coroutine[Any, Any, Any], mode: str, token: int, t
         safe(TRACKER.sample_finished, mode, token, trajectory, out, err)
 
 
-def _tq_postprocess(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def tq_postprocess(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     output = args[0] if args else kwargs.get("output")
     ctx = _SAMPLE.get()
     if ctx is not None and output is not None:  # the object verl fills in (reward score) as it goes on
@@ -183,7 +184,7 @@ def _tq_postprocess(wrapped: Callable[..., Any], instance: Any, args: tuple[Any,
     return wrapped(*args, **kwargs)
 
 
-def _compute_score(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def compute_score(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The sample's kwargs become the reward call's non-tensor batch: a copy of them carries the
     trainer's context to the reward-loop worker (verl's own kwargs, stored with the sample, stay
     as they were)."""
@@ -197,7 +198,7 @@ def _compute_score(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, 
     return wrapped(*args, **kwargs)
 
 
-def _run_agent_loop(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def run_agent_loop(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     trajectory = args[1] if len(args) > 1 else kwargs.get("trajectory")
     if not isinstance(trajectory, dict):
         return wrapped(*args, **kwargs)
@@ -223,27 +224,10 @@ def _on_tq_batch(instance: Any, batch: Any) -> None:
     TRACKER.batch_started(_mode(validate), step, len(batch) * n, tp)
 
 
-def _tq_worker_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+def tq_worker_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                         kwargs: dict[str, Any]) -> Any:
     batch = args[0] if args else kwargs.get("batch")
     safe(_on_tq_batch, instance, batch)
     return wrapped(*args, **kwargs)
 
 
-ROLLOUT_TARGETS: tuple[HookTarget, ...] = (
-    HookTarget.actor_method(_AL, "AgentLoopWorker.generate_sequences", _legacy_worker_generate,
-                            "rollout progress (legacy)", min_verl="0.7.1"),
-    HookTarget.actor_method(_AL, "AgentLoopWorker._run_agent_loop", _run_agent_loop, "per-sample rollout progress",
-                            min_verl="0.7.1"),
-    HookTarget.actor_method(_AL, "AgentLoopWorker._compute_score", _compute_score,
-                            "reward-loop spans in the step trace", min_verl="0.7.1"),
-    HookTarget(_AL, "AgentLoopManager.generate_sequences", None, "trace context to agent-loop workers",
-               min_verl="0.7.1", replace=_patch_legacy_manager),
-    HookTarget(_TQ, "AgentLoopManagerTQ.generate_sequences", _tq_manager_generate,
-               "trace context to v1 agent-loop workers", min_verl="0.9.0"),
-    # a module-level @ray.remote class, pickled by value: patched on its modified_class in the creating process
-    HookTarget.actor_method(_TQ, "AgentLoopWorkerTQ.__ray_metadata__.modified_class.generate_sequences",
-                            _tq_worker_generate, "rollout progress (v1)", min_verl="0.9.0"),
-    HookTarget.actor_method(_TQ, "AgentLoopWorkerTQ.__ray_metadata__.modified_class._agent_loop_postprocess",
-                            _tq_postprocess, "token counts and scores of v1 sample spans", min_verl="0.9.0"),
-)

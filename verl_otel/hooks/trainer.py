@@ -11,40 +11,34 @@ import inspect
 from collections.abc import Callable, Generator
 from typing import Any
 
+from verl_otel import runtime
 from verl_otel import semconv as sc
-from verl_otel.hooks._safe import once, safe
-from verl_otel.hooks.registry import HookTarget
+from verl_otel.hooks._safe import safe
 from verl_otel.telemetry.steps import TRACER
 
 
 
-def _declare_run(trainer: Any) -> None:
-    from verl_otel.export import setup
-    from verl_otel.telemetry.steps import run_info_from_trainer
-
-    info = run_info_from_trainer(trainer, "")
-    setup.set_role(sc.ROLE_TRAINER)
-    setup.set_run(info.project, info.experiment)
-
-
-@once
-def _wire_observers() -> None:
-    """Attach the console (and metrics) observers once, in the process where fit() runs."""
+def _wire_trainer(rt: runtime.Runtime) -> None:
+    """The process where fit() runs: the metrics, console and progress observers, once."""
     from verl_otel import config
-    from verl_otel.export import setup
     from verl_otel.telemetry.console import StepConsole
-    from verl_otel.telemetry.metrics import STATE
     from verl_otel.telemetry.progress_console import ProgressConsole
     from verl_otel.telemetry.trainer_metrics import TrainerMetrics
 
-    setup.set_role(sc.ROLE_TRAINER)
-    setup.ensure_metrics()
-    TRACER.observers.append(TrainerMetrics(STATE))
-    if setup.get().settings.console:
+    TRACER.observers.append(TrainerMetrics(rt.state))
+    if rt.settings.console:
         TRACER.observers.append(StepConsole())
     progress = config.load_progress()
     if progress.enabled:
         TRACER.observers.append(ProgressConsole(progress))
+
+
+def declare_run(trainer: Any) -> None:
+    from verl_otel.telemetry.steps import run_info_from_trainer
+
+    info = run_info_from_trainer(trainer, "")
+    runtime.current().wire(sc.ROLE_TRAINER, project=info.project, experiment=info.experiment, setup=_wire_trainer)
+
 
 _WATCHED_TIMERS = frozenset((sc.VERL_TIMER_STEP, *sc.VERL_TIMER_TO_PHASE))
 
@@ -63,7 +57,7 @@ def _phase_generator(gen: Generator[Any, Any, Any], name: str) -> Generator[Any,
         safe(TRACER.phase_exit, token, exc)
 
 
-def _timer_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def timer_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     gen = wrapped(*args, **kwargs)
     name = args[0] if args else kwargs.get("name")
     # agent loops time every sample through the same function: only whitelisted names cost a span
@@ -76,8 +70,7 @@ def _fit_wrapper(kind: str) -> Callable[..., Any]:
     """fit() is a plain method in the legacy and v1 trainers and a coroutine in fully_async's."""
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        safe(_declare_run, instance)
-        safe(_wire_observers)
+        safe(declare_run, instance)
         safe(TRACER.fit_started, instance, kind)
         if inspect.iscoroutinefunction(wrapped):
             return _fit_async(wrapped(*args, **kwargs))
@@ -104,7 +97,7 @@ async def _fit_async(coro: Any) -> Any:
         safe(TRACER.fit_ended, exc)
 
 
-def _validate_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def validate_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     token = safe(TRACER.validate_enter) if TRACER.active else None
     exc: BaseException | None = None
     try:
@@ -117,7 +110,7 @@ def _validate_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[An
             safe(TRACER.validate_exit, token, exc)
 
 
-def _log_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def log_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     try:
         return wrapped(*args, **kwargs)
     finally:
@@ -127,7 +120,7 @@ def _log_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ..
             safe(TRACER.metrics_logged, data, step)
 
 
-def _val_generations_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+def val_generations_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                              kwargs: dict[str, Any]) -> Any:
     try:
         return wrapped(*args, **kwargs)
@@ -140,16 +133,18 @@ def _val_generations_wrapper(wrapped: Callable[..., Any], instance: Any, args: t
             safe(val_generations.record, samples, step)
 
 
-def _fit_fully_async(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def fit_fully_async(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """A module-level function (Ray pickles the actor class by value; this is pickled by reference, a
     closure would drag TRACER and its lock along)."""
     return _FULLY_ASYNC_FIT(wrapped, instance, args, kwargs)
 
 
 _FULLY_ASYNC_FIT = _fit_wrapper(sc.TRAINER_FULLY_ASYNC)
+fit_legacy = _fit_wrapper(sc.TRAINER_LEGACY)
+fit_v1 = _fit_wrapper(sc.TRAINER_V1)
 
 
-def _fit_step_fully_async(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+def fit_step_fully_async(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                           kwargs: dict[str, Any]) -> Any:
     """fully_async's ``fit_step()`` is one step: it logs inside its ``step`` timer and validates and
     checkpoints after it, so the step trace spans the call, not the timer."""
@@ -169,7 +164,7 @@ async def _scoped_step(coro: Any) -> Any:
         safe(TRACER.step_scope_exit, exc)
 
 
-def _fit_validate_fully_async(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+def fit_validate_fully_async(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                               kwargs: dict[str, Any]) -> Any:
     """fully_async's ``_fit_validate()`` asks the rollouter to validate (no timer, mostly a no-op):
     a ``validate`` phase is added when validation metrics came back during the call."""
@@ -186,29 +181,3 @@ async def _validation_window(coro: Any) -> Any:
             safe(TRACER.validation_window_end, start)
 
 
-_LEGACY = "verl.trainer.ppo.ray_trainer"
-_V1 = "verl.trainer.ppo.v1.trainer_base"
-
-TRAINER_TARGETS: tuple[HookTarget, ...] = (
-    HookTarget("verl.utils.profiler.performance", "_timer", _timer_wrapper, "phase spans"),
-    HookTarget(_LEGACY, "RayPPOTrainer.fit", _fit_wrapper(sc.TRAINER_LEGACY), "legacy trainer step traces"),
-    HookTarget(_LEGACY, "RayPPOTrainer._validate", _validate_wrapper, "legacy validation spans"),
-    HookTarget(_V1, "PPOTrainer.fit", _fit_wrapper(sc.TRAINER_V1), "v1 trainer step traces", min_verl="0.9.0"),
-    HookTarget(_V1, "PPOTrainer._validate", _validate_wrapper, "v1 validation spans", min_verl="0.9.0"),
-    # a module-level @ray.remote class, pickled by value: patched on its modified_class (the ActorClass'
-    # own attribute is never called in the actor)
-    HookTarget.actor_method("verl.experimental.fully_async_policy.fully_async_trainer",
-                            "FullyAsyncTrainer.__ray_metadata__.modified_class.fit",
-                            _fit_fully_async, "fully_async trainer step traces",
-                            min_verl="0.8.0"),
-    HookTarget.actor_method("verl.experimental.fully_async_policy.fully_async_trainer",
-                            "FullyAsyncTrainer.__ray_metadata__.modified_class.fit_step",
-                            _fit_step_fully_async, "fully_async step spans ending after validation",
-                            min_verl="0.8.0"),
-    HookTarget.actor_method("verl.experimental.fully_async_policy.fully_async_trainer",
-                            "FullyAsyncTrainer.__ray_metadata__.modified_class._fit_validate",
-                            _fit_validate_fully_async, "fully_async validate phase", min_verl="0.8.0"),
-    HookTarget("verl.utils.tracking", "Tracking.log", _log_wrapper, "step ends and training curves"),
-    HookTarget("verl.utils.tracking", "ValidationGenerationsLogger.log", _val_generations_wrapper,
-               "validation generations on the validate span"),
-)

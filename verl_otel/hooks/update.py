@@ -10,24 +10,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from verl_otel import runtime
 from verl_otel import semconv as sc
-from verl_otel.hooks._safe import once, safe
-from verl_otel.hooks.registry import HookTarget
+from verl_otel.hooks._safe import safe
 from verl_otel.telemetry.update import TRACKER
 
-_EW = "verl.workers.engine_workers"
 
 
-@once
-def _wire() -> None:
+def _wire_worker(rt: runtime.Runtime) -> None:
+    """A training worker: update-progress gauges and the seed's actor/critic bar."""
     from verl_otel import config
-    from verl_otel.export import setup
-    from verl_otel.telemetry.metrics import STATE
     from verl_otel.telemetry.progress_console import update_line
 
-    setup.set_role(sc.ROLE_WORKER)
-    setup.ensure_metrics()
-    STATE.add_source(TRACKER.samples)
+    rt.state.add_source(TRACKER.samples)
     progress = config.load_progress()
     if progress.enabled:
         def _bar(role: str, upd: Any) -> None:
@@ -38,6 +33,10 @@ def _wire() -> None:
                                   time.monotonic() - upd.start), flush=True)
 
         TRACKER.on_progress.append(_bar)
+
+
+def _wire() -> None:
+    runtime.current().wire(sc.ROLE_WORKER, setup=_wire_worker)
 
 
 def _role(worker: Any) -> str:
@@ -75,7 +74,7 @@ def _span(method: str, role: str, worker: Any, data: Any) -> contextlib.Abstract
     return safe(WorkerSpan, method, role, rank, data) or contextlib.nullcontext()
 
 
-def _train_mini_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def train_mini_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     data = _data(args, kwargs)
     rank0 = _is_rank0(instance)
     role = _role(instance)
@@ -86,12 +85,12 @@ def _train_mini_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[An
             return wrapped(*args, **kwargs)
 
 
-def _infer_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def infer_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     with _span("infer_batch", _role(instance), instance, _data(args, kwargs)):
         return wrapped(*args, **kwargs)
 
 
-def _train_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def train_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     out = wrapped(*args, **kwargs)
     if _is_rank0(instance):
         safe(TRACKER.minibatch_done, _role(instance))
@@ -120,12 +119,10 @@ class _peak_memory:  # noqa: N801 - used as a context manager
     def __exit__(self, *exc: Any) -> None:
         if self.cuda is None:
             return
-        from verl_otel.telemetry.metrics import STATE
-
         peak = safe(self.cuda.max_memory_allocated)
         if peak is not None:
             _wire()
-            STATE.set(sc.PHASE_PEAK_MEMORY, (self.phase or "", self.role), float(peak))
+            runtime.current().state.set(sc.PHASE_PEAK_MEMORY, (self.phase or "", self.role), float(peak))
 
 
 def _phase_method(method: str, phase: str, role: str) -> Callable[..., Any]:
@@ -136,19 +133,6 @@ def _phase_method(method: str, phase: str, role: str) -> Callable[..., Any]:
     return wrapper
 
 
-UPDATE_TARGETS: tuple[HookTarget, ...] = (
-    HookTarget.actor_method(_EW, "TrainingWorker.train_mini_batch", _train_mini_batch,
-                            "actor/critic update progress", min_verl="0.8.0"),
-    HookTarget.actor_method(_EW, "TrainingWorker.train_batch", _train_batch, "actor/critic update progress",
-                            min_verl="0.8.0"),
-    HookTarget.actor_method(_EW, "TrainingWorker.infer_batch", _infer_batch, "critic values span", min_verl="0.8.0"),
-    HookTarget.actor_method(_EW, "ActorRolloutRefWorker.update_actor",
-                            _phase_method("update_actor", sc.PHASE_UPDATE_ACTOR, "actor"),
-                            "update_actor span and peak memory", min_verl="0.8.0"),
-    HookTarget.actor_method(_EW, "ActorRolloutRefWorker.compute_log_prob",
-                            _phase_method("compute_log_prob", sc.PHASE_OLD_LOG_PROB, "actor"),
-                            "old_log_prob span and peak memory", min_verl="0.8.0"),
-    HookTarget.actor_method(_EW, "ActorRolloutRefWorker.compute_ref_log_prob",
-                            _phase_method("compute_ref_log_prob", sc.PHASE_REF, "ref"), "ref span and peak memory",
-                            min_verl="0.8.0"),
-)
+update_actor = _phase_method("update_actor", sc.PHASE_UPDATE_ACTOR, "actor")
+compute_log_prob = _phase_method("compute_log_prob", sc.PHASE_OLD_LOG_PROB, "actor")
+compute_ref_log_prob = _phase_method("compute_ref_log_prob", sc.PHASE_REF, "ref")

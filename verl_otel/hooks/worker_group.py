@@ -10,9 +10,7 @@ from typing import Any
 
 from verl_otel import semconv as sc
 from verl_otel.hooks._safe import safe
-from verl_otel.hooks.registry import HookTarget
 
-_BASE = "verl.single_controller.ray.base"
 
 
 def _attach(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], None] | None:
@@ -51,7 +49,7 @@ def _traced_method(method: str) -> str | None:
     return None
 
 
-def _func_generator(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+def func_generator(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                     kwargs: dict[str, Any]) -> Any:
     functor = wrapped(*args, **kwargs)
     method = str(args[1] if len(args) > 1 else kwargs.get("method_name"))
@@ -60,6 +58,3 @@ def _func_generator(wrapped: Callable[..., Any], instance: Any, args: tuple[Any,
     return safe(_carrying, functor) or functor
 
 
-WORKER_GROUP_TARGETS: tuple[HookTarget, ...] = (
-    HookTarget(_BASE, "func_generator", _func_generator, "worker spans in the step trace", min_verl="0.7.1"),
-)

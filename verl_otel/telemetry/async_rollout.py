@@ -30,7 +30,8 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanContext, Status, StatusCode
 
 from verl_otel import semconv as sc
-from verl_otel.export import setup
+from verl_otel.telemetry.text import mark_failed
+from verl_otel import runtime
 from verl_otel.telemetry.metrics import Sample
 from verl_otel.telemetry.propagation import extract, inject
 from verl_otel.telemetry.slowest_calls import Group, SlowestCalls
@@ -61,13 +62,12 @@ class WindowSamples(SlowestCalls):
     """The K slowest samples of a window, as ``rollout.sample`` spans under its ``rollouter.generate`` span."""
 
     def _emit(self, parent: str, group: Group) -> None:
-        tracer, ctx = setup.get().tracer, extract(parent)
+        tracer, ctx = runtime.current().tracer, extract(parent)
         for _, _, call in sorted(group.slowest, key=lambda k: k[2].start_ns):
             span = tracer.start_span(sc.SPAN_ROLLOUT_SAMPLE, context=ctx, attributes=call.attributes,
                                      start_time=call.start_ns)
             if call.error is not None:
-                span.record_exception(call.error)
-                span.set_status(Status(StatusCode.ERROR, repr(call.error)[:512]))
+                mark_failed(span, call.error, runtime.current().settings.max_text)
             span.end(end_time=call.end_ns)
 
 
@@ -141,7 +141,7 @@ class RolloutWindows:
         with self._lock:
             self.rollouter = rollouter
             if self.sample_spans is None:
-                self.sample_spans = WindowSamples(setup.get().settings.sample_spans)
+                self.sample_spans = WindowSamples(runtime.current().settings.sample_spans)
             if self._window is None:
                 self._open_locked()
 
@@ -150,7 +150,7 @@ class RolloutWindows:
             self._close_locked(None, exc)
         if self.sample_spans is not None:
             self.sample_spans.flush(idle_only=False)
-        setup.get().flush(block=True)
+        runtime.current().flush_wait()
 
     def sample_finished(self, rollout_sample: Any, start_ns: int, error: BaseException | None) -> None:
         """A sample went through generation into the queue (or failed); timed from its start."""
@@ -167,7 +167,7 @@ class RolloutWindows:
             if self._window is not None:
                 self._close_locked(timing, None)
                 self._open_locked()
-        setup.get().flush_finished()
+        runtime.current().flush_soon()
 
     def sample_tag(self) -> tuple[str, int] | None:
         """(traceparent, version) of the open window, for a sample starting now."""
@@ -182,7 +182,7 @@ class RolloutWindows:
     # -- spans ------------------------------------------------------------------------------------
     def _open_locked(self) -> None:
         version = self.version
-        span = setup.get().tracer.start_span(sc.SPAN_ROLLOUTER_GENERATE, context=otel_context.Context(),
+        span = runtime.current().tracer.start_span(sc.SPAN_ROLLOUTER_GENERATE, context=otel_context.Context(),
                                              attributes={sc.ATTR_PARAM_VERSION: version})
         tp = inject(trace.set_span_in_context(span))
         self._window = _Window(span, version, _num(self.rollouter, "total_generated_samples") or 0.0,
@@ -204,16 +204,15 @@ class RolloutWindows:
         if isinstance(idle, (int, float)):
             span.set_attribute(sc.ATTR_ASYNC_IDLE_RATIO, float(idle))
         if exc is not None:
-            span.record_exception(exc)
-            span.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:512]))
+            mark_failed(span, exc, runtime.current().settings.max_text)
         span.end()
-        if setup.get().settings.console and produced is not None:
+        if runtime.current().settings.console and produced is not None:
             idle_text = f", idle {float(idle):.0%}" if isinstance(idle, (int, float)) else ""
             print(f"[verl-otel] rollouter param version {window.version}: {int(produced - window.produced0)} samples "
                   f"queued, {int((dropped or 0) - window.dropped0)} dropped{idle_text}", flush=True)
 
     def validate_span(self) -> Span:
-        self.validating = setup.get().tracer.start_span(
+        self.validating = runtime.current().tracer.start_span(
             sc.SPAN_ROLLOUTER_VALIDATE, context=otel_context.Context(),
             attributes={sc.ATTR_PARAM_VERSION: self.version, sc.ATTR_PHASE: sc.PHASE_VALIDATE})
         return self.validating
@@ -226,10 +225,9 @@ class RolloutWindows:
     def validate_ended(self, span: Span, exc: BaseException | None) -> None:
         self.validating = None
         if exc is not None:
-            span.record_exception(exc)
-            span.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:512]))
+            mark_failed(span, exc, runtime.current().settings.max_text)
         span.end()
-        setup.get().flush_finished()
+        runtime.current().flush_soon()
 
     # -- gauges (read at scrape time) ---------------------------------------------------------------
     def samples(self) -> Iterable[Sample]:

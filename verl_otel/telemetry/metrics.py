@@ -1,8 +1,9 @@
 """The process' metric state, read by every exporter (Prometheus pull, OTLP push).
 
-Hot paths (one update per finished rollout sample) only touch plain Python objects; values are
-read when a scraper or the OTLP reader asks (per the cost floor in shared/design: an OTel API call
-per sample costs ~3 µs, an attribute increment 0.05 µs). Histograms are updated once per step or
+One per process, owned by :class:`verl_otel.runtime.Runtime`. Hot paths (one update per finished
+rollout sample) only touch plain Python objects; values are read when a scraper or the OTLP reader
+asks (an OTel API call per sample costs ~3 µs, an attribute increment 0.05 µs: README, "Reliability
+and overhead"). Histograms are updated once per step or
 phase, so they are recorded eagerly, with the step's trace id as exemplar.
 """
 
@@ -49,14 +50,14 @@ class HistogramSeries:
 class MetricsState:
     """Gauges, counters and histograms of one process, keyed by (metric, label values)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_series_per_metric: int = 2000) -> None:
         self._lock = threading.Lock()
         self._values: dict[tuple[sc.MetricDef, Labels], float] = {}
         self._hist: dict[tuple[sc.MetricDef, Labels], HistogramSeries] = {}
         self._sources: list[Source] = []
         self._keys_per_metric: dict[str, int] = {}
         self.on_histogram: list[Callable[[sc.MetricDef, Labels, float, str | None], None]] = []
-        self.max_series_per_metric = 2000
+        self.max_series_per_metric = max_series_per_metric
 
     # -- writers --------------------------------------------------------------------------------
     def set(self, metric: sc.MetricDef, labels: Labels, value: float) -> bool:
@@ -123,6 +124,3 @@ class MetricsState:
             return [(m, labels, HistogramSeries(s.bounds, list(s.counts), s.total, s.count, dict(s.exemplars)))
                     for (m, labels), s in self._hist.items()]
 
-
-#: One per process.
-STATE = MetricsState()

@@ -13,7 +13,8 @@ from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
 from verl_otel import semconv as sc
-from verl_otel.export import setup
+from verl_otel.telemetry.text import mark_failed
+from verl_otel import runtime
 from verl_otel.telemetry.propagation import extract
 from verl_otel.telemetry.slowest_calls import SlowestCalls, Group
 
@@ -22,7 +23,7 @@ class RewardSpans(SlowestCalls):
     """Reward-loop calls: a ``reward.worker`` span per group, its slowest calls under it."""
 
     def _emit(self, parent: str, group: Group) -> None:
-        tracer = setup.get().tracer
+        tracer = runtime.current().tracer
         calls = sorted(group.slowest, key=lambda k: k[2].start_ns)
         ws = tracer.start_span(sc.SPAN_REWARD_WORKER, context=extract(parent), start_time=group.first_ns, attributes={
             sc.ATTR_REWARD_CALLS: group.calls, sc.ATTR_REWARD_CALLS_SPANNED: len(calls),
@@ -32,8 +33,7 @@ class RewardSpans(SlowestCalls):
             sp = tracer.start_span(sc.SPAN_REWARD_SCORE, context=ctx, attributes=call.attributes,
                                    start_time=call.start_ns)
             if call.error is not None:
-                sp.record_exception(call.error)
-                sp.set_status(Status(StatusCode.ERROR, repr(call.error)[:512]))
+                mark_failed(sp, call.error, runtime.current().settings.max_text)
             sp.end(end_time=call.end_ns)
         if group.errors:
             ws.set_status(Status(StatusCode.ERROR, f"{group.errors} reward calls failed"))

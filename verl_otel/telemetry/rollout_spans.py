@@ -12,7 +12,8 @@ from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
 from verl_otel import semconv as sc
-from verl_otel.export import setup
+from verl_otel.telemetry.text import mark_failed
+from verl_otel import runtime
 from verl_otel.telemetry.propagation import extract
 from verl_otel.telemetry.rollout import Batch, FinishedSample
 from verl_otel.telemetry.values import to_scalar
@@ -68,7 +69,7 @@ def sample_attributes(sample: FinishedSample) -> dict[str, Any]:
 
 
 def emit_batch(worker: int | None, batch: Batch, max_sample_spans: int) -> None:
-    tel = setup.get()
+    tel = runtime.current()
     parent = extract(batch.parent)
     slowest = sorted(batch.finished, key=lambda s: s.seconds, reverse=True)[:max_sample_spans]
     attrs = {
@@ -85,8 +86,7 @@ def emit_batch(worker: int | None, batch: Batch, max_sample_spans: int) -> None:
         sp = tel.tracer.start_span(sc.SPAN_ROLLOUT_SAMPLE, context=wctx, attributes=sample_attributes(sample),
                                    start_time=sample.start_ns)
         if sample.error is not None:
-            sp.record_exception(sample.error)
-            sp.set_status(Status(StatusCode.ERROR, repr(sample.error)[:512]))
+            mark_failed(sp, sample.error, runtime.current().settings.max_text)
         sp.end(end_time=sample.end_ns)
     errors = sum(1 for s in batch.finished if s.error is not None)
     if errors:

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl_otel.export import setup
+from verl_otel import runtime
 
 
 @dataclass
@@ -41,7 +41,7 @@ class SlowestCalls:
         self._lock = threading.Lock()
         self._groups: dict[str, Group] = {}
         self._seq = itertools.count()
-        self._flusher: threading.Thread | None = None
+        self._ticking = False
 
     def record(self, parent: str, start_ns: int, end_ns: int, attributes: dict[str, Any],
                error: BaseException | None = None) -> None:
@@ -61,9 +61,10 @@ class SlowestCalls:
                 heapq.heappush(group.slowest, key)
             elif self.max_spans and key[0] > group.slowest[0][0]:
                 heapq.heapreplace(group.slowest, key)
-            if self._flusher is None and self.background:
-                self._flusher = threading.Thread(target=self._flush_loop, name=f"verl-otel-{type(self).__name__}", daemon=True)
-                self._flusher.start()
+            start_ticking = self.background and not self._ticking
+            self._ticking = self._ticking or start_ticking
+        if start_ticking:  # idle groups are emitted on the runtime's flusher thread (no thread of our own)
+            runtime.current().every_tick(self.flush)
 
     def flush(self, idle_only: bool = True) -> int:
         """Emit the groups idle for ``idle_s`` (all of them with ``idle_only=False``); how many."""
@@ -74,16 +75,8 @@ class SlowestCalls:
         for parent, group in groups:
             self._emit(parent, group)
         if groups:
-            setup.get().flush_finished()
+            runtime.current().flush_soon()
         return len(groups)
-
-    def _flush_loop(self) -> None:
-        while True:
-            time.sleep(min(1.0, self.idle_s / 2))
-            try:
-                self.flush()
-            except Exception:  # noqa: BLE001 - a telemetry thread never dies of an export error
-                pass
 
     def _emit(self, parent: str, group: Group) -> None:
         """Export one idle group (subclasses: the span shape)."""

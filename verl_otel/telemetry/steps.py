@@ -23,8 +23,9 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
 from verl_otel import semconv as sc
+from verl_otel.telemetry.text import mark_failed
 from verl_otel._log import logger
-from verl_otel.export import setup
+from verl_otel import runtime
 from verl_otel.telemetry.values import to_scalar
 
 
@@ -145,7 +146,7 @@ class StepTracer:
             self._trainer = trainer
             self._run = run_info_from_trainer(trainer, kind)
             self._scoped_run, self._last_number = False, -1
-            setup.set_role(sc.ROLE_TRAINER)
+            runtime.current().declare(sc.ROLE_TRAINER)
         self._notify("on_fit_start", self._run)
 
     def fit_ended(self, exc: BaseException | None) -> None:
@@ -157,7 +158,7 @@ class StepTracer:
                     self._fail(self._step, exc)
                 self._end_step(metrics=self._step.metrics or None)
             self._trainer = None
-        setup.get().flush(block=True)
+        runtime.current().flush_wait()
 
     def phase_enter(self, verl_name: str) -> _Open | None:
         """verl's timer opened ``verl_name``; returns a token for :meth:`phase_exit`."""
@@ -181,8 +182,7 @@ class StepTracer:
                 if step is not None:
                     step.stopped = True
             elif exc is not None:
-                token.span.record_exception(exc)
-                token.span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:512]))
+                mark_failed(token.span, exc, runtime.current().settings.max_text)
                 if step is not None:
                     self._fail(step, exc, record=False)
             token.span.end()
@@ -257,7 +257,7 @@ class StepTracer:
                 return
             step.val_logged = False
             parent = step.open[-1].span if step.open else step.span
-            span = setup.get().tracer.start_span(
+            span = runtime.current().tracer.start_span(
                 sc.PHASE_VALIDATE, context=trace.set_span_in_context(parent), start_time=start_ns,
                 attributes={sc.ATTR_PHASE: sc.PHASE_VALIDATE, sc.ATTR_GLOBAL_STEP: step.number})
             span.end()
@@ -301,7 +301,7 @@ class StepTracer:
     def _ensure_step(self, scope: bool = False) -> _Step:
         if self._step is not None:
             return self._step
-        tel = setup.get()
+        tel = runtime.current()
         number = self._global_step()
         # a phase outside fit_step() in a scoped run: verl's work after the last step (ended by fit_ended)
         tail = self._scoped_run and not scope
@@ -326,7 +326,7 @@ class StepTracer:
         with self._lock:
             step = self._ensure_step()
             parent = step.open[-1].span if step.open else step.span
-            span = setup.get().tracer.start_span(
+            span = runtime.current().tracer.start_span(
                 phase, context=trace.set_span_in_context(parent), attributes={sc.ATTR_PHASE: phase,
                                                                                sc.ATTR_GLOBAL_STEP: step.number}
             )
@@ -338,9 +338,7 @@ class StepTracer:
 
     def _fail(self, step: _Step, exc: BaseException, record: bool = True) -> None:
         step.error = True
-        if record:
-            step.span.record_exception(exc)
-        step.span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:512]))
+        mark_failed(step.span, exc, runtime.current().settings.max_text, record=record)
 
     def _end_step(self, metrics: Mapping[str, Any] | None) -> None:
         step = self._step
@@ -370,14 +368,14 @@ class StepTracer:
             if step.stopped:
                 span.set_attribute(sc.ATTR_STOPPED, True)
             span.end()
-            setup.get().flush_finished()
+            runtime.current().flush_soon()
             return
         span.end()
         self._last_number = step.number
         result = StepResult(step.number, seconds, dict(step.phases),
                             format(span.get_span_context().trace_id, "032x"), step.error)
         self._notify("on_step_end", result)
-        setup.get().flush_finished()
+        runtime.current().flush_soon()
 
     def _notify(self, method: str, *args: Any) -> None:
         for obs in list(self.observers):

@@ -13,7 +13,10 @@ from verl_otel import semconv as sc
 from verl_otel.telemetry.eta import RunEta
 from verl_otel.telemetry.metrics import MetricsState, Sample
 from verl_otel.telemetry.steps import RunInfo, StepResult
+from verl_otel.telemetry.text import as_text
 from verl_otel.telemetry.values import to_scalar
+
+MAX_KEY_CHARS = 200
 
 
 class TrainerMetrics:
@@ -71,13 +74,18 @@ class TrainerMetrics:
 
 def record_training_metrics(state: MetricsState, data: Mapping[str, Any]) -> int:
     """Set ``verl_training_metric{key}`` for every finite scalar; count the rest as dropped.
-    Returns how many were recorded. Keys are kept exactly as verl wrote them."""
+    Returns how many were recorded. Keys are kept as verl wrote them (cut to 200 characters, and
+    anything that is not valid UTF-8 replaced)."""
     recorded = 0
-    for key, raw in data.items():
+    for key, raw in list(data.items()):
         value, reason = to_scalar(raw)
         if value is None:
             state.drop(reason or sc.DROP_NON_SCALAR)
             continue
-        if state.set(sc.TRAINING_METRIC, (str(key)[:200],), value):
+        label = as_text(key, MAX_KEY_CHARS)
+        if label is None:  # a key whose str() raises: dropped and counted, the rest still export
+            state.drop(sc.DROP_BAD_KEY)
+            continue
+        if state.set(sc.TRAINING_METRIC, (label,), value):
             recorded += 1
     return recorded

@@ -14,7 +14,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.trace import Span
 
 from verl_otel import semconv as sc
-from verl_otel.export import setup
+from verl_otel import runtime
 from verl_otel.telemetry.steps import TRACER
 from verl_otel.telemetry.values import to_scalar
 
@@ -46,7 +46,7 @@ def _rollouter_validation() -> Span | None:
 
 
 def record(samples: Sequence[Sequence[Any]], step: Any) -> None:
-    tel = setup.get()
+    tel = runtime.current()
     settings = tel.settings
     span: Span | None = TRACER.innermost_span(sc.PHASE_VALIDATE) or _rollouter_validation()
     own = span is None

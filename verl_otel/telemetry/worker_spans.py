@@ -13,7 +13,8 @@ from typing import Any
 from opentelemetry.trace import Span, Status, StatusCode
 
 from verl_otel import semconv as sc
-from verl_otel.export import setup
+from verl_otel.telemetry.text import mark_failed
+from verl_otel import runtime
 from verl_otel.telemetry.propagation import extract, take
 
 
@@ -40,7 +41,7 @@ class WorkerSpan:
         size = batch_size(batch)
         if size is not None:
             attrs[sc.ATTR_WORKER_BATCH] = size
-        self.span = setup.get().tracer.start_span(name, context=extract(traceparent), attributes=attrs)
+        self.span = runtime.current().tracer.start_span(name, context=extract(traceparent), attributes=attrs)
 
     def __enter__(self) -> WorkerSpan:
         return self
@@ -50,9 +51,8 @@ class WorkerSpan:
             return
         try:
             if exc is not None:
-                self.span.record_exception(exc)
-                self.span.set_status(Status(StatusCode.ERROR, repr(exc)[:512]))
+                mark_failed(self.span, exc, runtime.current().settings.max_text)
             self.span.end()
-            setup.get().flush_finished()
+            runtime.current().flush_soon()
         except Exception:  # noqa: BLE001 - telemetry never raises into training
             pass

@@ -1,0 +1,52 @@
+"""The one parser of environment values, shared by the start-up line (``verl_otel_autoload.pth``, which
+runs in every Python process of the venv, so this module imports nothing but ``os`` and ``math``) and
+by :mod:`verl_otel.config`. Each function returns ``None`` for a value it cannot read; the caller
+decides the default and says so."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+
+TRUTHY = frozenset({"1", "true", "yes", "on"})
+FALSY = frozenset({"", "0", "false", "no", "off"})
+
+ENABLED = "VERL_OTEL_ENABLED"
+PROGRESS_LOG = "VERL_PROGRESS_LOG"
+SDK_DISABLED = "OTEL_SDK_DISABLED"
+OTLP_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+
+
+def parse_flag(raw: str) -> bool | None:
+    val = raw.strip().lower()
+    if val in TRUTHY:
+        return True
+    if val in FALSY:
+        return False
+    return None
+
+
+def parse_number(raw: str) -> float | None:
+    """A finite float, else None (``inf``, ``1e999`` and ``nan`` are not numbers a setting can use)."""
+    try:
+        val = float(raw.strip())
+    except (ValueError, AttributeError):
+        return None
+    return val if math.isfinite(val) else None
+
+
+def enabled(env: Mapping[str, str] | None = None) -> bool:
+    """Is instrumentation switched on for this process?
+
+    On with ``VERL_OTEL_ENABLED=1`` or an OTLP endpoint. ``VERL_OTEL_ENABLED`` set to anything that is
+    not a true value (``0``, ``off``, ``maybe``) and ``OTEL_SDK_DISABLED=true`` win: a value we cannot
+    read never switches telemetry on.
+    """
+    env = os.environ if env is None else env
+    if parse_flag(env.get(SDK_DISABLED, "")) is True:
+        return False
+    raw = env.get(ENABLED)
+    if raw is not None and raw.strip() != "":
+        return parse_flag(raw) is True
+    return any(env.get(name, "").strip() for name in OTLP_ENDPOINTS)

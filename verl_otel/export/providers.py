@@ -1,0 +1,178 @@
+"""The OpenTelemetry SDK objects of one process: resource, tracer provider with its span exporter (OTLP
+gRPC/HTTP, or the embedded default ``$VERL_OTEL_DIR/traces.jsonl``), and the metric exporters (the
+/metrics endpoint and OTLP push). Only :mod:`verl_otel.runtime` calls this module; every OTEL_* value
+was checked by :func:`verl_otel.config.sanitize_otel_env` before anything here reads it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+from verl_otel import config as cfg
+from verl_otel import semconv as sc
+from verl_otel._log import warn_once
+from verl_otel.export.otlp_json import OtlpJsonFileExporter
+from verl_otel.telemetry.metrics import MetricsState
+
+Drop = Callable[[str, int], None]
+
+
+def resource(role: str, worker_index: int | None, run: Mapping[str, str]) -> Resource:
+    attrs: dict[str, Any] = {sc.RES_ROLE: role, sc.RES_NODE: socket.gethostname(), sc.RES_PID: os.getpid(), **run}
+    if worker_index is not None:
+        attrs[sc.RES_WORKER_INDEX] = worker_index
+    if not os.environ.get("OTEL_SERVICE_NAME"):
+        attrs["service.name"] = sc.SERVICE_NAME_DEFAULT  # else Resource.create reads it from the environment
+    return Resource.create(attrs)
+
+
+class _OnceFilter(logging.Filter):
+    """Exporter retry warnings say the same thing every few seconds while a collector is down:
+    let each distinct message template through once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = f"{record.name}:{record.msg}"
+        if key in self._seen:
+            return False
+        self._seen.add(key)
+        return True
+
+
+def quiet_sdk_logs() -> None:
+    for name in ("opentelemetry.exporter.otlp.proto.grpc.exporter",
+                 "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+                 "opentelemetry.exporter.otlp.proto.http.metric_exporter",
+                 "opentelemetry.sdk._shared_internal", "opentelemetry.sdk.trace.export",
+                 "opentelemetry.sdk.metrics._internal.export"):
+        lg = logging.getLogger(name)
+        if not any(isinstance(f, _OnceFilter) for f in lg.filters):
+            lg.addFilter(_OnceFilter())
+
+
+class _CountingExporter(SpanExporter):
+    """Counts spans an OTLP exporter could not deliver in verl_otel_dropped_total{reason="export_failed"}."""
+
+    def __init__(self, inner: SpanExporter, drop: Drop) -> None:
+        self._inner, self._drop = inner, drop
+
+    def export(self, spans: Any) -> SpanExportResult:
+        try:
+            result = self._inner.export(spans)
+        except Exception as exc:  # noqa: BLE001
+            warn_once("export-raised", f"span export failed: {exc!r}; spans are dropped and counted")
+            result = SpanExportResult.FAILURE
+        if result is not SpanExportResult.SUCCESS:
+            self._drop(sc.DROP_EXPORT, len(spans))
+        return result
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+    def shutdown(self) -> None:
+        self._inner.shutdown()
+
+
+class _CountingProcessor(BatchSpanProcessor):
+    """A bounded queue (OTEL_BSP_MAX_QUEUE_SIZE, 2048): a span that finds it full is dropped and counted,
+    never waited for."""
+
+    def __init__(self, exporter: SpanExporter, drop: Drop) -> None:
+        super().__init__(exporter, schedule_delay_millis=_schedule_delay_ms())
+        self._drop = drop
+
+    def on_end(self, span: Any) -> None:
+        inner = getattr(self, "_batch_processor", None)
+        queue = getattr(inner, "_queue", None)
+        limit = getattr(inner, "_max_queue_size", None)
+        if queue is not None and limit is not None and len(queue) >= limit:
+            self._drop(sc.DROP_QUEUE, 1)
+            warn_once("queue-full", "span queue full (collector slow or down): spans are dropped and counted "
+                      "in verl_otel_dropped_total")
+        super().on_end(span)
+
+
+def _schedule_delay_ms() -> int:
+    """1 s unless the user chose (the SDK's 5 s default makes a short step's spans late)."""
+    return int(os.environ.get("OTEL_BSP_SCHEDULE_DELAY") or 1000)
+
+
+def _otlp_timeout_s() -> float | None:
+    """5 s per export unless the user chose: a collector that never answers must not hold spans for long."""
+    if os.environ.get("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT") or os.environ.get("OTEL_EXPORTER_OTLP_TIMEOUT"):
+        return None
+    return 5.0
+
+
+def span_exporter(settings: cfg.Settings, drop: Drop) -> tuple[SpanExporter, str]:
+    if settings.traces_endpoint is not None:
+        try:
+            if settings.protocol == "http/protobuf":
+                from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExp
+
+                return (_CountingExporter(HttpExp(timeout=_otlp_timeout_s()), drop),
+                        f"OTLP/HTTP {settings.traces_endpoint}")
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExp
+
+            return (_CountingExporter(GrpcExp(timeout=_otlp_timeout_s()), drop),
+                    f"OTLP/gRPC {settings.traces_endpoint}")
+        except Exception as exc:  # noqa: BLE001
+            warn_once("otlp-exporter", f"cannot create the OTLP span exporter ({exc}); using the local trace file")
+    path = settings.data_dir / sc.TRACES_FILE
+    exporter = OtlpJsonFileExporter(path, settings.max_file_bytes, settings.max_files,
+                                    on_drop=lambda n: drop(sc.DROP_WRITE, n))
+    return exporter, str(path)
+
+
+def tracer_provider(settings: cfg.Settings, res: Resource, drop: Drop) -> tuple[TracerProvider, str]:
+    """Our provider. Text attributes are cut at VERL_OTEL_MAX_TEXT (or the user's smaller OTEL limit)."""
+    limit = settings.max_text
+    user_limit = os.environ.get("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT") or os.environ.get(
+        "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT")
+    if user_limit:
+        limit = min(limit, int(user_limit))
+    provider = TracerProvider(resource=res, shutdown_on_exit=False,
+                              span_limits=SpanLimits(max_attribute_length=limit))
+    exporter, destination = span_exporter(settings, drop)
+    provider.add_span_processor(_CountingProcessor(exporter, drop))
+    return provider, destination
+
+
+def start_pull(state: MetricsState, settings: cfg.Settings, labels: dict[str, str],
+               in_background: Callable[[Callable[[], None]], None]) -> None:
+    """The /metrics endpoint, and its file_sd entry written by ``in_background`` (the flusher: a training
+    thread never waits on the data directory), on by default in the embedded mode."""
+    if settings.prometheus_port is None:
+        return
+    try:
+        from verl_otel.export import prometheus
+
+        port = prometheus.serve(state, settings.prometheus_host, settings.prometheus_port)
+        in_background(lambda: prometheus.register_target(settings.data_dir, settings.prometheus_host, port, labels))
+    except Exception as exc:  # noqa: BLE001 - e.g. the port is taken
+        warn_once("prom-serve", f"cannot serve /metrics on {settings.prometheus_host}:"
+                  f"{settings.prometheus_port}: {exc}; the pull path is off in pid {os.getpid()}")
+
+
+def start_push(state: MetricsState, settings: cfg.Settings, res: Resource, given: Any = None) -> Any:
+    """OTLP metrics push when an endpoint is configured (or into the caller's meter provider)."""
+    if settings.metrics_endpoint is None and given is None:
+        return None
+    try:
+        from verl_otel.export.otel_metrics import start_push as _start
+
+        return _start(state, settings, res, given)
+    except Exception as exc:  # noqa: BLE001
+        warn_once("otlp-metrics", f"cannot start OTLP metrics export: {exc}")
+        return None

@@ -1,0 +1,227 @@
+"""One telemetry runtime per process: settings, the tracer (ours or the caller's), the metric state,
+the exporters and the one flusher thread.
+
+Hooks and the telemetry model reach everything through :func:`current`, which never raises: the
+runtime is made on first use (again in a forked child), its SDK parts lazily, each behind a boundary
+that degrades (a no-op tracer, no exporter) with one log line instead of raising into verl. A process
+says what it is with :meth:`Runtime.wire` (role, run, and the role's own set-up, once per role);
+training threads only ever *ask* for a flush (:meth:`Runtime.flush_soon`); fit end waits for it at
+most ``VERL_OTEL_SHUTDOWN_TIMEOUT`` seconds (:meth:`Runtime.flush_wait`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from opentelemetry import trace
+
+from verl_otel import config as cfg
+from verl_otel import semconv as sc
+from verl_otel._log import logger, warn_once
+from verl_otel.telemetry.metrics import MetricsState
+
+_given: dict[str, Any] = {}  # providers handed to instrument() in this process
+
+
+class Runtime:
+    def __init__(self, settings: cfg.Settings) -> None:
+        self.pid = os.getpid()
+        self.settings = settings
+        self.state = MetricsState(max_series_per_metric=settings.max_metric_keys)
+        self.destination = "none"
+        self._lock = threading.RLock()
+        self._role: tuple[str, int | None] = (settings.role, None)
+        self._run: dict[str, str] = {}
+        self._provider: Any = None
+        self._tracer: trace.Tracer | None = None
+        self._meter_provider: Any = None
+        self._metrics_started = False
+        self._wired: set[str] = set()
+        from verl_otel.export.flusher import Flusher
+
+        self.flusher = Flusher(self._flush_exports)
+
+    # -- identity --------------------------------------------------------------------------------
+    def wire(self, role: str, *, worker_index: int | None = None, project: Any = None, experiment: Any = None,
+             setup: Callable[[Runtime], None] | None = None, key: str | None = None) -> None:
+        """This process is a ``role``: declare it (before its first span), start the metric exporters and
+        run the role's ``setup`` once per ``key`` (default: the role). Never raises."""
+        key = key or role
+        if key in self._wired:
+            return
+        with self._lock:
+            if key in self._wired:
+                return
+            self._wired.add(key)  # one try: a set-up that failed is reported, not retried per call
+            try:
+                self.declare(role, worker_index, project, experiment)
+                self._start_metrics()
+                if setup is not None:
+                    setup(self)
+            except Exception as exc:  # noqa: BLE001 - wiring never raises into verl
+                warn_once(f"wire:{key}", f"telemetry set-up for {key} failed ({exc!r}); training continues, "
+                          "this part of the telemetry is off")
+
+    def wired(self, key: str) -> bool:
+        return key in self._wired
+
+    def declare(self, role: str, worker_index: int | None = None, project: Any = None,
+                experiment: Any = None) -> None:
+        """What this process is (the resource is fixed once the first span exists)."""
+        with self._lock:
+            if self._tracer is None:
+                self._role = (role, worker_index)
+            if project:
+                self._run[sc.RES_PROJECT] = str(project)[:256]
+            if experiment:
+                self._run[sc.RES_EXPERIMENT] = str(experiment)[:256]
+
+    @property
+    def role(self) -> str:
+        return self._role[0]
+
+    def run_labels(self) -> dict[str, str]:
+        """Target labels of this process for Prometheus (same names as the push path's)."""
+        labels = {sc.LABEL_PROCESS_ROLE: self._role[0]}
+        if sc.RES_PROJECT in self._run:
+            labels[sc.LABEL_PROJECT] = self._run[sc.RES_PROJECT]
+        if sc.RES_EXPERIMENT in self._run:
+            labels[sc.LABEL_EXPERIMENT] = self._run[sc.RES_EXPERIMENT]
+        return labels
+
+    # -- traces -------------------------------------------------------------------------------------
+    @property
+    def tracer(self) -> trace.Tracer:
+        tracer = self._tracer
+        if tracer is not None:
+            return tracer
+        with self._lock:
+            if self._tracer is None:
+                self._tracer = self._make_tracer()
+            return self._tracer
+
+    def _make_tracer(self) -> trace.Tracer:
+        given = _given.get("tracer_provider")
+        if given is not None:
+            self._provider, self.destination = given, "the tracer provider given to instrument()"
+            return given.get_tracer(sc.INSTRUMENTATION_NAME)
+        try:
+            from verl_otel.export import providers
+
+            providers.quiet_sdk_logs()
+            res = providers.resource(self._role[0], self._role[1], self._run)
+            self._provider, self.destination = providers.tracer_provider(self.settings, res, self.drop)
+            logger.debug("spans of pid %s go to %s", os.getpid(), self.destination)
+            return self._provider.get_tracer(sc.INSTRUMENTATION_NAME)
+        except Exception as exc:  # noqa: BLE001 - degrade to no spans, never raise
+            warn_once("tracer", f"cannot set up span export ({exc!r}); spans are off in pid {os.getpid()}")
+            return trace.NoOpTracer()
+
+    # -- metrics ------------------------------------------------------------------------------------
+    def _start_metrics(self) -> None:
+        if self._metrics_started:
+            return
+        self._metrics_started = True
+        from verl_otel.export import providers
+
+        for reason in sc.DROP_REASONS:  # counters start at 0, so "nothing dropped" is a visible 0
+            self.state.drop(reason, 0)
+        providers.start_pull(self.state, self.settings, self.run_labels(), self.flusher.submit)
+        res = None
+        if self.settings.metrics_endpoint is not None and _given.get("meter_provider") is None:
+            self.tracer  # noqa: B018 - the resource is the tracer provider's
+            res = getattr(self._provider, "resource", None) or providers.resource(*self._role, self._run)
+        self._meter_provider = providers.start_push(self.state, self.settings, res, _given.get("meter_provider"))
+
+    def drop(self, reason: str, amount: int = 1) -> None:
+        self.state.drop(reason, amount)
+
+    # -- flushing -----------------------------------------------------------------------------------
+    def flush_soon(self) -> None:
+        """Ask the flusher to export what has ended. Never blocks (safe on a training thread)."""
+        self.flusher.request()
+
+    def flush_wait(self, timeout_s: float | None = None) -> bool:
+        """Flush and wait, at most ``timeout_s`` (default VERL_OTEL_SHUTDOWN_TIMEOUT): fit end, exit."""
+        if self._provider is None and self._meter_provider is None:
+            return True
+        ticket = self.flusher.request()
+        return self.flusher.wait(ticket, self.settings.shutdown_timeout_s if timeout_s is None else timeout_s)
+
+    def every_tick(self, task: Callable[[], None]) -> None:
+        self.flusher.every_tick(task)
+
+    def _flush_exports(self) -> None:
+        """On the flusher thread only (the SDK's force_flush exports on the calling thread)."""
+        timeout_ms = int(self.settings.shutdown_timeout_s * 1000)
+        for provider in (self._provider, self._meter_provider):
+            flush = getattr(provider, "force_flush", None)
+            if flush is not None:
+                flush(timeout_ms)
+
+
+_current: Runtime | None = None
+_lock = threading.Lock()
+
+
+def current() -> Runtime:
+    """This process' runtime (made on first use, and anew in a forked child). Never raises."""
+    rt = _current
+    if rt is not None and rt.pid == os.getpid():
+        return rt
+    return _make()
+
+
+def _make() -> Runtime:
+    global _current
+    with _lock:
+        if _current is not None and _current.pid == os.getpid():
+            return _current
+        problems = cfg.sanitize_otel_env()
+        for line in problems:
+            warn_once(f"setting:{line.split('=', 1)[0]}", line)
+        try:
+            settings = cfg.load()
+        except Exception as exc:  # noqa: BLE001 - never: load() is total; kept as the last boundary
+            warn_once("settings", f"cannot read the settings ({exc!r}); using the defaults")
+            settings = cfg.load({})
+        _current = Runtime(settings)
+        atexit.register(_at_exit, _current)
+        return _current
+
+
+def _at_exit(rt: Runtime) -> None:
+    """Export what is left, within VERL_OTEL_SHUTDOWN_TIMEOUT (the SDK's own exit hooks are off: they
+    wait on a hung export without a deadline)."""
+    try:
+        if rt.pid == os.getpid():
+            rt.flush_wait()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def configure(tracer_provider: Any = None, meter_provider: Any = None) -> None:
+    """Use the caller's providers (``instrument(tracer_provider=..., meter_provider=...)``), as the
+    contrib instrumentors do. Takes effect for parts not made yet."""
+    with _lock:
+        if tracer_provider is not None:
+            _given["tracer_provider"] = tracer_provider
+        if meter_provider is not None:
+            _given["meter_provider"] = meter_provider
+
+
+def reset_for_tests() -> None:
+    """Forget this process' runtime and given providers (tests switch settings between runs)."""
+    global _current
+    with _lock:
+        rt, _current = _current, None
+        _given.clear()
+    if rt is not None and rt._provider is not None and hasattr(rt._provider, "shutdown"):
+        try:
+            rt._provider.shutdown()
+        except Exception:  # noqa: BLE001
+            pass
