@@ -5,7 +5,10 @@ the full trainer runs are in test_e2e_*.py.
 Usage: python drive_hooks.py STEPS [FAIL_PHASE]
 """
 
+import json
+import os
 import sys
+import threading
 import time
 
 from verl.utils.profiler import marked_timer
@@ -34,8 +37,11 @@ def main() -> None:
     TRACER.fit_started(trainer, "legacy")
     logger = Tracking(project_name="proj", experiment_name="exp", default_backend=["console"])
     err = None
+    most_threads = 0
+    step_end_s = 0.0
     try:
         for step in range(1, steps + 1):
+            most_threads = max(most_threads, sum(t.name.startswith("verl-otel") for t in threading.enumerate()))
             trainer.global_steps = step
             timing = {}
             with marked_timer("step", timing):
@@ -43,17 +49,24 @@ def main() -> None:
                     with marked_timer(phase, timing):
                         time.sleep(0.01)
                         if phase == fail_phase and step == steps:
-                            raise RuntimeError(f"boom in {phase}")
+                            raise RuntimeError(f"boom in {phase} " + "x" * (200_000 if os.environ.get("DRIVE_BIG_ERROR") else 0))
             with marked_timer("testing", timing):
                 time.sleep(0.01)
                 samples = [("what is 1 plus 2 ?" * 200, "3 #### 3", 1.0), ("q2", "a2", 0.0)]
                 ValidationGenerationsLogger(project_name="proj", experiment_name="exp").log(["console"], samples, step)
+            t0 = time.monotonic()
             logger.log({"critic/score/mean": 0.25 * step, "timing_s/step": timing["step"],
                         "response_length/mean": 7.0, "perf/throughput": 100.0}, step=step)
+            step_end_s = max(step_end_s, time.monotonic() - t0)  # the step ends here (trace, flush request)
     except RuntimeError as e:
         err = e
     finally:
+        t0 = time.monotonic()
         TRACER.fit_ended(err)
+        fit_end_s = time.monotonic() - t0
+    # what the training thread waited for, and how many threads of ours ever ran at once
+    print("DRIVE_STATS " + json.dumps({"most_threads": most_threads, "step_end_s": step_end_s,
+                                       "fit_end_s": fit_end_s}), flush=True)
     print("DRIVE_DONE", flush=True)
 
 

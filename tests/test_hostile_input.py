@@ -106,3 +106,23 @@ def test_bad_sampler_and_unwritable_dir_do_not_stop_training(drive, tmp_path):
     assert proc.returncode == 0 and "DRIVE_DONE" in proc.stdout, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     assert proc.stderr.count("cannot write traces") == 1, proc.stderr[-2000:]
+
+
+class _Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no text for you")
+
+    def __hash__(self) -> int:
+        return 1
+
+
+def test_bad_keys_never_take_the_pull_path_down():
+    """A lone surrogate (not valid UTF-8) and a key whose str() raises: the page still answers, the bad
+    key is counted as dropped, every other metric of the step is there."""
+    state = MetricsState()
+    recorded = record_training_metrics(state, {"ok/a": 1.0, "bad\udcff": 2.0, _Unprintable(): 3.0, "ok/b": 4.0})
+    assert recorded == 3
+    scraped = _scrape(state)
+    assert scraped["ok/a"] == 1.0 and scraped["ok/b"] == 4.0 and scraped["bad?"] == 2.0
+    drops = {labels: v for m, labels, v in state.samples() if m is sc.OTEL_DROPPED}
+    assert drops[(sc.DROP_BAD_KEY,)] == 1.0

@@ -11,8 +11,11 @@ def load_spans(path: Path) -> list[dict[str, Any]]:
     """Spans as flat dicts: name, trace_id, span_id, parent_id, attributes, error, resource."""
     import json
 
+    from verl_otel.analysis.otlp_json import rotated_set
+
     spans = []
-    for line in Path(path).read_text().splitlines():
+    lines = [line for part in rotated_set(path) for line in part.read_text().splitlines()]
+    for line in lines:
         doc = json.loads(line)
         for rs in doc.get("resourceSpans", []):
             res = {a["key"]: _val(a["value"]) for a in rs.get("resource", {}).get("attributes", [])}

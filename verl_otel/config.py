@@ -102,7 +102,7 @@ def number(name: str, default: float, env: Mapping[str, str], *, minimum: float 
 
 def _report(problems: list[str]) -> None:
     for line in problems:
-        warn_once(f"setting:{line.split('=', 1)[0]}", line)
+        warn_once(f"setting:{line}", line)
 
 
 def enabled(env: Mapping[str, str] | None = None) -> bool:

@@ -183,7 +183,7 @@ def _make() -> Runtime:
             return _current
         problems = cfg.sanitize_otel_env()
         for line in problems:
-            warn_once(f"setting:{line.split('=', 1)[0]}", line)
+            warn_once(f"setting:{line}", line)
         try:
             settings = cfg.load()
         except Exception as exc:  # noqa: BLE001 - never: load() is total; kept as the last boundary

@@ -114,11 +114,33 @@ class FileRead:
     older: int = 0  # spans dropped for starting before min_start_ns
 
 
+def rotated_set(path: Path | str) -> list[Path]:
+    """``traces.jsonl`` and the files it rotated into (``traces.jsonl.1`` newest .. ``.N`` oldest),
+    oldest first. Only ``path`` itself must exist."""
+    path = Path(path)
+    older = []
+    for sibling in path.parent.glob(path.name + ".*"):
+        suffix = sibling.name[len(path.name) + 1:]
+        if suffix.isdigit():
+            older.append((int(suffix), sibling))
+    return [p for _, p in sorted(older, reverse=True)] + [path]
+
+
 def read_file(path: Path | str, min_start_ns: int = 0) -> FileRead:
-    """The spans of a traces.jsonl file. Spans starting before ``min_start_ns`` are dropped while
-    reading (a step starts before its children, so none of them belongs to a step in the window):
-    a long run's file need not fit in memory. Raises OSError only for the file itself."""
+    """The spans of a traces.jsonl file and its rotated files. Spans starting before ``min_start_ns``
+    are dropped while reading (a step starts before its children, so none of them belongs to a step in
+    the window): a long run's files need not fit in memory. Raises OSError only for ``path`` itself."""
     out = FileRead()
+    for part in rotated_set(path):
+        try:
+            _read_one(part, min_start_ns, out)
+        except FileNotFoundError:
+            if part == Path(path):
+                raise  # a rotated file removed while reading is fine; the file asked for is not
+    return out
+
+
+def _read_one(path: Path, min_start_ns: int, out: FileRead) -> None:
     with open(path, "rb") as f:
         for raw in f:
             if not raw.strip():
@@ -133,5 +155,4 @@ def read_file(path: Path | str, min_start_ns: int = 0) -> FileRead:
                     out.spans.append(span)
                 else:
                     out.older += 1
-    return out
 

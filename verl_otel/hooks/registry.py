@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.metadata
 import inspect
 import os
 import threading
@@ -20,7 +19,6 @@ from types import ModuleType
 from typing import Any
 
 import wrapt
-from packaging.version import InvalidVersion, Version
 
 from verl_otel._log import logger, warn_once
 
@@ -80,6 +78,8 @@ _registered_hooks: set[str] = set()  # post-import hooks cannot be removed: reme
 
 
 def verl_version() -> str | None:
+    import importlib.metadata  # here, not at start-up: every process of the venv imports this module
+
     try:
         return importlib.metadata.version("verl")
     except importlib.metadata.PackageNotFoundError:
@@ -89,6 +89,8 @@ def verl_version() -> str | None:
 def _in_range(target: HookTarget, version: str | None) -> bool:
     if version is None:
         return True
+    from packaging.version import InvalidVersion, Version
+
     try:
         v = Version(version)
         if v < Version(target.min_verl):
