@@ -37,7 +37,6 @@ from verl.experimental.fully_async_policy.message_queue import MessageQueue, Mes
 from verl.utils.profiler import marked_timer
 from verl.utils.tracking import Tracking, ValidationGenerationsLogger
 
-from verl_otel import semconv as sc
 from verl_otel import runtime
 
 PROMPTS, N, PER_STEP, STALENESS = 8, 2, 2, 1

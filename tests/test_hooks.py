@@ -13,7 +13,7 @@ import verl.utils.profiler.performance as perf
 import verl.utils.tracking as tracking
 
 from verl_otel.hooks import registry
-from verl_otel.hooks.targets import ALL_TARGETS, RAY_TARGETS
+from verl_otel.hooks.targets import ALL_TARGETS
 from verl_otel.hooks.registry import HookTarget
 
 

@@ -16,7 +16,12 @@ from typing import Any, Literal
 
 from verl_otel import semconv as sc
 from verl_otel.analysis.model import Span
-from verl_otel.analysis.otlp_json import MALFORMED, MalformedError, hex_id, parse_request
+from verl_otel.analysis.otlp_json import (
+    MALFORMED,
+    MalformedError,
+    hex_id,
+    parse_request,
+)
 
 DEFAULT_UI: str = "http://localhost:16686"
 DEFAULT_LIMIT: int = 1000

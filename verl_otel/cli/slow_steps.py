@@ -14,7 +14,12 @@ from typing import Any
 
 from verl_otel import semconv as sc
 from verl_otel.analysis import slow_steps
-from verl_otel.analysis.jaeger import DEFAULT_LIMIT, DEFAULT_UI, JaegerClient, JaegerError
+from verl_otel.analysis.jaeger import (
+    DEFAULT_LIMIT,
+    DEFAULT_UI,
+    JaegerClient,
+    JaegerError,
+)
 from verl_otel.analysis.model import build_steps
 from verl_otel.analysis.otlp_json import read_file
 

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from verl_otel import semconv as sc
 from verl_otel.dashboards.model import (
-    DCGM_FB_FREE, DCGM_FB_USED, JAEGER_DS, SLOW_STEPS_SEARCHED, Dashboard, Panel, Target, explore_link, key, m,
+    DCGM_FB_FREE,
+    DCGM_FB_USED,
+    JAEGER_DS,
+    SLOW_STEPS_SEARCHED,
+    Dashboard,
+    Panel,
+    Target,
+    explore_link,
+    key,
+    m,
 )
 
 _R = "$__rate_interval"

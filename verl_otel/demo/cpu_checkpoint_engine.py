@@ -21,7 +21,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-
 from verl.checkpoint_engine.base import CheckpointEngine, CheckpointEngineRegistry
 
 BACKEND = "cpu_gloo"
@@ -67,7 +66,6 @@ class GlooCheckpointEngine(CheckpointEngine):
         if not self.is_master:
             return {}
         import ray
-
         from verl.utils.net_utils import get_free_port
 
         host = ray.util.get_node_ip_address().strip("[]")

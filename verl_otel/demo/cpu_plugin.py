@@ -27,7 +27,6 @@ from typing import Any
 
 import torch
 import wrapt
-
 from verl.plugin.platform import PlatformBase, PlatformRegistry
 
 from verl_otel.demo.slow import SlowSpec

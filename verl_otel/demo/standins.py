@@ -22,11 +22,14 @@ from typing import Any
 
 import ray
 import torch
-
 from verl.single_controller.ray import ResourcePoolManager
 from verl.single_controller.ray.base import RayResourcePool
 from verl.workers.rollout.base import BaseRollout
-from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
+from verl.workers.rollout.replica import (
+    RolloutReplica,
+    RolloutReplicaRegistry,
+    TokenOutput,
+)
 
 from verl_otel.demo.slow import SlowSpec
 

@@ -62,11 +62,15 @@ def start_push(state: MetricsState, settings: Settings, resource: Resource | Non
 
 def _provider(settings: Settings, resource: Resource | None) -> MeterProvider:
     if settings.protocol == "http/protobuf":
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpExp
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+            OTLPMetricExporter as HttpExp,
+        )
 
         exporter: Any = HttpExp(timeout=5)
     else:
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcExp
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+            OTLPMetricExporter as GrpcExp,
+        )
 
         exporter = GrpcExp(timeout=5)
     reader = PeriodicExportingMetricReader(exporter, export_interval_millis=settings.metric_export_interval_ms)

@@ -14,7 +14,11 @@ from typing import Any
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
 
 from verl_otel import config as cfg
 from verl_otel import semconv as sc
@@ -119,11 +123,15 @@ def span_exporter(settings: cfg.Settings, drop: Drop) -> tuple[SpanExporter, str
     if settings.traces_endpoint is not None:
         try:
             if settings.protocol == "http/protobuf":
-                from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExp
+                from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+                    OTLPSpanExporter as HttpExp,
+                )
 
                 return (_CountingExporter(HttpExp(timeout=_otlp_timeout_s()), drop),
                         f"OTLP/HTTP {settings.traces_endpoint}")
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExp
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+                OTLPSpanExporter as GrpcExp,
+            )
 
             return (_CountingExporter(GrpcExp(timeout=_otlp_timeout_s()), drop),
                     f"OTLP/gRPC {settings.traces_endpoint}")

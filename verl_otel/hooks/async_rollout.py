@@ -26,7 +26,6 @@ from verl_otel.hooks._safe import safe
 from verl_otel.telemetry.async_rollout import SUBMITS, TRAINER_SIDE, WINDOWS
 
 
-
 def _rollouter_setup(rt: runtime.Runtime) -> None:
     rt.state.add_source(WINDOWS.samples)
 

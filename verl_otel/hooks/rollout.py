@@ -25,7 +25,6 @@ from verl_otel.hooks._safe import safe
 from verl_otel.telemetry.rollout import TRACKER
 
 
-
 def _worker_index() -> int | None:
     """Agent-loop actors are named ``agent_loop_worker_{i}_{uuid}`` by verl's manager."""
     try:
@@ -44,11 +43,13 @@ def _wire_agent_loop(rt: runtime.Runtime) -> None:
 
     from verl_otel import config
     from verl_otel.telemetry.progress_console import rollout_line
-    from verl_otel.telemetry.rollout_spans import emit_batch
+    from verl_otel.telemetry.rollout_spans import BatchSpans
 
     rt.state.add_source(TRACKER.samples)
-    max_spans = rt.settings.sample_spans
-    TRACKER.on_batch_done.append(lambda worker, batch: emit_batch(worker, batch, max_spans))
+    spans = BatchSpans(rt.settings.sample_spans)
+    TRACKER.on_batch_done.append(spans.done)
+    TRACKER.on_dispatch.append(spans.adopt)
+    rt.every_tick(spans.expire)
     progress = config.load_progress()
     mine = progress.rollout_worker_index in (-1, TRACKER.worker if TRACKER.worker is not None else 0)
     if progress.enabled and mine:

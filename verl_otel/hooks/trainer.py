@@ -17,7 +17,6 @@ from verl_otel.hooks._safe import safe
 from verl_otel.telemetry.steps import TRACER
 
 
-
 def _wire_trainer(rt: runtime.Runtime) -> None:
     """The process where fit() runs: the metrics, console and progress observers, once."""
     from verl_otel import config

@@ -16,7 +16,6 @@ from verl_otel.hooks._safe import safe
 from verl_otel.telemetry.update import TRACKER
 
 
-
 def _wire_worker(rt: runtime.Runtime) -> None:
     """A training worker: update-progress gauges and the seed's actor/critic bar."""
     from verl_otel import config

@@ -12,7 +12,6 @@ from verl_otel import semconv as sc
 from verl_otel.hooks._safe import safe
 
 
-
 def _attach(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], None] | None:
     from verl_otel.telemetry.propagation import find_batch, inject, put
     from verl_otel.telemetry.steps import TRACER

@@ -27,14 +27,14 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Span, SpanContext, Status, StatusCode
+from opentelemetry.trace import Span, SpanContext
 
-from verl_otel import semconv as sc
-from verl_otel.telemetry.text import mark_failed
 from verl_otel import runtime
+from verl_otel import semconv as sc
 from verl_otel.telemetry.metrics import Sample
 from verl_otel.telemetry.propagation import extract, inject
 from verl_otel.telemetry.slowest_calls import Group, SlowestCalls
+from verl_otel.telemetry.text import mark_failed
 from verl_otel.telemetry.values import to_scalar
 
 _ROLLOUTER = (sc.ROLE_ROLLOUTER,)

@@ -9,7 +9,6 @@ from typing import Any, TextIO
 
 from verl_otel.telemetry.steps import RunInfo, StepResult
 
-
 #: Notes appended to the step line (``" | note"``) when they return text; registered by trainer kinds.
 STEP_NOTES: list[Callable[[], str | None]] = []
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
-from verl_otel import semconv as sc
-from verl_otel.telemetry.text import mark_failed
 from verl_otel import runtime
+from verl_otel import semconv as sc
 from verl_otel.telemetry.propagation import extract
-from verl_otel.telemetry.slowest_calls import SlowestCalls, Group
+from verl_otel.telemetry.slowest_calls import Group, SlowestCalls
+from verl_otel.telemetry.text import mark_failed
 
 
 class RewardSpans(SlowestCalls):

@@ -62,6 +62,7 @@ class RolloutTracker:
         self._tokens = itertools.count(1)
         self.on_batch_done: list[Callable[[int | None, Batch], None]] = []
         self.on_progress: list[Callable[[int | None, Batch], None]] = []
+        self.on_dispatch: list[Callable[[str, str], None]] = []  # a chunk arrived with the trainer's context
 
     # -- dispatch -------------------------------------------------------------------------------
     def batch_started(self, mode: str, step: int, n_samples: int, parent: str | None) -> None:
@@ -75,6 +76,9 @@ class RolloutTracker:
             cur.step = step
             if parent:
                 cur.parent = parent
+        if parent:
+            for cb in self.on_dispatch:
+                cb(mode, parent)
 
     # -- per sample (hot path) --------------------------------------------------------------------
     def sample_started(self, mode: str) -> int:

@@ -5,18 +5,20 @@ long tail is always visible and the span volume does not grow with the batch siz
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
-from verl_otel import semconv as sc
-from verl_otel.telemetry.text import mark_failed
 from verl_otel import runtime
+from verl_otel import semconv as sc
 from verl_otel.telemetry.propagation import extract
 from verl_otel.telemetry.rollout import Batch, FinishedSample
+from verl_otel.telemetry.text import mark_failed
 from verl_otel.telemetry.values import to_scalar
+
 
 def _tokens(output: Any) -> tuple[int | None, int | None]:
     """(prompt, response) token counts of verl's padded per-sample output."""
@@ -92,4 +94,43 @@ def emit_batch(worker: int | None, batch: Batch, max_sample_spans: int) -> None:
     if errors:
         ws.set_status(Status(StatusCode.ERROR, f"{errors} samples failed"))
     ws.end(end_time=time.time_ns())
-    tel.flush_finished()
+    tel.flush_soon()
+
+
+class BatchSpans:
+    """Emits a worker's finished batches. A batch dispatched outside any trainer step has no parent yet
+    (the async trainers' warm-up prompts, submitted before step 1 opens): it waits for the next batch
+    that has one, the step its samples feed, and joins that trace, whether or not it finished before
+    that batch arrived (the outcome must not depend on how loaded the machine is). One that no parent
+    reaches within ``orphan_wait_s`` is emitted as a root of its own."""
+
+    def __init__(self, max_sample_spans: int, orphan_wait_s: float = 120.0) -> None:
+        self.max_sample_spans, self.orphan_wait_s = max_sample_spans, orphan_wait_s
+        self._lock = threading.Lock()
+        self._orphans: list[tuple[float, int | None, Batch]] = []
+
+    def done(self, worker: int | None, batch: Batch) -> None:
+        if batch.parent is None:
+            with self._lock:
+                self._orphans.append((time.monotonic(), worker, batch))
+            return
+        self.adopt(batch.mode, batch.parent)
+        emit_batch(worker, batch, self.max_sample_spans)
+
+    def adopt(self, mode: str, parent: str) -> None:
+        """A batch of ``mode`` with a parent arrived: the waiting batches of that mode join its trace."""
+        with self._lock:
+            orphans = [o for o in self._orphans if o[2].mode == mode]
+            self._orphans = [o for o in self._orphans if o[2].mode != mode]
+        for _, worker, batch in orphans:
+            batch.parent = parent
+            emit_batch(worker, batch, self.max_sample_spans)
+
+    def expire(self) -> None:
+        """On the flusher's tick: orphans that waited too long become roots."""
+        now = time.monotonic()
+        with self._lock:
+            old = [o for o in self._orphans if now - o[0] >= self.orphan_wait_s]
+            self._orphans = [o for o in self._orphans if now - o[0] < self.orphan_wait_s]
+        for _, worker, batch in old:
+            emit_batch(worker, batch, self.max_sample_spans)

@@ -22,10 +22,10 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
-from verl_otel import semconv as sc
-from verl_otel.telemetry.text import mark_failed
-from verl_otel._log import logger
 from verl_otel import runtime
+from verl_otel import semconv as sc
+from verl_otel._log import logger
+from verl_otel.telemetry.text import mark_failed
 from verl_otel.telemetry.values import to_scalar
 
 

@@ -13,8 +13,8 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry.trace import Span
 
-from verl_otel import semconv as sc
 from verl_otel import runtime
+from verl_otel import semconv as sc
 from verl_otel.telemetry.steps import TRACER
 from verl_otel.telemetry.values import to_scalar
 
@@ -63,4 +63,4 @@ def record(samples: Sequence[Sequence[Any]], step: Any) -> None:
             span.add_event(sc.EVENT_VAL_GENERATION, event_attributes(sample, settings.capture_text, settings.max_text))
     if own:
         span.end()
-        tel.flush_finished()
+        tel.flush_soon()

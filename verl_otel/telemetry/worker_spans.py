@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.trace import Span
 
-from verl_otel import semconv as sc
-from verl_otel.telemetry.text import mark_failed
 from verl_otel import runtime
+from verl_otel import semconv as sc
 from verl_otel.telemetry.propagation import extract, take
+from verl_otel.telemetry.text import mark_failed
 
 
 def batch_size(batch: Any) -> int | None:
