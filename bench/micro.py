@@ -31,10 +31,10 @@ def span_us(n: int = 200, rounds: int = 30) -> tuple[float, float]:
     while the foreground cost is measured (a real step makes about a dozen spans)."""
     os.environ["VERL_OTEL_DIR"] = tempfile.mkdtemp(prefix="verl-otel-bench-")
     os.environ.setdefault("VERL_OTEL_CONSOLE", "0")
-    from verl_otel.export import setup
+    from verl_otel import runtime
     from verl_otel.telemetry.steps import StepTracer
 
-    setup.reset_for_tests()
+    runtime.reset_for_tests()
     tracer = StepTracer()
 
     class Trainer:
@@ -43,7 +43,7 @@ def span_us(n: int = 200, rounds: int = 30) -> tuple[float, float]:
 
     tracer.fit_started(Trainer(), "bench")
     tracer.phase_enter("step")
-    provider = setup.get().provider
+    rt = runtime.current()
     fg, bg = [], []
     for _ in range(rounds):
         t0 = time.perf_counter()
@@ -51,12 +51,66 @@ def span_us(n: int = 200, rounds: int = 30) -> tuple[float, float]:
             tok = tracer.phase_enter("update_actor")
             tracer.phase_exit(tok, None)
         t1 = time.perf_counter()
-        provider.force_flush()
+        rt.flush_wait(60)  # on the flusher thread; waited for here only to time the export
         t2 = time.perf_counter()
         fg.append((t1 - t0) / n * 1e6)
         bg.append((t2 - t1) / n * 1e6)
     tracer.fit_ended(None)
     return min(fg), statistics.median(bg)
+
+
+def step_end_us(rounds: int = 200, keys: int = 150) -> float:
+    """Foreground cost of ending a step (verl's Tracking.log of a 150-key metrics dict) in the embedded
+    default: the step span ends, the metrics are recorded, a flush is *requested*; the file write
+    happens on the flusher thread. Median µs."""
+    os.environ["VERL_OTEL_DIR"] = tempfile.mkdtemp(prefix="verl-otel-bench-")
+    os.environ["VERL_OTEL_CONSOLE"] = "0"
+    from verl_otel import runtime
+    from verl_otel.telemetry.steps import StepTracer
+    from verl_otel.telemetry.trainer_metrics import TrainerMetrics
+
+    runtime.reset_for_tests()
+    rt = runtime.current()
+    tracer = StepTracer()
+    tracer.observers.append(TrainerMetrics(rt.state))
+
+    class Trainer:
+        global_steps = 1
+        config = {"trainer": {"project_name": "p", "experiment_name": "e"}}
+
+    trainer = Trainer()
+    tracer.fit_started(trainer, "bench")
+    data = {f"actor/metric_{i}": float(i) for i in range(keys)}
+    times = []
+    for step in range(1, rounds + 1):
+        trainer.global_steps = step
+        tracer.phase_enter("step")
+        tracer.phase_exit(tracer.phase_enter("update_actor"), None)
+        t0 = time.perf_counter()
+        tracer.metrics_logged(data, step)
+        times.append((time.perf_counter() - t0) * 1e6)
+        if step % 20 == 0:
+            rt.flush_wait(30)  # let the flusher keep up between rounds, outside the timed part
+    tracer.fit_ended(None)
+    return statistics.median(times)
+
+
+def startup_ms(repeats: int = 7) -> float:
+    """Extra import time of an enabled process that never imports verl: the start-up hook itself
+    (in a fresh interpreter each time; median ms)."""
+    import subprocess
+    import sys
+
+    # the .pth line sees none of our variables, so the timed import is the hook's whole start-up cost
+    code = ("import os, sys, time; os.environ['VERL_OTEL_ENABLED'] = '1'; t = time.perf_counter(); "
+            "import verl_otel._autoload; print((time.perf_counter() - t) * 1e3); "
+            "assert 'verl_otel.hooks.targets' in sys.modules")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_OTEL_", "OTEL_"))}
+    times = []
+    for _ in range(repeats):
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        times.append(float(out.stdout.strip().splitlines()[-1]))
+    return statistics.median(times)
 
 
 def progress_update_us(n: int = 200000) -> float:

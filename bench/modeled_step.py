@@ -39,7 +39,7 @@ def main() -> None:
         from verl_otel.telemetry.rollout import TRACKER
         from verl_otel.telemetry.steps import TRACER
 
-        hooks._wire_observers()
+        hooks.declare_run(trainer)
         TRACER.fit_started(trainer, "bench")
     logger = Tracking(project_name="bench", experiment_name="modeled", default_backend=[])
     t0 = time.perf_counter()

@@ -37,6 +37,7 @@ from verl.experimental.fully_async_policy.message_queue import MessageQueue, Mes
 from verl.utils.profiler import marked_timer
 from verl.utils.tracking import Tracking, ValidationGenerationsLogger
 
+from ray_start import ray_init
 from verl_otel import runtime
 
 PROMPTS, N, PER_STEP, STALENESS = 8, 2, 2, 1
@@ -143,7 +144,7 @@ def own_metrics_page() -> tuple[str, dict]:
 
 async def main(out_path: str) -> None:
     assert any("FullyAsyncRollouter" in k for k in registry.installed()), registry.installed()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray_init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     client = MessageQueueClient(MessageQueue.remote(CONFIG, MAX_REQUIRED))
     servers = StandInServers()
     rollouter = make_rollouter(client, servers)

@@ -22,6 +22,7 @@ import verl_otel.hooks.registry as registry
 from verl import DataProto
 from verl.experimental.reward_loop.reward_loop import RewardLoopManager
 from verl.utils.profiler import marked_timer
+from ray_start import ray_init
 from verl_otel.hooks import trainer as trainer_hooks
 from verl_otel.telemetry.steps import TRACER
 
@@ -53,7 +54,7 @@ def main(asset_dir: str, out_path: str) -> None:
         config = compose("ppo_trainer", overrides=[
             f"actor_rollout_ref.model.path={asset_dir}/tiny_model", "reward.num_workers=1",
             "trainer.project_name=proj", "trainer.experiment_name=exp"])
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray_init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     manager = RewardLoopManager(config)
     data = batch(vocab_size=100)
     keys_before = sorted(data.non_tensor_batch)

@@ -11,7 +11,10 @@ or ``VERL_OTEL_ENABLED=1`` for the embedded default (``./verl-otel-data/traces.j
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.1.0"
 

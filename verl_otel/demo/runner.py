@@ -141,6 +141,29 @@ def demo_env(out: Path, asset_dir: Path, slow: SlowSpec, linger: float, extra: d
     return env
 
 
+RAY_START_ATTEMPTS = 3
+_RAY_START_TIMEOUT = "The current node timed out during startup"
+
+
+def _ray_start_timed_out(log_path: Path, offset: int) -> bool:
+    with open(log_path, "rb") as f:
+        f.seek(offset)
+        text = f.read().decode(errors="replace")
+    return _RAY_START_TIMEOUT in text and "global_steps" not in text  # nothing of the run started
+
+
+def _run_logged(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, quiet: bool, append: bool) -> int:
+    with open(log_path, "a" if append else "w") as log:
+        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace")
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.write(line)
+            if not quiet:
+                sys.stdout.write(line)
+        return proc.wait()
+
+
 def run_demo(steps: int = 5, out: str | Path = "./verl-otel-data", trainer: str = "v1", slow: list[str] | None = None,
              test_freq: int = 2, linger: float = 0.0, adv: str = "grpo", extra_env: dict[str, str] | None = None,
              extra_overrides: list[str] | None = None, quiet: bool = False) -> int:
@@ -156,15 +179,16 @@ def run_demo(steps: int = 5, out: str | Path = "./verl-otel-data", trainer: str 
     env = demo_env(out, asset_dir, spec, linger, extra_env)
     log_path = out / "demo.log"
     t0 = time.monotonic()
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, env=env, cwd=out, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                errors="replace")
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            log.write(line)
-            if not quiet:
-                sys.stdout.write(line)
-        rc = proc.wait()
+    for attempt in range(1, RAY_START_ATTEMPTS + 1):
+        offset = log_path.stat().st_size if attempt > 1 else 0
+        rc = _run_logged(cmd, env, out, log_path, quiet, append=attempt > 1)
+        if rc == 0 or not _ray_start_timed_out(log_path, offset) or attempt == RAY_START_ATTEMPTS:
+            break
+        # Ray gives its raylet a fixed 30 s to register (ray/_private/node.py): on a loaded machine
+        # the first start can miss it before anything of the run happened; try again
+        print(f"[verl-otel demo] Ray did not start in time (machine busy?); retrying ({attempt + 1}/"
+              f"{RAY_START_ATTEMPTS})", flush=True)
+        time.sleep(5 * attempt)
     print(f"\n[verl-otel demo] verl ({trainer}, {steps} steps) exited with {rc} after {time.monotonic() - t0:.0f}s")
     print(f"[verl-otel demo] data:    {out}")
     print(f"[verl-otel demo] traces:  {out / sc.TRACES_FILE}   (verl-otel slow-steps --file {out / sc.TRACES_FILE})")

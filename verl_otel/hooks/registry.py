@@ -1,8 +1,8 @@
 """Hook targets as data, installed when their verl module is imported.
 
 Ray freezes an actor's methods when the class is made remote, so patches must be in place at import
-time in every process: each target registers a post-import hook (wrapt) that wraps the function the
-moment its module loads (or at once if it is already loaded). Adding a verl version is adding a row.
+time in every process: each target registers a post-import hook (:mod:`.import_hooks`) that wraps the
+function (with wrapt, imported then) the moment its module loads (or at once if it is already loaded). Adding a verl version is adding a row.
 A target missing in the installed verl gives one warning naming the verl version; training goes on.
 """
 
@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import functools
 import importlib
-import inspect
 import os
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
-
-import wrapt
+from typing import TYPE_CHECKING
 
 from verl_otel._log import logger, warn_once
+from verl_otel.hooks import import_hooks
 
-Wrapper = Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Any]
+if TYPE_CHECKING:
+    from typing import Any
+
+    Wrapper = Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Any]
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ def resolve(spec: str | Wrapper) -> Any:
 def plain_method(original: Any, wrapper: Wrapper) -> Any:
     """A plain (async where the original is) function calling ``wrapper(bound, self, args,
     kwargs)``; ``functools.wraps`` keeps verl's ``@register`` metadata on it."""
+    import inspect
+
     if not callable(original):
         return None
     if inspect.iscoroutinefunction(original):
@@ -138,6 +141,8 @@ def _apply(key: str, module: ModuleType) -> None:
                       "training continues")
             return
         if target.how == "wrapt":
+            import wrapt
+
             wrapt.wrap_function_wrapper(owner, name, wrapper)
         else:
             new = wrapper(original) if target.how == "replace" else plain_method(original, wrapper)
@@ -157,7 +162,7 @@ def install(targets: Iterable[HookTarget]) -> None:
             first = target.key not in _registered_hooks
             _registered_hooks.add(target.key)
         if first:
-            wrapt.register_post_import_hook(functools.partial(_apply, target.key), target.module)
+            import_hooks.register(target.module, functools.partial(_apply, target.key))
         else:
             import sys
 

@@ -1,0 +1,174 @@
+"""Chaos on the real verl CPU demo: whatever the telemetry's surroundings do, the run ends as it would
+without telemetry (same exit code, same steps), within VERL_OTEL_SHUTDOWN_TIMEOUT + 10% of the clean
+run's wall time, with drops counted and no verl-otel traceback.
+
+Faults: a collector that never answers, one that resets every connection, one that answers garbage;
+a trace directory that does not answer (a FIFO) and one that is full (a 64 KB tmpfs); OTEL_* values the
+SDK rejects and non-finite numbers in our settings; an agent-loop worker and an FSDP worker killed
+mid-run (compared with the same kill in a run without telemetry).
+
+Each run is a 2-step legacy GRPO run (~1-2 min on 2 cores). Wall times include Ray's start-up, which
+varies by tens of seconds on a loaded machine: the bound allows ``RAY_JITTER_S`` on top of the
+issue's ``1.1 x clean + timeout``."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from bad_collectors import BadCollector
+from conftest import clean_env
+from verl_log import step_metrics
+
+pytestmark = pytest.mark.verl
+
+STEPS = 2
+SHUTDOWN_TIMEOUT = 5.0
+RAY_JITTER_S = 20.0
+
+
+@dataclass
+class Run:
+    rc: int
+    wall: float
+    log: str
+    steps: set[int]
+
+
+def _run(out: Path, extra_env: dict[str, str], slow: list[str] | None = None,
+         killer: threading.Thread | None = None) -> Run:
+    from verl_otel.demo.runner import run_demo
+
+    out.mkdir(parents=True, exist_ok=True)
+    old = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(clean_env())
+    try:
+        if killer is not None:
+            killer.start()
+        t0 = time.monotonic()
+        rc = run_demo(steps=STEPS, out=out, trainer="legacy", slow=slow or [], quiet=True,
+                      extra_env={"VERL_OTEL_SHUTDOWN_TIMEOUT": str(SHUTDOWN_TIMEOUT), **extra_env})
+        wall = time.monotonic() - t0
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    log = (out / "demo.log").read_text(errors="replace")
+    return Run(rc, wall, log, set(step_metrics(log)))
+
+
+@pytest.fixture(scope="module")
+def clean_run(tmp_path_factory) -> Run:
+    run = _run(tmp_path_factory.mktemp("chaos-clean"), {"VERL_OTEL_ENABLED": "0"})
+    assert run.rc == 0 and run.steps == set(range(STEPS + 1)), run.log[-3000:]
+    assert "[verl-otel]" not in run.log, "telemetry is off in the clean run"
+    return run
+
+
+def _assert_like_clean(run: Run, clean: Run) -> None:
+    assert run.rc == clean.rc, run.log[-3000:]
+    assert run.steps == clean.steps, (run.steps, clean.steps)
+    assert run.wall <= clean.wall * 1.1 + SHUTDOWN_TIMEOUT + RAY_JITTER_S, (run.wall, clean.wall)
+    assert not _our_tracebacks(run.log), _our_tracebacks(run.log)[0]
+
+
+def _our_tracebacks(log: str) -> list[str]:
+    """Tracebacks with a frame of verl-otel's own code (the demo's stand-ins are verl's side here)."""
+    blocks = ["\n".join(part.splitlines()[:60]) for part in log.split("Traceback (most recent call last)")[1:]]
+    return [b for b in blocks if re.search(r'File "[^"]*/verl_otel/(?!demo/)', b)]
+
+
+def _tmpfs(path: Path, size: str) -> bool:
+    path.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                          capture_output=True).returncode == 0
+
+
+BAD_SETTINGS = {
+    "OTEL_BSP_MAX_QUEUE_SIZE": "64", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "512",  # the SDK raises on these
+    "OTEL_EXPORTER_OTLP_COMPRESSION": "zstd", "OTEL_SPAN_EVENT_COUNT_LIMIT": "many",
+    "VERL_OTEL_MAX_TEXT": "1e999", "VERL_OTEL_SAMPLE_SPANS": "inf", "VERL_PROGRESS_LOG": "1",
+    "VERL_PROGRESS_LOG_INTERVAL": "nan", "VERL_PROGRESS_BAR_INTERVAL": "-inf",
+}
+
+
+@pytest.mark.parametrize("mode", ["blackhole", "reset", "garbage"])
+def test_broken_collector(tmp_path, clean_run, mode):
+    """The collector misbehaves for traces and metrics alike; the SDK-rejected settings and non-finite
+    numbers ride along on the never-answering one."""
+    extra = BAD_SETTINGS if mode == "blackhole" else {}
+    with BadCollector(mode) as bad:
+        run = _run(tmp_path, {"OTEL_EXPORTER_OTLP_ENDPOINT": bad.endpoint, "OTEL_METRIC_EXPORT_INTERVAL": "1000",
+                              "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf" if mode == "reset" else "grpc",
+                              **extra})
+        assert bad.connections > 0, "the exporters did try"
+    _assert_like_clean(run, clean_run)
+    assert "spans are dropped and counted" in run.log or "Failed to export" in run.log, run.log[-3000:]
+    if extra:
+        for name in ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "VERL_OTEL_MAX_TEXT", "VERL_PROGRESS_LOG_INTERVAL"):
+            assert name in run.log, name
+        assert "[VERL_PROGRESS]" in run.log, "the seed's lines still print with their defaults"
+
+
+def test_unresponsive_trace_directory(tmp_path, clean_run):
+    data = tmp_path / "otel"
+    data.mkdir()
+    os.mkfifo(data / "traces.jsonl")
+    run = _run(tmp_path / "demo", {"VERL_OTEL_DIR": str(data)})
+    _assert_like_clean(run, clean_run)
+    assert "cannot write traces" in run.log
+
+
+def test_full_trace_directory(tmp_path, clean_run):
+    data = tmp_path / "otel"
+    if not _tmpfs(data, "64k"):
+        pytest.skip("cannot mount a small tmpfs here (not root, or no mount permission)")
+    try:
+        run = _run(tmp_path / "demo", {"VERL_OTEL_DIR": str(data)})
+    finally:
+        subprocess.run(["umount", "-l", str(data)], capture_output=True)
+    _assert_like_clean(run, clean_run)
+    assert "the disk is full" in run.log and "write_failed" in run.log, run.log[-3000:]
+
+
+def _killer(out: Path, pattern: str, after_step: int, killed: dict) -> threading.Thread:
+    """Kill the first process whose title matches ``pattern`` once verl logged ``step:after_step``."""
+
+    def kill() -> None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            log = out / "demo.log"
+            if log.exists() and re.search(rf"(?:^|\s)step:{after_step} - ", log.read_text(errors="replace"), re.M):
+                ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+                pids = [int(line.split()[0]) for line in ps.splitlines()[1:] if re.search(pattern, line)]
+                if pids:
+                    os.kill(pids[0], signal.SIGKILL)
+                    killed["pid"] = pids[0]
+                    return
+            time.sleep(0.3)
+
+    return threading.Thread(target=kill, daemon=True)
+
+
+@pytest.mark.parametrize("pattern", [r"ray::agent_loop_worker_0", r"ray::WorkerDict"])
+def test_killed_worker_ends_the_run_as_without_telemetry(tmp_path, pattern):
+    """verl fails the run when one of its workers dies; with telemetry on it fails the same way, no later."""
+    runs = {}
+    for telemetry in ("0", "1"):
+        out = tmp_path / f"telemetry-{telemetry}"
+        killed: dict = {}
+        runs[telemetry] = _run(out, {"VERL_OTEL_ENABLED": telemetry}, slow=["rollout@2=8", "update_actor@2=8"],
+                               killer=_killer(out, pattern, 1, killed))
+        assert killed, f"never found {pattern} to kill (telemetry={telemetry})"
+    clean, run = runs["0"], runs["1"]
+    assert run.rc == clean.rc != 0, (run.rc, clean.rc)
+    assert run.steps == clean.steps
+    assert run.wall <= clean.wall * 1.1 + SHUTDOWN_TIMEOUT + RAY_JITTER_S, (run.wall, clean.wall)
