@@ -7,7 +7,13 @@
 2. The CPU demo's fit() (real verl, FSDP2 workers) with telemetry off vs on (--demo, slow: minutes).
 3. Microbenchmarks (bench/micro.py).
 
-The last three lines are: overhead_ratio <all-on / off>, span_us <µs>, progress_update_us <µs>.
+4. Runtime figures: step_end_us (foreground cost of ending a step with a 150-key metrics log, embedded
+   default), startup_ms (extra import time of an enabled process that never imports verl),
+   flush_threads_max and fit_end_blackhole_s (60 fast steps against a collector that accepts
+   connections and never answers: our threads alive at once, and how long fit end blocks).
+
+The last lines are: overhead_ratio <all-on / off>, span_us <µs>, progress_update_us <µs>, then
+step_end_us, startup_ms, flush_threads_max, fit_end_blackhole_s.
 """
 
 from __future__ import annotations
@@ -45,6 +51,23 @@ def worker_wall(args: list[str], env: dict[str, str], marker: str) -> float:
 
 def modeled(env: dict[str, str], steps: int, step_s: float, samples: int) -> float:
     return worker_wall([str(HERE / "modeled_step.py"), str(steps), str(step_s), str(samples)], env, "MODELED_WALL")
+
+
+def blackhole_run(steps: int = 60) -> dict[str, float]:
+    """tests/drive_hooks.py (verl's real timer and Tracking.log) against a never-answering collector."""
+    import json
+
+    from bad_collectors import BadCollector
+
+    with BadCollector("blackhole") as bad:
+        out = subprocess.run([sys.executable, str(HERE.parent / "tests" / "drive_hooks.py"), str(steps)],
+                             env=bench_env(OTEL_EXPORTER_OTLP_ENDPOINT=bad.endpoint, OTEL_METRIC_EXPORT_INTERVAL="500",
+                                           VERL_OTEL_DIR=tempfile.mkdtemp(prefix="verl-otel-bench-")),
+                             capture_output=True, text=True, timeout=600)
+    lines = [x for x in out.stdout.splitlines() if x.startswith("DRIVE_STATS ")]
+    if out.returncode or not lines:
+        raise SystemExit(f"drive_hooks.py failed (rc {out.returncode}):\n{out.stderr[-3000:]}")
+    return json.loads(lines[-1].split(" ", 1)[1])
 
 
 def main() -> None:
@@ -92,11 +115,16 @@ def main() -> None:
     fg, bg = micro.span_us()
     print(f"span_export_us {bg:.2f}")
     print(f"scrape_ms {micro.scrape_ms():.2f}")
+    print(f"reward_record_us {micro.reward_record_us():.3f}")
+    print(f"carry_us {micro.carry_us():.3f}")
     print(f"overhead_ratio {statistics.median(results['all']) / base:.4f}")
     print(f"span_us {fg:.2f}")
     print(f"progress_update_us {micro.progress_update_us():.3f}")
-    print(f"reward_record_us {micro.reward_record_us():.3f}")
-    print(f"carry_us {micro.carry_us():.3f}")
+    stats = blackhole_run()
+    print(f"step_end_us {micro.step_end_us():.1f}")
+    print(f"startup_ms {micro.startup_ms():.1f}")
+    print(f"flush_threads_max {stats['most_threads']}")
+    print(f"fit_end_blackhole_s {stats['fit_end_s']:.2f}")
 
 
 if __name__ == "__main__":

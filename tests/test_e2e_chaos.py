@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from bad_collectors import BadCollector
 from conftest import clean_env
 from verl_log import step_metrics

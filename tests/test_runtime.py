@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from bad_collectors import BadCollector
 from conftest import ROOT, clean_env, run_py
 from trace_file import load_spans
@@ -156,22 +155,50 @@ def test_flusher_coalesces_requests_on_a_hung_export():
     assert len(calls) <= 3, "requests made during a flush are coalesced"
 
 
-def test_given_tracer_provider_is_honoured(tmp_path):
-    """instrument(tracer_provider=...) as the contrib instrumentors do: spans go there, no file is written."""
+def test_given_providers_are_honoured(tmp_path):
+    """instrument(tracer_provider=..., meter_provider=...) as the contrib instrumentors do: spans and metrics
+    go there, no trace file is written."""
     code = f"""
 import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 import verl_otel
 mem = InMemorySpanExporter(); tp = TracerProvider(); tp.add_span_processor(SimpleSpanProcessor(mem))
-verl_otel.instrument(tracer_provider=tp)
+reader = InMemoryMetricReader(); mp = MeterProvider(metric_readers=[reader])
+verl_otel.instrument(tracer_provider=tp, meter_provider=mp)
 sys.argv = ["drive_hooks.py", "1"]
 import runpy; runpy.run_path({DRIVE!r}, run_name="__main__")
 print("NAMES", sorted({{s.name for s in mem.get_finished_spans()}}))
+data = reader.get_metrics_data()
+print("METRICS", sorted({{m.name for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}}))
 """
     proc = run_py(["-c", code], clean_env(VERL_OTEL_DIR=str(tmp_path / "data")), tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     names = [x for x in proc.stdout.splitlines() if x.startswith("NAMES")][0]
     assert "'step'" in names and "'update_actor'" in names, names
+    metrics = [x for x in proc.stdout.splitlines() if x.startswith("METRICS")][0]
+    from verl_otel import semconv as sc
+
+    assert sc.TRAINING_STEP.otel_name in metrics and sc.STEP_DURATION.otel_name in metrics, metrics
     assert not (tmp_path / "data" / "traces.jsonl").exists()
+
+
+def test_a_process_takes_its_metrics_endpoint_out_of_file_sd_at_exit(tmp_path):
+    code = """
+from verl_otel import runtime
+rt = runtime.current()
+rt.wire("agent_loop_worker")
+import json, pathlib, time
+p = pathlib.Path(rt.settings.data_dir) / "prometheus_targets.json"
+deadline = time.monotonic() + 10
+while not p.exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+print("LISTED", len(json.loads(p.read_text())))
+"""
+    data = tmp_path / "data"
+    proc = run_py(["-c", code], clean_env(VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(data)), tmp_path)
+    assert proc.returncode == 0 and "LISTED 1" in proc.stdout, (proc.stdout, proc.stderr[-2000:])
+    assert json.loads((data / "prometheus_targets.json").read_text()) == []

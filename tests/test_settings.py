@@ -8,7 +8,6 @@ import os
 import tempfile
 
 import pytest
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

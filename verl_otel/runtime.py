@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +42,8 @@ class Runtime:
         self._meter_provider: Any = None
         self._metrics_started = False
         self._wired: set[str] = set()
+        self._waited_s = 0.0  # spent in flush_wait, against VERL_OTEL_SHUTDOWN_TIMEOUT
+        self._unregister: Callable[[], None] | None = None  # removes this process' file_sd entry
         from verl_otel.export.flusher import Flusher
 
         self.flusher = Flusher(self._flush_exports)
@@ -130,7 +133,7 @@ class Runtime:
 
         for reason in sc.DROP_REASONS:  # counters start at 0, so "nothing dropped" is a visible 0
             self.state.drop(reason, 0)
-        providers.start_pull(self.state, self.settings, self.run_labels(), self.flusher.submit)
+        self._unregister = providers.start_pull(self.state, self.settings, self.run_labels(), self.flusher.submit)
         res = None
         if self.settings.metrics_endpoint is not None and _given.get("meter_provider") is None:
             self.tracer  # noqa: B018 - the resource is the tracer provider's
@@ -146,11 +149,28 @@ class Runtime:
         self.flusher.request()
 
     def flush_wait(self, timeout_s: float | None = None) -> bool:
-        """Flush and wait, at most ``timeout_s`` (default VERL_OTEL_SHUTDOWN_TIMEOUT): fit end, exit."""
+        """Flush and wait: fit end, process exit. Without ``timeout_s``, all such waits of a process together
+        last at most VERL_OTEL_SHUTDOWN_TIMEOUT seconds (a collector that never answers costs that once, not
+        once per fit end and again at exit)."""
         if self._provider is None and self._meter_provider is None:
             return True
         ticket = self.flusher.request()
-        return self.flusher.wait(ticket, self.settings.shutdown_timeout_s if timeout_s is None else timeout_s)
+        if timeout_s is not None:
+            return self.flusher.wait(ticket, timeout_s)
+        t0 = time.monotonic()
+        done = self.flusher.wait(ticket, max(0.0, self.settings.shutdown_timeout_s - self._waited_s))
+        self._waited_s += time.monotonic() - t0
+        return done
+
+    def finish(self) -> None:
+        """Process exit: take this process' /metrics out of the file_sd list and export what is left,
+        on the flusher thread, within what is left of VERL_OTEL_SHUTDOWN_TIMEOUT."""
+        if self._unregister is not None:
+            self.flusher.submit(self._unregister)  # jobs run before the flush the wait below asks for
+        if self._unregister is not None or self._provider is not None or self._meter_provider is not None:
+            t0 = time.monotonic()
+            self.flusher.wait(self.flusher.request(), max(0.0, self.settings.shutdown_timeout_s - self._waited_s))
+            self._waited_s += time.monotonic() - t0
 
     def every_tick(self, task: Callable[[], None]) -> None:
         self.flusher.every_tick(task)
@@ -199,7 +219,7 @@ def _at_exit(rt: Runtime) -> None:
     wait on a hung export without a deadline)."""
     try:
         if rt.pid == os.getpid():
-            rt.flush_wait()
+            rt.finish()
     except Exception:  # noqa: BLE001
         pass
 

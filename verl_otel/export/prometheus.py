@@ -102,6 +102,15 @@ def _stale(group: dict[str, Any]) -> bool:
 def register_target(data_dir: Path, host: str, port: int, labels: dict[str, str]) -> None:
     """Add this process' endpoint to the run's file_sd file (read-modify-rename under a lock),
     pruning entries of dead processes on this host."""
+    _update_targets(data_dir, host, port, labels, add=True)
+
+
+def unregister_target(data_dir: Path, host: str, port: int) -> None:
+    """Remove this process' endpoint (at exit: Prometheus stops scraping a process that is gone)."""
+    _update_targets(data_dir, host, port, {}, add=False)
+
+
+def _update_targets(data_dir: Path, host: str, port: int, labels: dict[str, str], add: bool) -> None:
     addr_host = socket.gethostname() if host in ("0.0.0.0", "::") else host
     entry = {"targets": [f"{addr_host}:{port}"], "labels": {**labels, PID_LABEL: str(os.getpid())}}
     path = data_dir / sc.PROM_TARGETS_FILE
@@ -113,7 +122,8 @@ def register_target(data_dir: Path, host: str, port: int, labels: dict[str, str]
             fcntl.flock(lock_fd, fcntl.LOCK_EX)
             groups = _read_groups(path)
             kept = [g for g in groups if isinstance(g, dict) and not _stale(g) and g.get("targets") != entry["targets"]]
-            kept.append(entry)
+            if add:
+                kept.append(entry)
             tmp = path.with_suffix(f".tmp{os.getpid()}")
             if os.path.lexists(tmp):
                 os.unlink(tmp)

@@ -158,19 +158,22 @@ def tracer_provider(settings: cfg.Settings, res: Resource, drop: Drop) -> tuple[
 
 
 def start_pull(state: MetricsState, settings: cfg.Settings, labels: dict[str, str],
-               in_background: Callable[[Callable[[], None]], None]) -> None:
+               in_background: Callable[[Callable[[], None]], None]) -> Callable[[], None] | None:
     """The /metrics endpoint, and its file_sd entry written by ``in_background`` (the flusher: a training
-    thread never waits on the data directory), on by default in the embedded mode."""
+    thread never waits on the data directory), on by default in the embedded mode. Returns what removes
+    the entry at exit."""
     if settings.prometheus_port is None:
-        return
+        return None
     try:
         from verl_otel.export import prometheus
 
         port = prometheus.serve(state, settings.prometheus_host, settings.prometheus_port)
         in_background(lambda: prometheus.register_target(settings.data_dir, settings.prometheus_host, port, labels))
+        return lambda: prometheus.unregister_target(settings.data_dir, settings.prometheus_host, port)
     except Exception as exc:  # noqa: BLE001 - e.g. the port is taken
         warn_once("prom-serve", f"cannot serve /metrics on {settings.prometheus_host}:"
                   f"{settings.prometheus_port}: {exc}; the pull path is off in pid {os.getpid()}")
+        return None
 
 
 def start_push(state: MetricsState, settings: cfg.Settings, res: Resource, given: Any = None) -> Any:
