@@ -193,7 +193,19 @@ def current() -> Runtime:
     rt = _current
     if rt is not None and rt.pid == os.getpid():
         return rt
-    return _make()
+    try:
+        return _make()
+    except Exception as exc:  # noqa: BLE001 - the last boundary: a runtime with the defaults
+        warn_once("runtime", f"telemetry set-up failed ({exc!r}); using the defaults")
+        return _fallback()
+
+
+def _fallback() -> Runtime:
+    global _current
+    with _lock:
+        if _current is None or _current.pid != os.getpid():
+            _current = Runtime(cfg.load({}, report=False))
+        return _current
 
 
 def _make() -> Runtime:

@@ -59,7 +59,7 @@ def quiet_sdk_logs() -> None:
                  "opentelemetry.exporter.otlp.proto.http.trace_exporter",
                  "opentelemetry.exporter.otlp.proto.http.metric_exporter",
                  "opentelemetry.sdk._shared_internal", "opentelemetry.sdk.trace.export",
-                 "opentelemetry.sdk.metrics._internal.export"):
+                 "opentelemetry.sdk.metrics._internal.export", "opentelemetry.attributes"):
         lg = logging.getLogger(name)
         if not any(isinstance(f, _OnceFilter) for f in lg.filters):
             lg.addFilter(_OnceFilter())
