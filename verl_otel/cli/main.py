@@ -11,6 +11,7 @@ import sys
 _COMMANDS = {
     "demo": "verl_otel.demo.cli",
     "slow-steps": "verl_otel.cli.slow_steps",
+    "top": "verl_otel.cli.top",
 }
 
 

@@ -1,0 +1,88 @@
+"""``verl-otel top``: a live terminal view of a running job, read from the /metrics pages listed in the
+run's ``prometheus_targets.json`` (no Prometheus needed) or from a Prometheus server (``--prometheus``).
+``--once`` prints one frame and exits (for scripts)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from verl_otel import semconv as sc
+
+PROG = "verl-otel top"
+DEFAULT_DIR = "./verl-otel-data"
+
+
+def _positive(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        x = 0.0
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return x
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("top", help="live terminal view of a running job", description=__doc__)
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--targets", metavar="FILE_OR_DIR",
+                     help=f"the run's {sc.PROM_TARGETS_FILE} or its directory (default: ${sc.ENV_DIR}, "
+                          f"defaulting to {DEFAULT_DIR})")
+    src.add_argument("--prometheus", metavar="URL", help="read from Prometheus instead, e.g. http://localhost:9090")
+    p.add_argument("--run", metavar="PROJECT/EXPERIMENT",
+                   help="the run to show when the source holds several (default: the one that stepped last)")
+    p.add_argument("--once", action="store_true", help="print one frame and exit")
+    p.add_argument("--interval", type=_positive, default=2.0, metavar="SECONDS",
+                   help="refresh period (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=5, metavar="N", help="steps in the phase-time table (default: 5)")
+    p.add_argument("--gpu-memory-gb", type=_positive, default=None, metavar="GB",
+                   help="device memory for the memory signal (default: the alert rules' 80)")
+    p.add_argument("--width", type=int, default=None, help="columns of --once output (default: the terminal's)")
+    return p
+
+
+def _source(args: argparse.Namespace) -> Any:
+    from verl_otel.live.sources import PrometheusQuery, TargetsFile
+
+    if args.prometheus:
+        experiment = args.run.split("/", 1)[1] if args.run and "/" in args.run else args.run
+        return PrometheusQuery(args.prometheus, experiment)
+    return TargetsFile(Path(args.targets or os.environ.get(sc.ENV_DIR) or DEFAULT_DIR))
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.live import Live
+
+    from verl_otel.live.health import signals
+    from verl_otel.live.model import History, build_view
+    from verl_otel.live.sources import SourceError
+    from verl_otel.live.view import frame
+
+    source = _source(args)
+    history = History()
+
+    def render() -> Any:
+        view = build_view(source.read(), args.run if args.run and "/" in args.run else None)
+        history.add(view)
+        return frame(view, history, signals(view, history, gpu_memory_gb=args.gpu_memory_gb), steps_shown=args.steps)
+
+    try:
+        if args.once:
+            Console(width=args.width, soft_wrap=False).print(render())
+            return 0
+        console = Console()
+        with Live(render(), console=console, refresh_per_second=4, screen=False, auto_refresh=False) as live:
+            while True:
+                time.sleep(args.interval)
+                live.update(render(), refresh=True)
+    except SourceError as err:
+        print(f"{PROG}: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 0  # Ctrl-C is how one leaves a live view, not an error
