@@ -12,6 +12,7 @@ _COMMANDS = {
     "demo": "verl_otel.demo.cli",
     "slow-steps": "verl_otel.cli.slow_steps",
     "top": "verl_otel.cli.top",
+    "val-generations": "verl_otel.cli.val_generations",
 }
 
 
