@@ -1,10 +1,9 @@
-"""Watches a real demo run with `verl-otel top` while it runs: `top --once` frames every few seconds
-(in-process, through the CLI's main), and the live view in a tmux terminal captured at the same moments."""
+"""Watches a real demo run with `verl-otel top` while it runs: `top --once` frames every few seconds (the
+CLI in its own process, as a user runs it; each frame also saved under the run's top-frames/), and the live
+view in a tmux terminal captured at the same moments."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import shutil
 import subprocess
 import sys
@@ -12,13 +11,11 @@ import time
 from pathlib import Path
 
 from verl_otel import semconv as sc
-from verl_otel.cli.main import main
-
 WIDTH = 160
 
 
 class TopProbe:
-    def __init__(self, every_s: float = 3.0, limit: int = 60) -> None:
+    def __init__(self, every_s: float = 4.0, limit: int = 60) -> None:
         self.every_s = every_s
         self.limit = limit
         self.frames: list[tuple[int, str]] = []  # (exit code, stdout) of `top --once`
@@ -33,10 +30,12 @@ class TopProbe:
         if len(self.frames) >= self.limit:
             return
         self._last = time.time()
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
-            rc = main(["top", "--once", "--targets", str(out), "--width", str(WIDTH)])
-        self.frames.append((rc, buf.getvalue()))
+        proc = subprocess.run([sys.executable, "-m", "verl_otel.cli.main", "top", "--once", "--targets", str(out),
+                               "--width", str(WIDTH)], capture_output=True, text=True, timeout=60)
+        self.frames.append((proc.returncode, proc.stdout + proc.stderr))
+        saved = out / "top-frames"
+        saved.mkdir(exist_ok=True)
+        (saved / f"{len(self.frames):03d}.txt").write_text(proc.stdout + proc.stderr)
         if self.session is None and shutil.which("tmux"):
             self._start_live(out)
         elif self.session is not None:

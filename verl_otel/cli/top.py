@@ -55,8 +55,17 @@ def _source(args: argparse.Namespace) -> Any:
     return TargetsFile(Path(args.targets or os.environ.get(sc.ENV_DIR) or DEFAULT_DIR))
 
 
-def run(args: argparse.Namespace) -> int:
+def _console_class() -> Any:
     from rich.console import Console
+
+    class PipeConsole(Console):  # type: ignore[misc]
+        def on_broken_pipe(self) -> None:
+            raise BrokenPipeError  # the CLI's one way out of a closed pipe (rich would exit 1 on its own)
+
+    return PipeConsole
+
+
+def run(args: argparse.Namespace) -> int:
     from rich.live import Live
 
     from verl_otel.live.health import signals
@@ -64,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     from verl_otel.live.sources import SourceError
     from verl_otel.live.view import frame
 
+    _Console = _console_class()  # noqa: N806 (a class)
     source = _source(args)
     history = History()
 
@@ -74,9 +84,9 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         if args.once:
-            Console(width=args.width, soft_wrap=False).print(render())
+            _Console(width=args.width, soft_wrap=False).print(render())
             return 0
-        console = Console()
+        console = _Console()
         with Live(render(), console=console, refresh_per_second=4, screen=False, auto_refresh=False) as live:
             while True:
                 time.sleep(args.interval)
