@@ -15,6 +15,7 @@ _COMMANDS = {
     "slow-steps": "verl_otel.cli.slow_steps",
     "top": "verl_otel.cli.top",
     "val-generations": "verl_otel.cli.val_generations",
+    "stack": "verl_otel.cli.stack",
 }
 
 
