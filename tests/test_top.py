@@ -203,6 +203,13 @@ def test_once_scrapes_each_target_of_the_file(tmp_path, capsys):
     assert "unreachable: 127.0.0.1:9" in out
 
 
+def test_a_run_that_has_ended(tmp_path, capsys):
+    _targets_file(tmp_path, ["127.0.0.1:9", "127.0.0.1:9"])
+    assert main(["top", "--once", "--targets", str(tmp_path), "--width", "150"]) == 0
+    out = capsys.readouterr().out
+    assert "2 targets, 2 unreachable" in out and "no process of the run answers" in out
+
+
 def test_missing_targets_file_is_one_line_on_stderr(tmp_path, capsys):
     assert main(["top", "--once", "--targets", str(tmp_path / "nope")]) == 2
     out, err = capsys.readouterr()

@@ -59,7 +59,9 @@ def header(view: RunView, now: float) -> RenderableType:
         lines.append(Text(f"other runs in this source: {', '.join(view.other_runs)} (--run to pick one)", "dim"))
     step, planned = view.step, view.planned
     row = Table.grid(padding=(0, 1))
-    if step is None:
+    if view.targets and len(view.failed) >= view.targets:
+        row.add_row(Text("no process of the run answers: it has ended, or this host cannot reach its nodes", "yellow"))
+    elif step is None:
         row.add_row(Text("no trainer metrics yet (the trainer exports verl_training_step once fit() starts)", "dim"))
     else:
         ago = f"last step ended {dur(now - view.last_step_ts)} ago" if view.last_step_ts else ""
