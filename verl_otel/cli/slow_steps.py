@@ -10,27 +10,19 @@ from typing import Any
 from verl_otel import semconv as sc
 from verl_otel.analysis import slow_steps
 from verl_otel.analysis.model import build_steps
+from verl_otel.cli.argtypes import positive_int
 from verl_otel.cli.spans import SourceError, add_source_args, default_file, fail, human, parse_since, read_spans
 
 PROG = "verl-otel slow-steps"
 __all__ = ["add_parser", "run", "parse_since", "human", "default_file"]
 
 
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return n
-
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser("slow-steps", help="the slowest steps and the phase that made each slow",
                               description=__doc__)
     add_source_args(p)
-    p.add_argument("--top", type=_positive, default=5, metavar="N", help="how many steps (default: %(default)s)")
+    p.add_argument("--top", type=positive_int, default=5, metavar="N", help="how many steps (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print JSON (a list, slowest step first)")
     p.add_argument("--jaeger-ui", metavar="URL", default=None,
                    help="base URL of trace links (default: --jaeger; reading a file, no links unless given)")

@@ -12,19 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from verl_otel import semconv as sc
+from verl_otel.cli.argtypes import positive_float, positive_int
 
 PROG = "verl-otel top"
 DEFAULT_DIR = "./verl-otel-data"
 
-
-def _positive(text: str) -> float:
-    try:
-        x = float(text)
-    except ValueError:
-        x = 0.0
-    if not x > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
-    return x
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -37,10 +29,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--run", metavar="PROJECT/EXPERIMENT",
                    help="the run to show when the source holds several (default: the one that stepped last)")
     p.add_argument("--once", action="store_true", help="print one frame and exit")
-    p.add_argument("--interval", type=_positive, default=2.0, metavar="SECONDS",
+    p.add_argument("--interval", type=positive_float, default=2.0, metavar="SECONDS",
                    help="refresh period (default: %(default)s)")
-    p.add_argument("--steps", type=int, default=5, metavar="N", help="steps in the phase-time table (default: 5)")
-    p.add_argument("--gpu-memory-gb", type=_positive, default=None, metavar="GB",
+    p.add_argument("--steps", type=positive_int, default=5, metavar="N", help="steps in the phase-time table (default: 5)")
+    p.add_argument("--gpu-memory-gb", type=positive_float, default=None, metavar="GB",
                    help="device memory for the memory signal (default: the alert rules' 80)")
     p.add_argument("--width", type=int, default=None, help="columns of --once output (default: the terminal's)")
     return p

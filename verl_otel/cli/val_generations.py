@@ -12,27 +12,19 @@ from typing import Any
 from verl_otel import semconv as sc
 from verl_otel.analysis.jaeger import rfc3339
 from verl_otel.analysis.val_generations import VALIDATE_SPANS, Generation, generations
+from verl_otel.cli.argtypes import non_negative_int
 from verl_otel.cli.spans import SourceError, add_source_args, fail, read_spans
 
 PROG = "verl-otel val-generations"
 INDENT = "    "
 
 
-def _step(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a step number")
-    return n
-
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser("val-generations", help="validation generations of a run, newest first",
                               description=__doc__)
     add_source_args(p, since="7d")
-    p.add_argument("--step", type=_step, metavar="N", help="only the validation of global step N (0: before training)")
+    p.add_argument("--step", type=non_negative_int, metavar="N", help="only the validation of global step N (0: before training)")
     p.add_argument("--json", action="store_true", help="print JSON (a list, newest first)")
     return p
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from verl_otel.cli.argtypes import positive_int
 from verl_otel.demo.slow import PHASES, SlowSpec
 
 # the demo's trainers (here, not in the runner: --help must not import verl)
@@ -21,22 +22,13 @@ def _slow(text: str) -> str:
     return text
 
 
-def _steps(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of steps")
-    return n
-
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="run a real verl PPO/GRPO training on the CPU with telemetry on",
                        description="Runs verl's real trainer (python -m verl.trainer.main_ppo) on the CPU with a "
                                    "random-weight tiny model and a stand-in LLM server; telemetry is switched on "
                                    "by the environment, as in a user's run.")
-    p.add_argument("--steps", type=_steps, default=5)
+    p.add_argument("--steps", type=positive_int, default=5)
     p.add_argument("--out", default="./verl-otel-data")
     p.add_argument("--trainer", choices=list(TRAINERS), default="v1",
                    help="v1: verl's default trainer (trainer.use_v1=true, sync); legacy: RayPPOTrainer; "
