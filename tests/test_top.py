@@ -239,10 +239,10 @@ def _tmux(*args: str) -> str:
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (apt-get install tmux)")
 def test_live_view_in_a_terminal(tmp_path):
-    """The live view in a real terminal: one frame redrawn in place as the run moves, Ctrl-C exits 0."""
+    """The live view in a real terminal, started before the run wrote its targets file: it waits, then one
+    frame redrawn in place as the run moves; Ctrl-C exits 0."""
     trainer = trainer_state(step=4, phase=sc.PHASE_ROLLOUT)
     worker = worker_state(0, 10)
-    _targets_file(tmp_path, [_serve(trainer), _serve(worker)])
     session = f"verl-otel-top-{tmp_path.name}"
     rc_file = tmp_path / "rc"
     cmd = (f"{sys.executable} -m verl_otel.cli.main top --targets {tmp_path} --interval 0.5; "
@@ -258,6 +258,9 @@ def test_live_view_in_a_terminal(tmp_path):
                 time.sleep(0.3)
             raise AssertionError(f"{text!r} never showed:\n{screen}")
 
+        waiting = screen_with("trying again every 0.5s")
+        assert "cannot read" in waiting and "prometheus_targets.json" in "".join(waiting.split())  # may wrap
+        _targets_file(tmp_path, [_serve(trainer), _serve(worker)])
         first = screen_with("10/64")
         worker.set(sc.ROLLOUT_SAMPLES_COMPLETED, ("0", sc.MODE_TRAIN), 40.0)
         trainer.set(sc.TRAINING_STEP, (), 5.0)

@@ -59,6 +59,7 @@ def _console_class() -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from rich.live import Live
+    from rich.text import Text
 
     from verl_otel.live.health import signals
     from verl_otel.live.model import History, build_view
@@ -70,7 +71,14 @@ def run(args: argparse.Namespace) -> int:
     history = History()
 
     def render() -> Any:
-        view = build_view(source.read(), args.run if args.run and "/" in args.run else None)
+        try:
+            scrape = source.read()
+        except SourceError as err:
+            if args.once:
+                raise
+            # live: a Prometheus restart or a rewritten targets file should not end the view
+            return Text(f"{PROG}: {err} (trying again every {args.interval:g}s; Ctrl-C to leave)", "yellow")
+        view = build_view(scrape, args.run if args.run and "/" in args.run else None)
         history.add(view)
         return frame(view, history, signals(view, history, gpu_memory_gb=args.gpu_memory_gb), steps_shown=args.steps)
 

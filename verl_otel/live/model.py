@@ -71,15 +71,19 @@ class RunView:
         return sorted({w.mode for w in self.workers}, key=lambda m: (m != sc.MODE_TRAIN, m))
 
     def step_phases(self) -> dict[str, float]:
-        """The last logged step's phase durations (verl's timing_s/* keys, under our phase names)."""
-        out = {}
-        for key, value in self.metrics.items():
-            if key.startswith(TIMING_PREFIX):
-                timer = key[len(TIMING_PREFIX):]
-                if timer in sc.VERL_TIMER_TO_PHASE:
-                    name = sc.VERL_TIMER_TO_PHASE[timer]
-                    out[name] = out.get(name, 0.0) + value
-        return out
+        """The last logged step's phase durations."""
+        return phases_of(self.metrics)
+
+
+def phases_of(metrics: dict[str, float]) -> dict[str, float]:
+    """Phase durations from a step's logged metrics: verl's timing_s/<timer> keys, under our phase names."""
+    out: dict[str, float] = {}
+    for key, value in metrics.items():
+        timer = key[len(TIMING_PREFIX):] if key.startswith(TIMING_PREFIX) else None
+        if timer in sc.VERL_TIMER_TO_PHASE:
+            name = sc.VERL_TIMER_TO_PHASE[timer]
+            out[name] = out.get(name, 0.0) + value
+    return out
 
 
 def _run_of(s: Series) -> str:
@@ -219,6 +223,6 @@ class History:
 
 def step_row(metrics: dict[str, float]) -> dict[str, float]:
     """One step's phase seconds from its logged metrics, with verl's own step time under ``step``."""
-    row = RunView(metrics=metrics).step_phases()
+    row = phases_of(metrics)
     value = metrics.get(TIMING_PREFIX + sc.VERL_TIMER_STEP)
     return row if value is None else {**row, sc.SPAN_STEP: value}
