@@ -218,19 +218,30 @@ def test_missing_targets_file_is_one_line_on_stderr(tmp_path, capsys):
 
 
 @pytest.mark.prometheus
-def test_prometheus_source(prom_factory):  # noqa: F811
-    from prom_server import MetricsEndpoint
-
-    with MetricsEndpoint(page(trainer_state(step=7))) as ep:
-        prom = prom_factory(config={"global": {"scrape_interval": "1s"}, "scrape_configs": [
-            {"job_name": "verl", "static_configs": [{"targets": [ep.address], "labels": RUN}]}]})
+def test_prometheus_source_with_the_steps_before(prom_factory):  # noqa: F811
+    """From Prometheus, `--once` also shows the steps logged before it started (a range query): three
+    steps pass through the trainer's real /metrics page while Prometheus scrapes it."""
+    trainer = trainer_state(step=1)
+    address = _serve(trainer)
+    prom = prom_factory(config={"global": {"scrape_interval": "1s"}, "scrape_configs": [
+        {"job_name": "verl", "static_configs": [{"targets": [address], "labels": RUN}]}]})
+    for step in (1, 2, 3):
+        trainer.set(sc.TRAINING_STEP, (), step + 1)
+        for key, value in {"training/global_step": step, "timing_s/gen": 40.0 + step}.items():
+            trainer.set(sc.TRAINING_METRIC, (key,), value)
         deadline = time.time() + 30
-        while time.time() < deadline and not prom.query("verl_training_step"):
-            time.sleep(0.5)
-        env_out = subprocess.run([sys.executable, "-m", "verl_otel.cli.main", "top", "--once", "--width", "150",
-                                  "--prometheus", prom.url], capture_output=True, text=True, timeout=60)
-    assert env_out.returncode == 0, env_out.stderr
-    assert "proj/exp" in env_out.stdout and "step 7/20" in env_out.stdout and "Prometheus at" in env_out.stdout
+        while time.time() < deadline and [r["value"][1] for r in prom.query(
+                'verl_training_metric{key="training/global_step"}')] != [str(step)]:
+            time.sleep(0.3)
+        time.sleep(1.5)  # a scrape or two of this step
+    proc = subprocess.run([sys.executable, "-m", "verl_otel.cli.main", "top", "--once", "--width", "150",
+                           "--prometheus", prom.url], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "proj/exp" in out and "step 4/20" in out and "Prometheus at" in out
+    table = out.split("last steps")[1].split("health")[0].splitlines()
+    rows = [ln.split() for ln in table[2:] if ln.strip()]
+    assert [(r[0], r[2]) for r in rows] == [("3", "43.00"), ("2", "42.00"), ("1", "41.00")], out
 
 
 def _tmux(*args: str) -> str:

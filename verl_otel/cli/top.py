@@ -62,13 +62,20 @@ def run(args: argparse.Namespace) -> int:
     from rich.text import Text
 
     from verl_otel.live.health import signals
-    from verl_otel.live.model import History, build_view
+    from verl_otel.live.model import HISTORY_KEYS, History, build_view
     from verl_otel.live.sources import SourceError
     from verl_otel.live.view import frame
 
     _Console = _console_class()  # noqa: N806 (a class)
     source = _source(args)
     history = History()
+
+    if hasattr(source, "history"):  # Prometheus remembers the steps before this view started
+        try:
+            for metrics in source.history(args.run if args.run and "/" in args.run else None, HISTORY_KEYS):
+                history.add_metrics(metrics)
+        except SourceError:
+            pass  # the first read reports it
 
     def render() -> Any:
         try:

@@ -16,6 +16,8 @@ from verl_otel.live.sources import Scrape, Series
 TIMING_PREFIX = "timing_s/"
 STEP_KEY = "training/global_step"
 HISTORY_STEPS = 200
+#: the logged keys History's readers use (the phase table, the health signals' medians): a regex
+HISTORY_KEYS = "timing_s/.+|training/global_step|actor/grad_norm|critic/score/mean"
 
 
 @dataclass(frozen=True)
@@ -193,11 +195,15 @@ class History:
         self.steps: OrderedDict[int, dict[str, float]] = OrderedDict()
 
     def add(self, view: RunView) -> None:
-        raw = view.metrics.get(STEP_KEY)
+        self.add_metrics(view.metrics)
+
+    def add_metrics(self, metrics: dict[str, float]) -> None:
+        """One step's logged metrics (the step they belong to is their own training/global_step)."""
+        raw = metrics.get(STEP_KEY)
         if raw is None or not float(raw).is_integer():
             return
         step = int(raw)
-        self.steps[step] = dict(view.metrics)
+        self.steps[step] = {**self.steps.get(step, {}), **metrics}
         self.steps.move_to_end(step)
         while len(self.steps) > self.limit:
             self.steps.popitem(last=False)

@@ -126,8 +126,8 @@ class PrometheusQuery:
             sel += f',{sc.LABEL_EXPERIMENT}="{self.experiment}"'
         return "{" + sel + "}"
 
-    def read(self) -> Scrape:
-        url = f"{self.base}/api/v1/query?" + urllib.parse.urlencode({"query": self.selector()})
+    def _query(self, expr: str) -> list[dict[str, Any]]:
+        url = f"{self.base}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
         try:
             doc: Any = json.loads(_get(url, self.timeout_s))
         except urllib.error.HTTPError as err:
@@ -136,8 +136,32 @@ class PrometheusQuery:
             raise SourceError(f"cannot query Prometheus at {self.base}: {_reason(err)}") from None
         if not isinstance(doc, dict) or doc.get("status") != "success":
             raise SourceError(f"Prometheus at {self.base} answered an error: {str(doc)[:160]}")
+        return list((doc.get("data") or {}).get("result") or [])
+
+    def history(self, run: str | None, keys: str, window: str = "3h") -> list[dict[str, float]]:
+        """verl's logged scalars whose key matches the regex ``keys``, as Prometheus kept them: one dict per
+        trainer scrape, oldest first (what a /metrics page forgets: earlier steps' phase times, the grad-norm
+        history). ``run``: project/experiment."""
+        matchers = [f'{sc.LABEL_KEY}=~"{keys}"'] + ([f'{sc.LABEL_EXPERIMENT}="{self.experiment}"']
+                                                    if self.experiment else [])
+        sel = sc.TRAINING_METRIC.name + "{" + ",".join(matchers) + "}"
+        by_time: dict[tuple[str, float], dict[str, float]] = {}
+        for row in self._query(f"{sel}[{window}]"):
+            labels = row.get("metric") or {}
+            if run and f"{labels.get(sc.LABEL_PROJECT, '')}/{labels.get(sc.LABEL_EXPERIMENT, '')}" != run:
+                continue
+            key = labels.get(sc.LABEL_KEY, "")
+            for ts, raw in row.get("values") or []:
+                try:
+                    by_time.setdefault((labels.get("instance", ""), float(ts)), {})[key] = float(raw)
+                except (TypeError, ValueError):
+                    continue
+        return [by_time[k] for k in sorted(by_time, key=lambda k: k[1])]
+
+    def read(self) -> Scrape:
+        rows = self._query(self.selector())
         out = Scrape(source=f"Prometheus at {self.base}")
-        for row in (doc.get("data") or {}).get("result") or []:
+        for row in rows:
             labels = dict(row.get("metric") or {})
             name = labels.pop("__name__", "")
             try:
