@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prom_server import prom_factory  # noqa: F401 (fixture)
+from test_jaeger_client import FakeJaeger
 from rich.console import Console
 
 from verl_otel import semconv as sc
@@ -21,7 +22,7 @@ from verl_otel.cli.main import main
 from verl_otel.export.prometheus import StateCollector, serve
 from verl_otel.live.health import signals
 from verl_otel.live.model import History, build_view
-from verl_otel.live.sources import Scrape, TargetsFile, parse_metrics_text
+from verl_otel.live.sources import PrometheusQuery, Scrape, TargetsFile, parse_metrics_text
 from verl_otel.live.view import frame
 from verl_otel.telemetry.metrics import MetricsState
 
@@ -177,6 +178,28 @@ def test_several_runs_in_one_source_pick_the_latest():
     view = build_view(s)
     assert view.run == "p/new" and view.other_runs == ["p/old"] and view.step == 2
     assert build_view(s, "p/old").step == 5
+
+
+def test_prometheus_history_is_one_runs_scrapes_in_time_order():
+    def series(experiment: str, key: str, points: list[tuple[float, float]]) -> dict:
+        return {"metric": {"__name__": sc.TRAINING_METRIC.name, sc.LABEL_PROJECT: "p", sc.LABEL_EXPERIMENT: experiment,
+                           sc.LABEL_KEY: key, "instance": "h:1"}, "values": [[t, str(v)] for t, v in points]}
+
+    matrix = [series("new", "training/global_step", [(20, 2), (10, 1)]), series("new", "timing_s/gen", [(10, 5), (20, 6)]),
+              series("old", "training/global_step", [(15, 9)])]
+    queries: list[str] = []
+
+    def answer(path: str, query: dict) -> tuple[int, bytes]:
+        queries.append(query["query"][0])
+        return 200, json.dumps({"status": "success", "data": {"resultType": "matrix", "result": matrix}}).encode()
+
+    fake = FakeJaeger({"/api/v1/query": answer})  # any JSON-over-HTTP stand-in will do
+    try:
+        got = PrometheusQuery(fake.url).history("p/new", "timing_s/.+|training/global_step", window="1h")
+    finally:
+        fake.close()
+    assert got == [{"training/global_step": 1.0, "timing_s/gen": 5.0}, {"training/global_step": 2.0, "timing_s/gen": 6.0}]
+    assert queries == ['verl_training_metric{key=~"timing_s/.+|training/global_step"}[1h]']
 
 
 def _targets_file(tmp_path: Path, addresses: list[str]) -> Path:

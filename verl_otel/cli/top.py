@@ -18,7 +18,6 @@ PROG = "verl-otel top"
 DEFAULT_DIR = "./verl-otel-data"
 
 
-
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser("top", help="live terminal view of a running job", description=__doc__)
     src = p.add_mutually_exclusive_group()
@@ -31,10 +30,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--once", action="store_true", help="print one frame and exit")
     p.add_argument("--interval", type=positive_float, default=2.0, metavar="SECONDS",
                    help="refresh period (default: %(default)s)")
-    p.add_argument("--steps", type=positive_int, default=5, metavar="N", help="steps in the phase-time table (default: 5)")
+    p.add_argument("--steps", type=positive_int, default=5, metavar="N",
+                   help="steps in the phase-time table (default: %(default)s)")
     p.add_argument("--gpu-memory-gb", type=positive_float, default=None, metavar="GB",
                    help="device memory for the memory signal (default: the alert rules' 80)")
-    p.add_argument("--width", type=int, default=None, help="columns of --once output (default: the terminal's)")
+    p.add_argument("--width", type=positive_int, default=None, help="columns of --once output (default: the terminal's)")
     return p
 
 
@@ -63,31 +63,31 @@ def run(args: argparse.Namespace) -> int:
 
     from verl_otel.live.health import signals
     from verl_otel.live.model import HISTORY_KEYS, History, build_view
-    from verl_otel.live.sources import SourceError
+    from verl_otel.live.sources import PrometheusQuery, SourceError
     from verl_otel.live.view import frame
 
     _Console = _console_class()  # noqa: N806 (a class)
     source = _source(args)
+    run_name = args.run if args.run and "/" in args.run else None
     history = History()
-
-    if hasattr(source, "history"):  # Prometheus remembers the steps before this view started
-        try:
-            for metrics in source.history(args.run if args.run and "/" in args.run else None, HISTORY_KEYS):
-                history.add_metrics(metrics)
-        except SourceError:
-            pass  # the first read reports it
+    # Prometheus remembers the steps logged before this view started: read them once, for the run shown
+    backfill = [isinstance(source, PrometheusQuery)]
 
     def render() -> Any:
         try:
-            scrape = source.read()
+            view = build_view(source.read(), run_name)
+            if backfill[0]:
+                for metrics in source.history(view.run or None, HISTORY_KEYS):
+                    history.add_metrics(metrics)
+                backfill[0] = False
         except SourceError as err:
             if args.once:
                 raise
             # live: a Prometheus restart or a rewritten targets file should not end the view
             return Text(f"{PROG}: {err} (trying again every {args.interval:g}s; Ctrl-C to leave)", "yellow")
-        view = build_view(scrape, args.run if args.run and "/" in args.run else None)
         history.add(view)
-        return frame(view, history, signals(view, history, gpu_memory_gb=args.gpu_memory_gb), steps_shown=args.steps)
+        health = signals(view, history, gpu_memory_gb=args.gpu_memory_gb)
+        return frame(view, history, health, steps_shown=args.steps)
 
     try:
         if args.once:
