@@ -42,6 +42,6 @@ def test_readme_commands_in_a_fresh_shell(v1_run, tmp_path):
     assert re.search(r"^step 2  score \S+  data source openai/gsm8k", out, re.M)
     assert "verl-otel top" in out and "Traceback" not in proc.stderr
     # and without activating: the other way the README gives
-    plain = subprocess.run(["bash", "--noprofile", "--norc", "-c", lines[1].replace("verl-otel", ".venv/bin/verl-otel")],
+    plain = subprocess.run(["bash", "--noprofile", "--norc", "-c", ".venv/bin/" + lines[1]],
                            cwd=tmp_path, env=fresh, capture_output=True, text=True, timeout=120)
     assert plain.returncode == 0 and "#1 step 3 " in plain.stdout, plain.stderr
