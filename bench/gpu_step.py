@@ -56,7 +56,7 @@ def _loop(steps: int, samples: int, device: str, alternate: bool = False) -> tup
         from verl_otel.telemetry.rollout import TRACKER
         from verl_otel.telemetry.steps import TRACER
 
-        hooks._wire_observers()
+        hooks.declare_run(trainer)
         TRACER.fit_started(trainer, "bench")
 
     def phase(name: str) -> None:

@@ -67,7 +67,9 @@ def _settled(prom, steps: int) -> bool:
     return step.get((), -1.0) >= float(steps) and active.get((), 1.0) == 0.0
 
 
-def start_demo(out: Path, trainer: str, steps: int, slow: list[str], scrape: bool, **kw: Any) -> DemoRun:
+def start_demo(out: Path, trainer: str, steps: int, slow: list[str], scrape: bool, probe: Any = None,
+               **kw: Any) -> DemoRun:
+    """``probe(out)``, if given, is called every half second while the run is up (e.g. `verl-otel top`)."""
     from prom_server import PromServer
 
     from verl_otel.demo.runner import run_demo
@@ -87,6 +89,8 @@ def start_demo(out: Path, trainer: str, steps: int, slow: list[str], scrape: boo
         query_time = None
         settled_since = None
         while th.is_alive():
+            if probe is not None:
+                probe(out)
             if prom is not None and query_time is None:
                 if _settled(prom, steps):
                     settled_since = settled_since or time.time()
@@ -107,8 +111,13 @@ def start_demo(out: Path, trainer: str, steps: int, slow: list[str], scrape: boo
 
 @pytest.fixture(scope="session")
 def v1_run(tmp_path_factory):
+    from top_probe import TopProbe
+
+    probe = TopProbe()  # `verl-otel top` watching the run while it runs (tests/test_e2e_top.py)
     run = start_demo(tmp_path_factory.mktemp("demo-v1"), "v1", 3, ["update_actor@3=3", "rollout_sample@3=2"],
-                     scrape=True)
+                     scrape=True, probe=probe)
+    run.extra["top"] = probe
+    run.extra["top_live_rc"] = probe.stop()
     yield run
     run.prom.stop()
 

@@ -54,6 +54,9 @@ def main() -> None:
                 time.sleep(0.01)
                 samples = [("what is 1 plus 2 ?" * 200, "3 #### 3", 1.0), ("q2", "a2", 0.0)]
                 ValidationGenerationsLogger(project_name="proj", experiment_name="exp").log(["console"], samples, step)
+                # verl's _validate returns its metrics, whose keys name the data sources it scored
+                trainer_hooks.validate_wrapper(lambda: {"val-core/openai/gsm8k/reward/mean@1": 0.5,
+                                                        "val-aux/math/acc/best@2/std": 0.1}, trainer, (), {})
             t0 = time.monotonic()
             logger.log({"critic/score/mean": 0.25 * step, "timing_s/step": timing["step"],
                         "response_length/mean": 7.0, "perf/throughput": 100.0}, step=step)

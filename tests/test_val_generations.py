@@ -5,7 +5,7 @@ import json
 
 from trace_file import steps
 
-from verl_otel.telemetry.val_generations import event_attributes
+from verl_otel.telemetry.val_generations import data_sources, event_attributes
 
 
 def _validate_spans(path):
@@ -26,6 +26,9 @@ def test_events_without_text_by_default(drive, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     (span,) = _validate_spans(tmp_path / "traces.jsonl")
     assert _attrs(span["attributes"])["verl.val_generations.count"] in (2, "2")
+    # the data sources named by the validation's metric keys (verl's samples do not carry theirs)
+    sources = _attrs(span["attributes"])["verl.val_generation.data_sources"]["values"]
+    assert [v["stringValue"] for v in sources] == ["math", "openai/gsm8k"]
     events = [e for e in span["events"] if e["name"] == "verl.val_generation"]
     assert len(events) == 2
     for e in events:
@@ -44,6 +47,13 @@ def test_events_with_text_truncated(drive, tmp_path):
     assert long["verl.val_generation.output"] == "3 #### 3"
     assert short["verl.val_generation.input"] == "q2" and short["verl.val_generation.truncated"] is False
     assert steps and span["parentSpanId"]  # inside the step trace
+
+
+def test_data_sources_from_verl_metric_keys():
+    keys = {"val-core/openai/gsm8k/reward/mean@4": 1, "val-aux/openai/gsm8k/reward/best@4/std": 1,
+            "val-aux/my/nested/src/acc/maj@2/mean": 1, "val-core/x/reward/mean": 1, "critic/score/mean": 1}
+    assert data_sources(keys) == ["my/nested/src", "openai/gsm8k"]
+    assert data_sources({}) == []
 
 
 def test_event_attributes_odd_samples():

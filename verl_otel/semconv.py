@@ -141,6 +141,9 @@ ATTR_VAL_INPUT: Final = "verl.val_generation.input"
 ATTR_VAL_OUTPUT: Final = "verl.val_generation.output"
 ATTR_VAL_SCORE: Final = "verl.val_generation.score"
 ATTR_VAL_TRUNCATED: Final = "verl.val_generation.truncated"
+#: On the validate span: the data sources the validation scored (from verl's val-core/<source>/... keys);
+#: verl's generation samples do not say theirs, so one source names them all, several leave it open
+ATTR_VAL_DATA_SOURCES: Final = "verl.val_generation.data_sources"
 
 #: Key under which the trainer's W3C traceparent travels in verl's batch (meta_info / TensorDict)
 TRACEPARENT_KEY: Final = "verl_otel_traceparent"

@@ -15,13 +15,8 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from verl_otel import semconv as sc
-from verl_otel.analysis.model import Span
-from verl_otel.analysis.otlp_json import (
-    MALFORMED,
-    MalformedError,
-    hex_id,
-    parse_request,
-)
+from verl_otel.analysis.model import Event, Span
+from verl_otel.analysis.otlp_json import MALFORMED, MalformedError, hex_id, parse_request
 
 DEFAULT_UI: str = "http://localhost:16686"
 DEFAULT_LIMIT: int = 1000
@@ -189,5 +184,12 @@ def legacy_trace(trace: dict[str, Any]) -> list[Span]:
             attributes=tags,
             status_error=tags.get("error") in (True, "true") or tags.get("otel.status_code") == "ERROR",
             service=str((processes.get(sp.get("processID")) or {}).get("serviceName", "")),
+            events=tuple(_legacy_event(log) for log in sp.get("logs") or []),
         ))
     return out
+
+
+def _legacy_event(log: dict[str, Any]) -> Event:
+    """A legacy-API span log: µs timestamp, typed fields, the event's name in the ``event`` field."""
+    fields = {f["key"]: f.get("value") for f in log.get("fields") or []}
+    return Event(str(fields.pop("event", "")), int(log.get("timestamp") or 0) * 1000, fields)

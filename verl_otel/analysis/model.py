@@ -14,6 +14,15 @@ _NOT_PHASES = sc.NON_PHASE_SPANS
 
 
 @dataclass(frozen=True, slots=True)
+class Event:
+    """A span event (e.g. a validation generation)."""
+
+    name: str
+    time_ns: int
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class Span:
     trace_id: str  # 32 lowercase hex digits
     span_id: str  # 16 lowercase hex digits
@@ -24,6 +33,7 @@ class Span:
     attributes: dict[str, Any] = field(default_factory=dict)
     status_error: bool = False
     service: str = ""
+    events: tuple[Event, ...] = ()
 
     @property
     def seconds(self) -> float:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from verl_otel.analysis.model import Span
+from verl_otel.analysis.model import Event, Span
 
 _STATUS_ERROR = (2, "2", "STATUS_CODE_ERROR")
 _HEX = frozenset("0123456789abcdef")
@@ -99,6 +99,8 @@ def spans_from_request(doc: Any) -> Iterator[Span]:
                     attributes=attributes(sp.get("attributes")),
                     status_error=(sp.get("status") or {}).get("code") in _STATUS_ERROR,
                     service=service,
+                    events=tuple(Event(str(e.get("name") or ""), _ns(e.get("timeUnixNano") or 0),
+                                       attributes(e.get("attributes"))) for e in sp.get("events") or []),
                 )
 
 

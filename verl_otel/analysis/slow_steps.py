@@ -1,5 +1,7 @@
-"""Rank step traces and name the phase that made each slow: the phase whose duration deviates most
-from its own median across the window ("update_actor 3.4× its median")."""
+"""Rank step traces and name the phase that made each slow: the phase that added the most time over
+what it usually takes ("update_actor 3.4× its median (+2.40 s)"). A phase that ran in only some of the
+steps (validation, checkpoints, a weight sync every k steps) is extra work in the steps it ran in: all of
+its time counts ("validate 2.10s, ran in 2 of 5 steps")."""
 
 from __future__ import annotations
 
@@ -15,10 +17,10 @@ from verl_otel.analysis.model import Sample, StepTrace
 #: against it is noise (adv at 3 ms vs 12 ms is "4×" and means nothing).
 NEAR_ZERO_FLOOR_S = 0.005
 NEAR_ZERO_OF_STEP = 0.01
-#: Below this ratio no phase "stands out": the step is slow everywhere, or not slow at all.
+#: Below this ratio a phase that runs every step does not "stand out": the step is slow everywhere,
+#: or not slow at all.
 STANDS_OUT = 1.1
-#: A phase that usually takes ~0 s (it does not run every step: checkpoint, validation) is named
-#: when it takes at least this share of the step.
+#: A phase that does not run every step counts when it takes at least this share of the step.
 NOTABLE_OF_STEP = 0.05
 SAMPLES_SHOWN = 3
 TIMES = "\u00d7"
@@ -28,27 +30,33 @@ TIMES = "\u00d7"
 class Cause:
     phase: str
     seconds: float
-    median_s: float
+    median_s: float  # over all compared steps, a step without the phase counting 0 s
+    ran_in: int | None = None  # steps it ran in, when not all of them (its time is all extra)
+    compared: int = 0
+
+    @property
+    def sometimes(self) -> bool:
+        return self.ran_in is not None
 
     @property
     def ratio(self) -> float:
-        return self.seconds / self.median_s
+        return self.seconds / self.median_s if self.median_s > 0 else float("inf")
 
     @property
     def excess_s(self) -> float:
-        return self.seconds - self.median_s
+        return self.seconds if self.sometimes else self.seconds - self.median_s
 
     @property
     def stands_out(self) -> bool:
-        return self.ratio >= STANDS_OUT
+        return self.sometimes or self.ratio >= STANDS_OUT
 
 
 @dataclass
 class Verdict:
     step: StepTrace
-    cause: Cause | None  # the phase with the largest ratio to its median, if any has a usable median
+    cause: Cause | None  # the phase that added the most time, if any stands out; else the largest ratio
     note: str | None  # why there is no cause (or why it says little)
-    unusual: list[tuple[str, float]] = field(default_factory=list)  # ~0-median phases that took time here
+    unusual: list[tuple[str, float]] = field(default_factory=list)  # other sometimes-phases that took time here
     ratios: dict[str, float] = field(default_factory=dict)
 
 
@@ -58,6 +66,7 @@ class Ranking:
     steps_compared: int
     medians: dict[str, float]
     near_zero_s: float
+    ran_in: dict[str, int] = field(default_factory=dict)  # phase -> steps it ran in
 
 
 def training_steps(steps: list[StepTrace]) -> list[StepTrace]:
@@ -72,28 +81,43 @@ def phase_medians(steps: list[StepTrace]) -> dict[str, float]:
     return {p: statistics.median([s.phases.get(p, 0.0) for s in steps]) for p in names}
 
 
+def phase_presence(steps: list[StepTrace]) -> dict[str, int]:
+    """How many of the steps each phase ran in."""
+    out: dict[str, int] = {}
+    for s in steps:
+        for p in s.phases:
+            out[p] = out.get(p, 0) + 1
+    return out
+
+
 def near_zero_s(steps: list[StepTrace]) -> float:
     typical = statistics.median([s.seconds for s in steps]) if steps else 0.0
     return max(NEAR_ZERO_FLOOR_S, NEAR_ZERO_OF_STEP * typical)
 
 
-def explain(step: StepTrace, medians: dict[str, float], near_zero: float, compared: int) -> Verdict:
-    """The phase of ``step`` that deviates most from its median: largest ratio; ratios equal at the
-    precision shown (0.1) are tied, and the larger excess in seconds wins."""
-    best: Cause | None = None
+def explain(step: StepTrace, medians: dict[str, float], near_zero: float, compared: int,
+            ran_in: dict[str, int] | None = None) -> Verdict:
+    """The phase of ``step`` that added the most time: a phase that runs in every step against its
+    median, one that ran in only some steps (``ran_in`` below ``compared``; without ``ran_in``: a ~0
+    median) with all of its time, if notable. Ties at the precision shown go to the larger ratio."""
     ratios: dict[str, float] = {}
-    unusual: list[tuple[str, float]] = []
+    candidates: list[Cause] = []
     for phase, seconds in step.phases.items():
         med = medians.get(phase, 0.0)
-        if med < near_zero:
+        runs = ran_in.get(phase, compared) if ran_in is not None else (0 if med < near_zero else compared)
+        if runs < compared:
             if seconds >= max(near_zero, NOTABLE_OF_STEP * step.seconds):
-                unusual.append((phase, seconds))
-            continue
-        cand = Cause(phase, seconds, med)
-        ratios[phase] = cand.ratio
-        if best is None or (round(cand.ratio, 1), cand.excess_s) > (round(best.ratio, 1), best.excess_s):
-            best = cand
-    unusual.sort(key=lambda x: -x[1])
+                candidates.append(Cause(phase, seconds, med, runs, compared))
+        elif med >= near_zero:
+            cand = Cause(phase, seconds, med, None, compared)
+            ratios[phase] = cand.ratio
+            candidates.append(cand)
+    out = [c for c in candidates if c.stands_out]
+    if out:
+        best: Cause | None = max(out, key=lambda c: (round(c.excess_s, 2), c.ratio))
+    else:  # nothing stands out: say which came closest
+        best = max(candidates, key=lambda c: (round(c.ratio, 1), c.excess_s), default=None)
+    unusual = sorted(((c.phase, c.seconds) for c in candidates if c.sometimes and c is not best), key=lambda x: -x[1])
     note = None
     if not step.phases:
         note = "the step has no phase spans"
@@ -108,9 +132,11 @@ def rank(steps: list[StepTrace], top: int) -> Ranking:
     """The ``top`` slowest steps, each explained against the medians of all steps given."""
     compared = training_steps(steps)
     medians = phase_medians(compared)
+    ran_in = phase_presence(compared)
     nz = near_zero_s(compared)
     slowest = sorted(compared, key=lambda s: s.seconds, reverse=True)[: max(0, top)]
-    return Ranking([explain(s, medians, nz, len(compared)) for s in slowest], len(compared), medians, nz)
+    return Ranking([explain(s, medians, nz, len(compared), ran_in) for s in slowest], len(compared), medians, nz,
+                   ran_in)
 
 
 # -- rendering --------------------------------------------------------------------------------
@@ -118,7 +144,8 @@ def _r(x: float, nd: int = 3) -> float:
     return round(x, nd)
 
 
-def to_json(ranking: Ranking, ui_base: str) -> list[dict[str, Any]]:
+def to_json(ranking: Ranking, ui_base: str | None) -> list[dict[str, Any]]:
+    """``ui_base``: the Jaeger UI of the links (None: no Jaeger known, no links)."""
     out = []
     for i, v in enumerate(ranking.verdicts, 1):
         st = v.step
@@ -133,28 +160,34 @@ def to_json(ranking: Ranking, ui_base: str) -> list[dict[str, Any]]:
             "phase_runs": dict(st.phase_runs),
             "phase_ratios": {p: _r(r, 2) for p, r in v.ratios.items()},
             "cause": None if v.cause is None else {
-                "phase": v.cause.phase, "ratio_to_median": _r(v.cause.ratio, 2), "duration_s": _r(v.cause.seconds),
-                "median_s": _r(v.cause.median_s), "excess_s": _r(v.cause.excess_s),
+                "phase": v.cause.phase, "duration_s": _r(v.cause.seconds), "median_s": _r(v.cause.median_s),
+                # a phase that ran in only some steps has no ratio: all of its time is extra
+                "ratio_to_median": None if v.cause.sometimes else _r(v.cause.ratio, 2),
+                "ran_in_steps": v.cause.ran_in, "excess_s": _r(v.cause.excess_s),
                 "stands_out": v.cause.stands_out},
             "note": v.note,
             "summary": cause_text(v),
-            "usually_near_zero": [{"phase": p, "duration_s": _r(s)} for p, s in v.unusual],
+            "also_not_every_step": [{"phase": p, "duration_s": _r(s)} for p, s in v.unusual],
             "slowest_samples": [{"index": s.index, "rollout_n": s.rollout_n, "duration_s": _r(s.seconds),
                                  "worker": s.worker, "mode": s.mode, "error": s.error}
                                 for s in st.samples[:SAMPLES_SHOWN]],
-            "link": trace_link(ui_base, st.trace_id),
+            "link": trace_link(ui_base, st.trace_id) if ui_base else None,
         })
     return out
 
 
+def _sometimes_text(phase: str, seconds: float, ran_in: int | None, compared: int) -> str:
+    where = f"ran in {ran_in} of {compared} steps" if ran_in is not None and compared else "it does not run every step"
+    return f"{phase} {seconds:.2f}s, a phase that does not run every step ({where})"
+
+
 def cause_text(v: Verdict) -> str:
-    """One line: the deviating phase, else a usually-absent phase that ran, else why none is named."""
+    """One line: the phase that added the most time, else why none is named."""
     c = v.cause
-    if c is not None and c.stands_out:
+    if c is not None and c.sometimes:
+        text = _sometimes_text(c.phase, c.seconds, c.ran_in, c.compared)
+    elif c is not None and c.stands_out:
         text = f"{c.phase} {c.ratio:.1f}{TIMES} its median ({c.seconds:.2f}s vs {c.median_s:.2f}s, +{c.excess_s:.2f}s)"
-    elif v.unusual:
-        phase, sec = v.unusual[0]
-        text = f"{phase} {sec:.2f}s, a phase that usually takes ~0 s (it does not run every step)"
     elif c is not None:
         text = f"no phase stands out (the largest is {c.phase} {c.ratio:.2f}{TIMES} its median)"
     else:
@@ -170,17 +203,17 @@ def sample_text(s: Sample) -> str:
             + (f" ({', '.join(where)})" if where else "") + (" ERROR" if s.error else ""))
 
 
-def to_text(ranking: Ranking, ui_base: str) -> str:
+def to_text(ranking: Ranking, ui_base: str | None) -> str:
     lines = []
     for i, v in enumerate(ranking.verdicts, 1):
         st = v.step
         number = "?" if st.global_step is None else st.global_step
-        lines.append(f"#{i} step {number}  {st.seconds:.2f}s{'  ERROR' if st.error else ''}  "
-                     f"{trace_link(ui_base, st.trace_id)}")
+        link = f"  {trace_link(ui_base, st.trace_id)}" if ui_base else ""
+        lines.append(f"#{i} step {number}  {st.seconds:.2f}s{'  ERROR' if st.error else ''}{link}")
         lines.append(f"   cause: {cause_text(v)}")
-        named = v.cause is None or not v.cause.stands_out  # cause_text named the first one already
-        for phase, sec in v.unusual[1 if named else 0:]:
-            lines.append(f"   also:  {phase} {sec:.2f}s, a phase that usually takes ~0 s (it does not run every step)")
+        for phase, sec in v.unusual:
+            runs = ranking.ran_in.get(phase)
+            lines.append(f"   also:  {_sometimes_text(phase, sec, runs, ranking.steps_compared)}")
         parts = []
         for phase, sec in sorted(st.phases.items(), key=lambda kv: -kv[1]):
             ratio = f" ({v.ratios[phase]:.1f}{TIMES})" if phase in v.ratios else ""

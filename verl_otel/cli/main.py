@@ -1,16 +1,21 @@
-"""``verl-otel``: ``demo`` (the CPU demo of a real verl run with telemetry on) and ``slow-steps``
-(the slowest steps and the phase that made them slow, from Jaeger or the local trace file)."""
+"""``verl-otel``: ``demo`` (the CPU demo of a real verl run with telemetry on), ``top`` (a live view of a
+running job), ``slow-steps`` (the slowest steps and the phase that made them slow) and ``val-generations``
+(validation samples), both from Jaeger or the local trace file, and ``stack write`` (the Docker stack)."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # subcommand -> module exposing add_parser(subparsers) and run(args) -> int
 _COMMANDS = {
     "demo": "verl_otel.demo.cli",
     "slow-steps": "verl_otel.cli.slow_steps",
+    "top": "verl_otel.cli.top",
+    "val-generations": "verl_otel.cli.val_generations",
+    "stack": "verl_otel.cli.stack",
 }
 
 
@@ -24,9 +29,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: the exit status of a process killed by SIGPIPE (128 + 13), as `cat big | head` leaves it
+EXIT_BROKEN_PIPE = 141
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args._run(args) or 0)
+    try:
+        rc = int(args._run(args) or 0)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader went away (`verl-otel slow-steps | head`): not an error worth a traceback; stdout
+        # goes to /dev/null so the interpreter's own flush at exit does not raise again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    return rc
 
 
 if __name__ == "__main__":

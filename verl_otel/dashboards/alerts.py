@@ -17,7 +17,7 @@ RUN = f"{sc.LABEL_PROJECT}, {sc.LABEL_EXPERIMENT}"
 MEMORY_KEY_RE = "(.+/)?perf/max_memory_reserved_gb"  # actor/perf/... since verl 0.9, perf/... before  # a restarted trainer gets a new instance, not a new run
 
 
-def _seconds(window: str) -> float:
+def duration_seconds(window: str) -> float:
     """A Prometheus duration such as 10m or 1h30m, in seconds."""
     units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
     parts = re.findall(r"(\d+)(ms|s|m|h|d|w|y)", window)
@@ -68,7 +68,7 @@ class Thresholds:
         out = cls(**values)
         for f in fields(out):
             if f.type in ("str", str):
-                _seconds(getattr(out, f.name))  # fail here, not later in promtool
+                duration_seconds(getattr(out, f.name))  # fail here, not later in promtool
         return out
 
 
@@ -124,7 +124,7 @@ def rules(t: Thresholds = Thresholds()) -> list[Rule]:
              f"(sum by ({BY}, worker, mode) (changes({sc.ROLLOUT_SAMPLES_COMPLETED.name}[{t.rollout_stall_window}])) "
              f"== 0) and on({BY}, worker, mode) (sum by ({BY}, worker, mode) "
              f"({sc.ROLLOUT_SAMPLES_INFLIGHT.name}) > 0) and on({BY}, worker, mode) (max by ({BY}, worker, mode) "
-             f"({sc.ROLLOUT_ELAPSED.name}) > {_seconds(t.rollout_stall_window):g})",
+             f"({sc.ROLLOUT_ELAPSED.name}) > {duration_seconds(t.rollout_stall_window):g})",
              "2m", "warning", "agent-loop worker {{ $labels.worker }}: no sample finished",
              f"No rollout sample finished in the last {t.rollout_stall_window} of a longer rollout while samples are "
              "in flight: a lost request or a stuck server (see verl_rollout_oldest_inflight_seconds)."),

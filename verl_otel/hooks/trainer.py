@@ -100,7 +100,12 @@ def validate_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any
     token = safe(TRACER.validate_enter) if TRACER.active else None
     exc: BaseException | None = None
     try:
-        return wrapped(*args, **kwargs)
+        result = wrapped(*args, **kwargs)
+        if TRACER.active:  # the validation's metric keys name its data sources (its samples do not)
+            from verl_otel.telemetry import val_generations
+
+            safe(val_generations.record_data_sources, result)
+        return result
     except BaseException as err:
         exc = err
         raise

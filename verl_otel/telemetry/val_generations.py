@@ -7,7 +7,8 @@ VERL_OTEL_MAX_TEXT characters; the count of samples is always recorded."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -17,6 +18,17 @@ from verl_otel import runtime
 from verl_otel import semconv as sc
 from verl_otel.telemetry.steps import TRACER
 from verl_otel.telemetry.values import to_scalar
+
+
+#: verl's validation metric keys: ``val-core/<data source>/<variable>/<metric>`` with metrics such as
+#: ``mean@4`` or ``best@4/std`` (process_validation_metrics); a data source may itself hold slashes
+_VAL_KEY = re.compile(rf"^{sc.VERL_VAL_METRIC_PREFIX}[a-z]+/(?P<source>.+)/[^/]+/"
+                      r"(?:(?:mean|std)@\d+|(?:best|worst|maj)@\d+/(?:mean|std))$")
+
+
+def data_sources(metrics: Mapping[str, Any]) -> list[str]:
+    """The data sources named by a validation's metric keys, sorted."""
+    return sorted({m["source"] for k in metrics if isinstance(k, str) and (m := _VAL_KEY.match(k))})
 
 
 def _text(value: Any, limit: int) -> tuple[str, bool]:
@@ -43,6 +55,14 @@ def _rollouter_validation() -> Span | None:
     from verl_otel.telemetry.async_rollout import WINDOWS
 
     return WINDOWS.validating
+
+
+def record_data_sources(metrics: Any) -> None:
+    """Note the data sources a validation scored on its open validate span (``_validate``'s result)."""
+    span = TRACER.innermost_span(sc.PHASE_VALIDATE) or _rollouter_validation()
+    sources = data_sources(metrics) if isinstance(metrics, Mapping) else []
+    if span is not None and sources:
+        span.set_attribute(sc.ATTR_VAL_DATA_SOURCES, sources)
 
 
 def record(samples: Sequence[Sequence[Any]], step: Any) -> None:

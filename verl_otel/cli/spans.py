@@ -1,0 +1,97 @@
+"""What the trace-reading commands (``slow-steps``, ``val-generations``) share: the source options
+(``--jaeger URL`` or ``--file``, the service, the ``--since`` window) and reading the spans."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from verl_otel import semconv as sc
+from verl_otel.analysis.jaeger import DEFAULT_LIMIT, JaegerClient, JaegerError
+from verl_otel.analysis.model import Span
+from verl_otel.analysis.otlp_json import read_file
+
+DEFAULT_DIR = "./verl-otel-data"
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_since(text: str) -> float:
+    """``30m``, ``2h``, ``1d``, ``90s`` (or a bare number of seconds) -> seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text or "")
+    if not m or float(m[1]) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a window: use e.g. 30m, 2h, 1d")
+    return float(m[1]) * _UNITS[m[2] or "s"]
+
+
+def human(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= (2 * size if unit == "d" else size) and (seconds / size).is_integer():  # 24h, not 1d
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def default_file() -> Path:
+    return Path(os.environ.get(sc.ENV_DIR) or DEFAULT_DIR) / sc.TRACES_FILE
+
+
+def add_source_args(p: argparse.ArgumentParser, since: str = "24h") -> None:
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--jaeger", metavar="URL", help="Jaeger query/UI base URL, e.g. http://localhost:16686")
+    src.add_argument("--file", metavar="TRACES_JSONL",
+                     help=f"OTLP/JSON trace file (default: ${sc.ENV_DIR}/{sc.TRACES_FILE}, {sc.ENV_DIR} "
+                          f"defaulting to {DEFAULT_DIR})")
+    p.add_argument("--service", default=sc.SERVICE_NAME_DEFAULT,
+                   help="service.name of the trainer (default: %(default)s)")
+    p.add_argument("--since", type=parse_since, default=parse_since(since), metavar="WINDOW",
+                   help=f"how far back, e.g. 30m, 2h, 1d (default: {since})")
+
+
+@dataclass
+class Read:
+    spans: list[Span] = field(default_factory=list)
+    source: str = ""
+    jaeger: str | None = None  # the Jaeger base URL read from, if any
+    hint: str = ""
+    start_ns: int = 0
+    window: str = ""
+
+
+class SourceError(Exception):
+    """One line for the user: the source cannot be read."""
+
+
+def read_spans(args: argparse.Namespace, operations: tuple[str, ...], prog: str) -> Read:
+    """The spans of ``args``' source in its window: from Jaeger, every trace holding one of
+    ``operations``; from the file, all of them."""
+    now_ns = time.time_ns()
+    out = Read(start_ns=now_ns - int(args.since * 1e9), window=f"in the last {human(args.since)}")
+    if args.jaeger:
+        client = JaegerClient(args.jaeger)
+        try:
+            for op in operations:
+                out.spans += client.find_traces(args.service, out.start_ns, now_ns, op, DEFAULT_LIMIT)
+        except JaegerError as err:
+            raise SourceError(str(err)) from None
+        out.source, out.jaeger = f"Jaeger at {client.base}", client.base
+        return out
+    path = Path(args.file) if args.file else default_file()
+    try:
+        got = read_file(path, min_start_ns=out.start_ns)
+    except OSError as err:
+        raise SourceError(f"cannot read {path}: {err.strerror or err}") from None
+    if got.malformed:
+        print(f"{prog}: skipped {got.malformed} malformed line{'s' * (got.malformed != 1)} in {path}", file=sys.stderr)
+    out.spans, out.source = got.spans, str(path)
+    if got.older:
+        out.hint = f" ({got.older} older spans in the file: widen --since)"
+    return out
+
+
+def fail(prog: str, message: str) -> int:
+    print(f"{prog}: {message}", file=sys.stderr)
+    return 2

@@ -1,0 +1,179 @@
+"""``verl-otel top``'s frame as rich renderables: run progress and ETA, the phases running now, one bar
+per agent-loop worker and their total, actor/critic update progress, the last steps' phase times and
+the health signals."""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from verl_otel import semconv as sc
+from verl_otel.live.health import Signal
+from verl_otel.live.model import STEP_KEY, History, RunView, WorkerProgress, step_row
+from verl_otel.telemetry.eta import bar
+
+BAR_WIDTH = 24
+#: worker rows shown per mode; the least complete first when there are more (the ones to watch)
+MAX_WORKERS = 16
+PHASE_COLUMNS = 8
+_MARK = {"ok": ("ok", "green"), "tripped": ("TRIPPED", "bold red"), "no data": ("-", "dim")}
+
+
+def dur(seconds: float | None) -> str:
+    """12.3s, 4m05s, 2h03m: short and monotone in width as the numbers grow."""
+    if seconds is None or seconds != seconds:
+        return "-"
+    s = max(0.0, seconds)
+    if s < 60:
+        return f"{s:.1f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+
+
+def _n(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def _bar(done: float, total: float) -> Text:
+    """The seed's ``[######------]`` (readable without colour: logs, ``--once`` in scripts), coloured."""
+    text = bar(int(done), int(total), BAR_WIDTH)
+    filled = text.count("#")
+    return Text.assemble("[", ("#" * filled, "green"), ("-" * (BAR_WIDTH - filled), "dim"), "]")
+
+
+def _pct(done: float, total: float) -> str:
+    return f"{100 * done / total:.0f}%" if total > 0 else "-"
+
+
+def header(view: RunView, now: float) -> RenderableType:
+    where = f"{view.targets} target{'s' * (view.targets != 1)}" + (f", {len(view.failed)} unreachable"
+                                                                    if view.failed else "")
+    title = Text.assemble(("verl-otel top", "bold"), "  ", (view.run or "(run not labelled)", "cyan"),
+                          f"  {time.strftime('%H:%M:%S', time.localtime(now))}  {view.source} ({where})")
+    lines: list[RenderableType] = [title]
+    if view.other_runs:
+        lines.append(Text(f"other runs in this source: {', '.join(view.other_runs)} (--run to pick one)", "dim"))
+    step, planned = view.step, view.planned
+    row = Table.grid(padding=(0, 1))
+    if view.targets and len(view.failed) >= view.targets:
+        row.add_row(Text("no process of the run answers: it has ended, or this host cannot reach its nodes", "yellow"))
+    elif step is None:
+        row.add_row(Text("no trainer metrics yet (the trainer exports verl_training_step once fit() starts)", "dim"))
+    else:
+        ago = f"last step ended {dur(now - view.last_step_ts)} ago" if view.last_step_ts else ""
+        done = step - 1 if view.active and step >= 1 else step  # the step running now is not done
+        if planned:
+            row.add_row(Text(f"step {_n(step)}/{_n(planned)}", "bold"), _bar(done, planned), _pct(done, planned),
+                        f"ETA {dur(view.eta_s)}", ago)
+        else:
+            row.add_row(Text(f"step {_n(step)}", "bold"), f"ETA {dur(view.eta_s)}", ago)
+    lines.append(row)
+    if view.active:
+        now_running = ", ".join(f"{p} {dur(e)}" + (f" (mean {dur(view.phase_mean_s[p])})" if p in view.phase_mean_s
+                                                    else "") for p, e in sorted(view.active.items()))
+        lines.append(Text.assemble(("running: ", "bold"), (now_running, "yellow")))
+    else:
+        lines.append(Text("running: no phase", "dim"))
+    return Group(*lines)
+
+
+def _shown(rows: list[WorkerProgress], limit: int) -> list[WorkerProgress]:
+    if len(rows) <= limit:
+        return rows
+    return sorted(rows, key=lambda w: (w.completed / w.expected if w.expected else 1.0, -w.oldest_inflight_s))[:limit]
+
+
+def rollout_table(view: RunView, limit: int = MAX_WORKERS) -> RenderableType | None:
+    if not view.workers:
+        return None
+    table = Table(title="rollout (agent-loop workers)", title_justify="left", box=None, padding=(0, 1))
+    for col in ("worker", "mode", "progress", "done", "%", "in flight", "oldest", "elapsed", "ETA"):
+        table.add_column(col, justify="left" if col in ("worker", "mode", "progress") else "right")
+    for mode in view.modes():
+        rows = [w for w in view.workers if w.mode == mode]
+        for w in _shown(rows, limit):
+            table.add_row(w.worker, mode, _bar(w.completed, w.expected), f"{_n(w.completed)}/{_n(w.expected)}",
+                          _pct(w.completed, w.expected), _n(w.inflight), dur(w.oldest_inflight_s) if w.inflight else "-",
+                          dur(w.elapsed_s), dur(w.eta_s) if w.running else "-")
+        if len(rows) > limit:
+            table.add_row(Text(f"... {len(rows) - limit} more", "dim"), mode)
+        done, expected = view.totals(mode)
+        etas = [w.eta_s for w in rows if w.running and w.eta_s is not None]
+        table.add_row(Text("total", "bold"), mode, _bar(done, expected), f"{_n(done)}/{_n(expected)}",
+                      _pct(done, expected), _n(sum(w.inflight for w in rows)), "", "",
+                      dur(max(etas)) if etas else "-", style="bold")
+    return table
+
+
+def update_table(view: RunView) -> RenderableType | None:
+    if not view.updates:
+        return None
+    table = Table(title="update (optimizer mini-batches, all PPO epochs)", title_justify="left", box=None,
+                  padding=(0, 1))
+    for col in ("role", "progress", "done", "%", "epoch", "ETA"):
+        table.add_column(col, justify="left" if col in ("role", "progress") else "right")
+    for u in view.updates:
+        table.add_row(u.role, _bar(u.completed, u.expected), f"{_n(u.completed)}/{_n(u.expected)}",
+                      _pct(u.completed, u.expected), "-" if u.epoch is None else _n(u.epoch),
+                      dur(u.eta_s) if u.completed < u.expected else "-")
+    return table
+
+
+def steps_table(history: History, view: RunView, last: int) -> RenderableType | None:
+    rows = history.phase_rows(last)
+    if not rows and view.step_phases():  # nothing seen across frames yet: the last logged step
+        step = view.metrics.get(STEP_KEY)
+        rows = [(int(step) if step is not None else -1, step_row(view.metrics))]
+    if not rows:
+        return None
+    totals: dict[str, float] = {}
+    for _step, phases in rows:
+        for p, s in phases.items():
+            if p != sc.SPAN_STEP:
+                totals[p] = totals.get(p, 0.0) + s
+    phases = sorted(totals, key=lambda p: -totals[p])[:PHASE_COLUMNS]
+    table = Table(title="last steps (seconds per phase)", title_justify="left", box=None, padding=(0, 1))
+    table.add_column("step")
+    table.add_column("step (verl)", justify="right")  # verl's timing_s/step
+    for p in phases:
+        table.add_column(p, justify="right")
+    for step, row in rows:
+        table.add_row("?" if step < 0 else str(step), _s(row.get(sc.SPAN_STEP)), *(_s(row.get(p)) for p in phases))
+    return table
+
+
+def _s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def health_table(signals: list[Signal]) -> RenderableType:
+    table = Table(title="health (seeds 002/003; alert-rule thresholds)", title_justify="left", box=None,
+                  padding=(0, 1))
+    table.add_column("state")
+    table.add_column("signal")
+    table.add_column("now")
+    for s in sorted(signals, key=lambda s: (not s.tripped, s.state == "no data")):
+        mark, style = _MARK[s.state]
+        table.add_row(Text(mark, style), Text(s.name, "bold" if s.tripped else ""), s.detail)
+    return table
+
+
+def frame(view: RunView, history: History, signals: list[Signal], now: float | None = None,
+          steps_shown: int = 5, workers_shown: int = MAX_WORKERS) -> RenderableType:
+    now = time.time() if now is None else now
+    parts = [header(view, now), *map(_spaced, (rollout_table(view, workers_shown), update_table(view),
+                                                steps_table(history, view, steps_shown), health_table(signals)))]
+    if view.failed:
+        parts.append(Text("unreachable: " + "; ".join(view.failed[:4]) + (" ..." if len(view.failed) > 4 else ""),
+                          "dim"))
+    if view.dropped:
+        parts.append(Text(f"telemetry dropped {_n(view.dropped)} items (verl_otel_dropped_total)", "dim"))
+    return Group(*(p for p in parts if p is not None))
+
+
+def _spaced(part: RenderableType | None) -> RenderableType | None:
+    return None if part is None else Group(Text(""), part)
