@@ -3,7 +3,7 @@ without telemetry (same exit code, same steps), within VERL_OTEL_SHUTDOWN_TIMEOU
 run's wall time, with drops counted and no verl-otel traceback.
 
 Faults: a collector that never answers, one that resets every connection, one that answers garbage;
-a trace directory that does not answer (a FIFO) and one that is full (a 64 KB tmpfs); OTEL_* values the
+a trace directory that does not answer (a FIFO) and one that is full (a tmpfs with 8 KB left); OTEL_* values the
 SDK rejects and non-finite numbers in our settings; an agent-loop worker and an FSDP worker killed
 mid-run (compared with the same kill in a run without telemetry).
 
@@ -128,9 +128,11 @@ def test_unresponsive_trace_directory(tmp_path, clean_run):
 
 def test_full_trace_directory(tmp_path, clean_run):
     data = tmp_path / "otel"
-    if not _tmpfs(data, "64k"):
+    if not _tmpfs(data, "1m"):
         pytest.skip("cannot mount a small tmpfs here (not root, or no mount permission)")
     try:
+        st = os.statvfs(data)  # fill it, leaving 8 KB: the file_sd list fits, the run's spans do not
+        (data / "filler").write_bytes(b"\0" * (st.f_bavail * st.f_frsize - 8192))
         run = _run(tmp_path / "demo", {"VERL_OTEL_DIR": str(data)})
     finally:
         subprocess.run(["umount", "-l", str(data)], capture_output=True)
