@@ -8,7 +8,7 @@ from __future__ import annotations
 from itertools import product
 
 from verl_otel import semconv as sc
-from verl_otel.dashboards.model import DCGM_FB_FREE, DCGM_FB_USED
+from verl_otel.semconv import DCGM_FB_FREE, DCGM_FB_USED
 
 RUNS = (("p", "e1"), ("p", "e2"))
 

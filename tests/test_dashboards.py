@@ -87,7 +87,7 @@ def test_every_verl_query_carries_the_dashboard_filters():
         for p in dash.panels:
             for t in p.targets:
                 metrics, _ = _names_and_labels(t.expr)
-                for name in metrics - set(model.EXTERNAL_METRICS):
+                for name in metrics - set(sc.EXTERNAL_METRICS):
                     for sel in re.finditer(rf"(?<![\w\"]){name}\b(\{{[^}}]*\}})?", t.expr):
                         assert model.FILTERS in (sel[1] or ""), f"{p.title}: {sel[0]} ignores the run filters"
 
@@ -99,7 +99,8 @@ _FUNCTIONS = {
     "avg_over_time", "quantile_over_time", "sum_over_time", "count_over_time", "absent", "label_replace", "e",
 }
 _LABELS = ({lbl for m in sc.METRICS for lbl in m.labels}
-           | {"le", "instance", "job", sc.LABEL_PROJECT, sc.LABEL_EXPERIMENT, sc.LABEL_PROCESS_ROLE, "gpu", "Hostname"})
+           | {"le", "instance", "job", sc.LABEL_PROJECT, sc.LABEL_EXPERIMENT, sc.LABEL_PROCESS_ROLE, "gpu", "Hostname",
+              "exporter"})
 
 
 def _names_and_labels(expr: str) -> tuple[set[str], set[str]]:
@@ -121,11 +122,11 @@ def test_every_metric_and_label_is_semconv_or_a_listed_external():
     names |= {f"{m.name}_{s}" for m in sc.METRICS if m.kind == "histogram" for s in ("bucket", "sum", "count")}
     for where, expr, _ in all_expressions():
         metrics, labels = _names_and_labels(expr)
-        unknown = metrics - names - set(model.EXTERNAL_METRICS)
+        unknown = metrics - names - set(sc.EXTERNAL_METRICS)
         assert not unknown, f"{where}: {unknown} is neither in verl_otel.semconv nor in EXTERNAL_METRICS"
         assert labels <= _LABELS, f"{where}: unknown labels {labels - _LABELS}"
     used = {n for _, e, _ in all_expressions() for n in _names_and_labels(e)[0]}
-    assert used & set(model.EXTERNAL_METRICS) == set(model.EXTERNAL_METRICS), "unused EXTERNAL_METRICS entry"
+    assert used & set(sc.EXTERNAL_METRICS) == set(sc.EXTERNAL_METRICS), "unused EXTERNAL_METRICS entry"
 
 
 def test_all_expressions_lists_every_query_variable_and_rule():

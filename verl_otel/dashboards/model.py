@@ -18,15 +18,6 @@ JAEGER_DS = {"type": "jaeger", "uid": "${jaeger}"}
 #: Grafana built-ins a dashboard may reference besides its own variables.
 GRAFANA_BUILTINS = frozenset({"__rate_interval", "__interval", "__from", "__to", "__all"})
 
-#: Metrics from other exporters that dashboards and alerts use (name -> where it comes from); everything else
-#: must be a verl_otel.semconv metric (tests/test_dashboards.py checks every expression).
-DCGM_FB_USED = "DCGM_FI_DEV_FB_USED"
-DCGM_FB_FREE = "DCGM_FI_DEV_FB_FREE"
-EXTERNAL_METRICS: dict[str, str] = {
-    DCGM_FB_USED: "NVIDIA dcgm-exporter (`--profile gpu`): framebuffer memory used, MiB, labels gpu/UUID/Hostname",
-    DCGM_FB_FREE: "NVIDIA dcgm-exporter (`--profile gpu`): framebuffer memory free, MiB",
-}
-
 #: label matchers every verl query gets; the variables are defined per dashboard
 FILTERS = (f'{sc.LABEL_PROJECT}=~"$project", {sc.LABEL_EXPERIMENT}=~"$experiment", instance=~"$instance"')
 #: what "All" means for each filter variable (all_expressions() substitutes these for a concrete query)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from verl_otel import semconv as sc
 from verl_otel.dashboards.model import (
-    DCGM_FB_FREE, DCGM_FB_USED, JAEGER_DS, SLOW_STEPS_SEARCHED, Dashboard, Panel, Target, explore_link, key, m,
+    JAEGER_DS, SLOW_STEPS_SEARCHED, Dashboard, Panel, Target, explore_link, key, m,
 )
+from verl_otel.semconv import DCGM_FB_FREE, DCGM_FB_USED
 
 _R = "$__rate_interval"
 _RUN = f"{sc.LABEL_PROJECT}, {sc.LABEL_EXPERIMENT}"  # one row per run when several are selected
