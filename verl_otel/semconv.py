@@ -458,6 +458,7 @@ OTELCOL_ENQUEUE_FAILED_POINTS: Final = "otelcol_exporter_enqueue_failed_metric_p
 OTELCOL_REFUSED_SPANS: Final = "otelcol_receiver_refused_spans"
 OTELCOL_REFUSED_POINTS: Final = "otelcol_receiver_refused_metric_points"
 PROM_UP: Final = "up"
+PROM_ALERTS: Final = "ALERTS"
 EXTERNAL_METRICS: Final[dict[str, str]] = {
     DCGM_FB_USED: "NVIDIA dcgm-exporter (`--profile gpu`): framebuffer memory used, MiB, labels gpu/UUID/Hostname",
     DCGM_FB_FREE: "NVIDIA dcgm-exporter (`--profile gpu`): framebuffer memory free, MiB",
@@ -468,6 +469,7 @@ EXTERNAL_METRICS: Final[dict[str, str]] = {
     OTELCOL_REFUSED_SPANS: "Collector: spans a receiver refused (memory_limiter above its limit, or a pipeline error)",
     OTELCOL_REFUSED_POINTS: "Collector: metric points a receiver refused (memory_limiter, or a pipeline error)",
     PROM_UP: "Prometheus: 1 if the last scrape of a target succeeded, labels job/instance",
+    PROM_ALERTS: "Prometheus: one series per pending or firing alert, labels alertname/alertstate and the rule's",
 }
 
 #: Reasons for verl_otel_dropped_total
