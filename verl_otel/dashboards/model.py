@@ -125,8 +125,9 @@ def variables() -> list[dict[str, Any]]:
     ]
 
 
-#: Jaeger tag search (logfmt) for one run's step spans: ``experiment`` is a variable or a field-label reference
 def jaeger_step_search(experiment: str, project: str | None = None) -> dict[str, Any]:
+    """A Jaeger search (tags in logfmt) for one run's step spans under ``$service``; ``experiment`` and ``project``
+    are single values: a repeated variable or a field-label reference."""
     tags = f'{sc.ATTR_EXPERIMENT}="{experiment}"'
     if project is not None:
         tags = f'{sc.ATTR_PROJECT}="{project}" {tags}'
