@@ -23,8 +23,9 @@ install: $(STAMP)
 demo: install
 	$(VENV)/bin/verl-otel demo --steps $(STEPS) --out $(OUT)
 
+# promtool and a real Prometheus for the rule/dashboard tests; amtool and a real Alertmanager for the delivery test
 prometheus:
-	@command -v promtool >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; }
+	@command -v promtool >/dev/null 2>&1 && command -v amtool >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null; }
 	@promtool --version 2>&1 | head -1
 
 test: install prometheus

@@ -143,13 +143,15 @@ class PromServer:
 
 
 class MetricsEndpoint:
-    """A /metrics endpoint on 127.0.0.1 serving fixed Prometheus text exposition (a stand-in scrape target)."""
+    """A /metrics endpoint on 127.0.0.1 serving Prometheus text exposition (a stand-in scrape target)."""
 
-    def __init__(self, text: str) -> None:
-        body = text.encode()
+    def __init__(self, text: str | Callable[[], str]) -> None:
+        """``text``: the exposition, or a function giving each scrape's (counters that move make rate() non-zero)."""
+        render = text if callable(text) else (lambda: text)
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                body = render().encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
                 self.send_header("Content-Length", str(len(body)))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from itertools import product
 
 from verl_otel import semconv as sc
-from verl_otel.dashboards.model import DCGM_FB_FREE, DCGM_FB_USED
+from verl_otel.semconv import DCGM_FB_FREE, DCGM_FB_USED
 
 RUNS = (("p", "e1"), ("p", "e2"))
 
@@ -19,10 +19,11 @@ VERL_KEYS = (
     "response_length/mean", "response_length/max", "response_length/clip_ratio",
     "perf/throughput", "perf/max_memory_allocated_gb", "actor/perf/max_memory_reserved_gb",
     "timing_s/step", "timing_s/gen", "timing_s/update_actor", "val-core/openai/gsm8k/acc/mean@1",
+    "val/test_score/openai/gsm8k", "critic/score/max", "critic/score/min", "actor/reward_kl_penalty",
 )
 
 _LABEL_VALUES: dict[str, tuple[str, ...]] = {
-    sc.LABEL_PHASE: (sc.PHASE_ROLLOUT, sc.PHASE_UPDATE_ACTOR),
+    sc.LABEL_PHASE: (sc.PHASE_ROLLOUT, sc.PHASE_UPDATE_ACTOR, sc.PHASE_VALIDATE),
     sc.LABEL_WORKER: ("0", "1"),
     sc.LABEL_MODE: (sc.MODE_TRAIN, sc.MODE_VALIDATE),
     sc.LABEL_ROLE: ("actor", "critic"),

@@ -14,6 +14,7 @@ import yaml
 from prom_server import MetricsEndpoint, available, prom_factory  # noqa: F401 (prom_factory is a fixture)
 from synthetic_metrics import exposition
 
+from verl_otel import semconv as sc
 from verl_otel.dashboards import alerts, build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,6 +40,27 @@ def test_promtool_unit_tests_pass():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@needs_promtool
+@pytest.mark.parametrize(("alert", "part"), [
+    ("VerlRunGone", f" unless on() {alerts.pipeline_unhealthy(alerts.Thresholds())}"),
+    ("VerlStepStalled", f" unless on() {alerts.pipeline_unhealthy(alerts.Thresholds())}"),
+    ("VerlGPUMemoryNearLimit", f" unless on() {sc.DCGM_FB_USED}"),
+    ("VerlKLTooSmallRewardFlat", f"|{sc.KEY_KL_LOSS}"),
+])
+def test_unit_tests_catch_a_rule_without_its_guard(tmp_path, alert, part):
+    """The unit tests pin each guard: the committed rules with one guard cut out fail them."""
+    doc = yaml.safe_load(RULES.read_text())
+    rule = next(r for g in doc["groups"] for r in g["rules"] if r["alert"] == alert)
+    assert part in rule["expr"]
+    rule["expr"] = rule["expr"].replace(part, "")
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / RULES.name).write_text(yaml.safe_dump(doc))
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / TESTS.name).write_text(TESTS.read_text())
+    proc = _promtool("test", "rules", str(tmp_path / "tests" / TESTS.name))
+    assert proc.returncode == 1 and f"alertname: {alert}" in proc.stdout + proc.stderr
+
+
 def test_every_alert_is_tested_firing_and_not_firing():
     doc = yaml.safe_load(TESTS.read_text())
     assert doc["rule_files"] == ["../rules/verl-alerts.yml"]
@@ -58,7 +80,7 @@ def test_rules_are_well_formed():
     assert [r["alert"] for r in rules] == [r.name for r in alerts.rules()]
     assert len({r["alert"] for r in rules}) == len(rules)
     for r in rules:
-        assert r["labels"]["severity"] in ("warning", "critical"), r["alert"]
+        assert r["labels"]["severity"] in ("info", "warning", "critical"), r["alert"]
         assert r["annotations"]["summary"] and r["annotations"]["description"], r["alert"]
         assert re.fullmatch(r"\d+[smh]", r["for"]), r["alert"]
 
@@ -74,7 +96,7 @@ def test_thresholds_can_be_overridden(tmp_path):
     out = tmp_path / "my-rules" / "verl-alerts.yml"
     assert build.main(["--threshold", "kl_max=0.2", "--threshold", "rollout_stall_window=30m",
                        "--threshold", "gpu_memory_gb=141", "--rules-out", str(out)]) == 0
-    rules = {r["alert"]: r for r in yaml.safe_load(out.read_text())["groups"][0]["rules"]}
+    rules = {r["alert"]: r for g in yaml.safe_load(out.read_text())["groups"] for r in g["rules"]}
     assert rules["VerlKLBlowUp"]["expr"].endswith("> 0.2")
     assert "[30m]" in rules["VerlRolloutStalled"]["expr"] and "> 1800" in rules["VerlRolloutStalled"]["expr"]
     assert "> 133.95" in rules["VerlGPUMemoryNearLimit"]["expr"]
@@ -82,6 +104,31 @@ def test_thresholds_can_be_overridden(tmp_path):
     proc = _promtool("check", "rules", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert out.read_text() != RULES.read_text() and build.main(["--check"]) == 0, "the committed rules keep defaults"
+
+
+def test_pipeline_rules_name_the_stacks_jobs_and_collector_metrics():
+    """The pipeline rules select prometheus.yml's job names, and the Collector's metric names as its :8888 reader
+    is configured to write them (no `_total` or unit suffixes)."""
+    prom = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
+    jobs = {j["job_name"]: j for j in prom["scrape_configs"]}
+    assert set(alerts.PIPELINE_JOBS) <= set(jobs) and "dcgm" not in alerts.PIPELINE_JOBS
+    assert jobs[alerts.COLLECTOR_JOB]["static_configs"][0]["targets"] == ["otel-collector:8888"]
+    collector = yaml.safe_load((ROOT / "deploy/otel-collector/config.yaml").read_text())
+    reader = collector["service"]["telemetry"]["metrics"]["readers"][0]["pull"]["exporter"]["prometheus"]
+    assert reader["without_type_suffix"] is True and reader["without_units"] is True
+    for name in (sc.OTELCOL_SEND_FAILED_SPANS, sc.OTELCOL_ENQUEUE_FAILED_SPANS, sc.OTELCOL_REFUSED_POINTS):
+        assert name.startswith("otelcol_") and not name.endswith("_total")
+    groups = {g["name"]: [r["alert"] for r in g["rules"]] for g in yaml.safe_load(RULES.read_text())["groups"]}
+    assert set(groups) == {"verl-training", alerts.PIPELINE_GROUP}
+    assert {"VerlTelemetryTargetDown", "VerlCollectorExportFailing", "VerlCollectorQueueFull",
+            "VerlTelemetryDropped"} <= set(groups[alerts.PIPELINE_GROUP])
+
+
+def test_silence_rules_are_guarded_by_the_pipelines_health():
+    guard = alerts.pipeline_unhealthy(alerts.Thresholds())
+    for rule in alerts.rules():
+        if rule.name in ("VerlRunGone", "VerlStepStalled"):
+            assert rule.expr.endswith(f"unless on() {guard}"), rule.name
 
 
 @pytest.mark.parametrize("bad", [["--threshold", "nope=1", "--rules-out", "x.yml"],

@@ -3,10 +3,12 @@ from semconv (or a listed external exporter), and every expression evaluated by 
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shutil
 import time
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,7 @@ from verl_otel import semconv as sc
 from verl_otel.dashboards import all_expressions, alerts, build, concrete, model, panels
 
 ROOT = Path(__file__).resolve().parents[1]
-VARIABLES = {"datasource", "jaeger", "project", "experiment", "instance"}
+VARIABLES = {"datasource", "jaeger", "project", "experiment", "instance", "service"}
 
 
 def _doc(uid: str) -> dict:
@@ -87,7 +89,7 @@ def test_every_verl_query_carries_the_dashboard_filters():
         for p in dash.panels:
             for t in p.targets:
                 metrics, _ = _names_and_labels(t.expr)
-                for name in metrics - set(model.EXTERNAL_METRICS):
+                for name in metrics - set(sc.EXTERNAL_METRICS):
                     for sel in re.finditer(rf"(?<![\w\"]){name}\b(\{{[^}}]*\}})?", t.expr):
                         assert model.FILTERS in (sel[1] or ""), f"{p.title}: {sel[0]} ignores the run filters"
 
@@ -99,7 +101,8 @@ _FUNCTIONS = {
     "avg_over_time", "quantile_over_time", "sum_over_time", "count_over_time", "absent", "label_replace", "e",
 }
 _LABELS = ({lbl for m in sc.METRICS for lbl in m.labels}
-           | {"le", "instance", "job", sc.LABEL_PROJECT, sc.LABEL_EXPERIMENT, sc.LABEL_PROCESS_ROLE, "gpu", "Hostname"})
+           | {"le", "instance", "job", sc.LABEL_PROJECT, sc.LABEL_EXPERIMENT, sc.LABEL_PROCESS_ROLE, "gpu", "Hostname",
+              "exporter", "alertstate"})
 
 
 def _names_and_labels(expr: str) -> tuple[set[str], set[str]]:
@@ -121,18 +124,19 @@ def test_every_metric_and_label_is_semconv_or_a_listed_external():
     names |= {f"{m.name}_{s}" for m in sc.METRICS if m.kind == "histogram" for s in ("bucket", "sum", "count")}
     for where, expr, _ in all_expressions():
         metrics, labels = _names_and_labels(expr)
-        unknown = metrics - names - set(model.EXTERNAL_METRICS)
+        unknown = metrics - names - set(sc.EXTERNAL_METRICS)
         assert not unknown, f"{where}: {unknown} is neither in verl_otel.semconv nor in EXTERNAL_METRICS"
         assert labels <= _LABELS, f"{where}: unknown labels {labels - _LABELS}"
     used = {n for _, e, _ in all_expressions() for n in _names_and_labels(e)[0]}
-    assert used & set(model.EXTERNAL_METRICS) == set(model.EXTERNAL_METRICS), "unused EXTERNAL_METRICS entry"
+    assert used & set(sc.EXTERNAL_METRICS) == set(sc.EXTERNAL_METRICS), "unused EXTERNAL_METRICS entry"
 
 
 def test_all_expressions_lists_every_query_variable_and_rule():
     exprs = all_expressions()
     n_targets = sum(len(p.targets) for d in panels.DASHBOARDS for p in d.panels)
     n_vars = len(panels.DASHBOARDS) * sum(1 for v in model.variables() if v["type"] == "query")
-    assert len(exprs) == n_targets + n_vars + len(alerts.rules())
+    n_annotations = sum(len(d.annotations) for d in panels.DASHBOARDS)
+    assert n_annotations and len(exprs) == n_targets + n_vars + n_annotations + len(alerts.rules())
     assert len({w for w, _, _ in exprs}) == len(exprs), "where-names must be unique"
     for where, expr, reason in exprs:
         assert reason is None or reason.strip(), where
@@ -144,10 +148,16 @@ def test_all_expressions_lists_every_query_variable_and_rule():
 def prom_with_data(tmp_path_factory):
     if not available():
         pytest.skip("prometheus not installed (`make prometheus` or apt-get install prometheus)")
-    with MetricsEndpoint(exposition()) as endpoint:
-        config = {"global": {"scrape_interval": "1s"},
+    scrapes = itertools.count(3)  # counters and gauges move from scrape to scrape: rate() and changes() see it
+    workdir = tmp_path_factory.mktemp("prom-dash")
+    rules = workdir / "firing.yml"  # an alert firing for run e1, for the ALERTS annotation
+    rules.write_text(json.dumps({"groups": [{"name": "check", "rules": [{
+        "alert": "DashboardCheck", "expr": "vector(1)",
+        "labels": {"severity": "warning", sc.LABEL_PROJECT: "p", sc.LABEL_EXPERIMENT: "e1"}}]}]}))
+    with MetricsEndpoint(lambda: exposition(step=next(scrapes))) as endpoint:
+        config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"}, "rule_files": [str(rules)],
                   "scrape_configs": [{"job_name": "verl", "static_configs": [{"targets": [endpoint.address]}]}]}
-        with PromServer(tmp_path_factory.mktemp("prom-dash"), config=config) as prom:
+        with PromServer(workdir, config=config) as prom:
             prom.wait_for('up{job="verl"} == 1')
             time.sleep(3.5)  # a few scrapes, so rate() over the 1m rate interval has two samples
             yield prom
@@ -177,3 +187,69 @@ def test_filters_select_one_run(prom_with_data):
         rows = prom_with_data.query(concrete(expr.replace("$experiment", "e1")))
         assert rows, where
         assert {r["metric"].get(sc.LABEL_EXPERIMENT, "e1") for r in rows} == {"e1"}, where
+
+
+def test_exemplars_are_asked_of_buckets_only():
+    """Prometheus stores exemplars with the histogram's _bucket series only: a query on _sum/_count asking for
+    them shows no dots."""
+    asking = [(p.title, t.expr) for d in panels.DASHBOARDS for p in d.panels for t in p.targets if t.exemplar]
+    assert asking, "the step and phase panels link their dots to traces"
+    for title, expr in asking:
+        metrics, _ = _names_and_labels(expr)
+        assert metrics and all(name.endswith("_bucket") for name in metrics), (title, expr)
+    for name in ("Step duration", "Phase duration"):
+        assert any(title.startswith(name) for title, _ in asking), name
+
+
+def _jaeger_targets(doc: dict) -> list[dict]:
+    return [t for p in doc["panels"] for t in p.get("targets", []) if t["datasource"]["type"] == "jaeger"]
+
+
+def _explore_queries(doc: dict) -> list[dict]:
+    out = []
+    for p in doc["panels"]:
+        for link in p.get("fieldConfig", {}).get("defaults", {}).get("links", []):
+            panes = json.loads(urllib.parse.unquote(link["url"].split("panes=", 1)[1]))
+            out += panes["a"]["queries"]
+    return out
+
+
+def test_jaeger_searches_follow_the_run_and_the_service_variable():
+    doc = _doc(panels.PROGRESS.uid)
+    table = next(p for p in doc["panels"] if p["datasource"]["type"] == "jaeger")
+    assert table["repeat"] == "experiment", "Jaeger's tags take no regex: one table per selected experiment"
+    (target,) = _jaeger_targets(doc)
+    assert target["service"] == "$service" and target["operation"] == sc.SPAN_STEP
+    assert target["tags"] == f'{sc.ATTR_EXPERIMENT}="$experiment"'
+    (query,) = _explore_queries(doc)
+    assert query["service"] == "$service"
+    assert query["tags"] == (f'{sc.ATTR_PROJECT}="${{__field.labels.{sc.LABEL_PROJECT}}}" '
+                             f'{sc.ATTR_EXPERIMENT}="${{__field.labels.{sc.LABEL_EXPERIMENT}}}"')
+    step_panel = next(p for p in panels.PROGRESS.panels if p.links)
+    for t in step_panel.targets:  # the link reads the clicked line's run labels: every line must carry them
+        assert f"by ({sc.LABEL_PROJECT}, {sc.LABEL_EXPERIMENT}" in t.expr, t.expr
+    service = next(v for v in doc["templating"]["list"] if v["name"] == "service")
+    assert service["type"] == "textbox" and service["current"]["value"] == sc.SERVICE_NAME_DEFAULT
+    assert '"service": "verl"' not in json.dumps(doc["panels"]), "no hard-coded service left"
+
+
+def test_both_dashboards_annotate_firing_alerts_and_validation_runs(prom_with_data):
+    for dash in panels.DASHBOARDS:
+        doc = _doc(dash.uid)
+        ann = {a["name"]: a for a in doc["annotations"]["list"]}
+        assert set(ann) == {"Alerts firing", "Validation runs"}
+        assert all(a["datasource"] == model.PROM_DS and a["enable"] for a in ann.values())
+    alerts_expr = next(a.expr for a in panels.ANNOTATIONS if a.name == "Alerts firing")
+    rows = prom_with_data.query(concrete(alerts_expr.replace("$experiment", "e2")))
+    assert rows == [], "an alert of run e1 is not drawn on run e2"
+    rows = prom_with_data.query(concrete(alerts_expr.replace("$experiment", "e1")))
+    assert [r["metric"]["alertname"] for r in rows] == ["DashboardCheck"]
+    validate = next(a.expr for a in panels.ANNOTATIONS if a.name == "Validation runs")
+    assert {r["metric"][sc.LABEL_EXPERIMENT] for r in prom_with_data.query(concrete(validate))} == {"e1", "e2"}
+
+
+def test_validation_panel_shows_both_generations_of_verl_keys(prom_with_data):
+    (target,) = next(p for p in panels.HEALTH.panels if p.title == "Validation score").targets
+    keys = {r["metric"][sc.LABEL_KEY] for r in prom_with_data.query(concrete(target.expr))}
+    assert {"val-core/openai/gsm8k/acc/mean@1", "val/test_score/openai/gsm8k"} <= keys
+    assert not {k for k in keys if not k.startswith(("val-core/", "val/test_score/"))}

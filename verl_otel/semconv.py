@@ -104,15 +104,41 @@ VERL_STOP_EXCEPTIONS: Final = frozenset({"TrainingStopException"})
 #: verl's validation metric keys start with this (``val-core/...``, ``val-aux/...``).
 VERL_VAL_METRIC_PREFIX: Final = "val-"
 
+# verl's own metric keys (the `key` label of verl_training_metric) that alerts, panels and span attributes name.
+# The health signals of the log-reading guides; verl logs no standard deviation of the training reward, only the
+# batch's max and min.
+KEY_SCORE_MEAN: Final = "critic/score/mean"
+KEY_SCORE_MAX: Final = "critic/score/max"
+KEY_SCORE_MIN: Final = "critic/score/min"
+KEY_REWARD_MEAN: Final = "critic/rewards/mean"
+KEY_ENTROPY: Final = "actor/entropy"
+KEY_PPO_KL: Final = "actor/ppo_kl"  # drift of one update (the guides' "KL to the reference" in older verl logs)
+KEY_KL_LOSS: Final = "actor/kl_loss"  # KL to the reference, with actor.use_kl_loss
+KEY_REWARD_KL: Final = "actor/reward_kl_penalty"  # KL to the reference, with the KL in the reward
+KEY_PG_LOSS: Final = "actor/pg_loss"
+KEY_PG_CLIPFRAC: Final = "actor/pg_clipfrac"
+KEY_ACTOR_GRAD_NORM: Final = "actor/grad_norm"
+KEY_CRITIC_GRAD_NORM: Final = "critic/grad_norm"
+KEY_VF_LOSS: Final = "critic/vf_loss"
+KEY_RESPONSE_LENGTH_MEAN: Final = "response_length/mean"
+KEY_THROUGHPUT: Final = "perf/throughput"
+KEY_STEP_TIME: Final = "timing_s/step"
+#: a regex: ``actor/perf/...`` since verl 0.9, ``perf/...`` before; GiB (torch's max_memory_reserved / 2**30)
+KEY_MAX_MEMORY_RESERVED_RE: Final = "(.+/)?perf/max_memory_reserved_gb"
+#: verl's validation keys: ``val-core/<data source>/...`` since 0.4, ``val/test_score/<data source>`` before (the
+#: guides' GSM8K accuracy); regexes
+KEY_VAL_CORE_RE: Final = "val-core/.*"
+KEY_VAL_TEST_SCORE_RE: Final = "val/test_score/.*"
+
 #: verl metric key -> step-span attribute, so Jaeger can search steps by them.
 STEP_METRIC_ATTRS: Final[dict[str, str]] = {
-    "critic/score/mean": "verl.score_mean",
-    "critic/rewards/mean": "verl.reward_mean",
-    "response_length/mean": "verl.response_length_mean",
-    "timing_s/step": "verl.step_time_s",
-    "perf/throughput": "verl.throughput",
-    "actor/entropy": "verl.entropy",
-    "actor/grad_norm": "verl.grad_norm",
+    KEY_SCORE_MEAN: "verl.score_mean",
+    KEY_REWARD_MEAN: "verl.reward_mean",
+    KEY_RESPONSE_LENGTH_MEAN: "verl.response_length_mean",
+    KEY_STEP_TIME: "verl.step_time_s",
+    KEY_THROUGHPUT: "verl.throughput",
+    KEY_ENTROPY: "verl.entropy",
+    KEY_ACTOR_GRAD_NORM: "verl.grad_norm",
 }
 
 # Attributes on rollout spans (issue: slow steps)
@@ -426,6 +452,32 @@ METRICS: Final[tuple[MetricDef, ...]] = (
     ASYNC_STALENESS, ASYNC_STALENESS_MEAN, ASYNC_IDLE_RATIO, ASYNC_ROLLOUTER_PAUSED, ASYNC_ROLLOUTER_INFLIGHT,
 )
 assert len({m.name for m in METRICS}) == len(METRICS), "metric names must be unique"
+
+# Metrics of other exporters that dashboards and alerts read: everything else they name must be a METRICS entry
+# (tests/test_dashboards.py checks every expression).
+DCGM_FB_USED: Final = "DCGM_FI_DEV_FB_USED"
+DCGM_FB_FREE: Final = "DCGM_FI_DEV_FB_FREE"
+#: The Collector's own metrics (its :8888 reader, deploy/otel-collector/config.yaml: no type or unit suffixes)
+OTELCOL_SEND_FAILED_SPANS: Final = "otelcol_exporter_send_failed_spans"
+OTELCOL_SEND_FAILED_POINTS: Final = "otelcol_exporter_send_failed_metric_points"
+OTELCOL_ENQUEUE_FAILED_SPANS: Final = "otelcol_exporter_enqueue_failed_spans"
+OTELCOL_ENQUEUE_FAILED_POINTS: Final = "otelcol_exporter_enqueue_failed_metric_points"
+OTELCOL_REFUSED_SPANS: Final = "otelcol_receiver_refused_spans"
+OTELCOL_REFUSED_POINTS: Final = "otelcol_receiver_refused_metric_points"
+PROM_UP: Final = "up"
+PROM_ALERTS: Final = "ALERTS"
+EXTERNAL_METRICS: Final[dict[str, str]] = {
+    DCGM_FB_USED: "NVIDIA dcgm-exporter (`--profile gpu`): framebuffer memory used, MiB, labels gpu/UUID/Hostname",
+    DCGM_FB_FREE: "NVIDIA dcgm-exporter (`--profile gpu`): framebuffer memory free, MiB",
+    OTELCOL_SEND_FAILED_SPANS: "Collector: spans an exporter failed to send (after its retries), label exporter",
+    OTELCOL_SEND_FAILED_POINTS: "Collector: metric points an exporter failed to send, label exporter",
+    OTELCOL_ENQUEUE_FAILED_SPANS: "Collector: spans dropped because an exporter's sending queue was full",
+    OTELCOL_ENQUEUE_FAILED_POINTS: "Collector: metric points dropped because an exporter's sending queue was full",
+    OTELCOL_REFUSED_SPANS: "Collector: spans a receiver refused (memory_limiter above its limit, or a pipeline error)",
+    OTELCOL_REFUSED_POINTS: "Collector: metric points a receiver refused (memory_limiter, or a pipeline error)",
+    PROM_UP: "Prometheus: 1 if the last scrape of a target succeeded, labels job/instance",
+    PROM_ALERTS: "Prometheus: one series per pending or firing alert, labels alertname/alertstate and the rule's",
+}
 
 #: Reasons for verl_otel_dropped_total
 DROP_NON_SCALAR: Final = "non_scalar"

@@ -26,8 +26,8 @@ def concrete(expr: str) -> str:
 
 
 def all_expressions() -> list[tuple[str, str, str | None]]:
-    """(where, PromQL, reason it may be empty on a CPU run or None) of every dashboard query, every template
-    variable's series selector and every alert rule. Expressions keep Grafana's variables: see concrete()."""
+    """(where, PromQL, reason it may be empty on a CPU run or None) of every dashboard query and annotation, every
+    template variable's series selector and every alert rule. Expressions keep Grafana's variables: see concrete()."""
     from verl_otel.dashboards import alerts, model, panels
 
     out: list[tuple[str, str, str | None]] = []
@@ -40,6 +40,8 @@ def all_expressions() -> list[tuple[str, str, str | None]]:
             for target in panel.targets:
                 out.append((f"{dash.uid}/{panel.title}/{target.legend}", target.expr,
                             target.cpu_empty or panel.cpu_empty))
+        for ann in dash.annotations:
+            out.append((f"{dash.uid}/annotation/{ann.name}", ann.expr, ann.cpu_empty))
     for rule in alerts.rules():
         out.append((f"alert/{rule.name}", rule.expr, rule.cpu_empty))
     return out

@@ -11,21 +11,14 @@ from verl_otel import semconv as sc
 
 PROM_UID = "verl-prometheus"  # provisioned datasource uids (deploy/grafana/provisioning/datasources)
 JAEGER_UID = "verl-jaeger"
+#: how many recent step traces the "slowest steps" table asks Jaeger for (it sorts them by duration)
+SLOW_STEPS_SEARCHED = 100
 #: Datasource template variables: the provisioned uids are their defaults, so the stack works as is and
 #: the JSON imports into any other Grafana (pick its Prometheus/Jaeger in the drop-downs).
 PROM_DS = {"type": "prometheus", "uid": "${datasource}"}
 JAEGER_DS = {"type": "jaeger", "uid": "${jaeger}"}
 #: Grafana built-ins a dashboard may reference besides its own variables.
-GRAFANA_BUILTINS = frozenset({"__rate_interval", "__interval", "__from", "__to", "__all"})
-
-#: Metrics from other exporters that dashboards and alerts use (name -> where it comes from); everything else
-#: must be a verl_otel.semconv metric (tests/test_dashboards.py checks every expression).
-DCGM_FB_USED = "DCGM_FI_DEV_FB_USED"
-DCGM_FB_FREE = "DCGM_FI_DEV_FB_FREE"
-EXTERNAL_METRICS: dict[str, str] = {
-    DCGM_FB_USED: "NVIDIA dcgm-exporter (`--profile gpu`): framebuffer memory used, MiB, labels gpu/UUID/Hostname",
-    DCGM_FB_FREE: "NVIDIA dcgm-exporter (`--profile gpu`): framebuffer memory free, MiB",
-}
+GRAFANA_BUILTINS = frozenset({"__rate_interval", "__interval", "__from", "__to", "__all", "__field"})
 
 #: label matchers every verl query gets; the variables are defined per dashboard
 FILTERS = (f'{sc.LABEL_PROJECT}=~"$project", {sc.LABEL_EXPERIMENT}=~"$experiment", instance=~"$instance"')
@@ -67,6 +60,20 @@ class Panel:
     max: float | None = None
     cpu_empty: str | None = None  # why this may show nothing in the CPU demo
     links: tuple[dict[str, Any], ...] = ()
+    repeat: str | None = None  # a variable: one copy of the panel per selected value (vertically)
+
+
+@dataclass(frozen=True)
+class Annotation:
+    """A Prometheus annotation: every step at which ``expr`` returns a series marks the time (regions when
+    consecutive)."""
+
+    name: str
+    expr: str
+    title: str  # Grafana legend format ({{label}})
+    text: str
+    color: str
+    cpu_empty: str | None = None  # why it may mark nothing in the CPU demo
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,7 @@ class Dashboard:
     tags: tuple[str, ...] = ("verl", "verl-otel")
     refresh: str = "10s"
     extra_vars: tuple[dict[str, Any], ...] = field(default=())
+    annotations: tuple[Annotation, ...] = ()
 
     def __post_init__(self) -> None:
         ids = [p.id for p in self.panels]
@@ -110,7 +118,21 @@ def variables() -> list[dict[str, Any]]:
                                               f"{sc.LABEL_EXPERIMENT})"),
         # every verl process of the selected runs (trainer, agent-loop workers, ...), not one kind only
         _variable("instance", "instance", f'label_values({{__name__=~"verl_.+", {run}}}, instance)'),
+        # the run's OTEL_SERVICE_NAME, for the Jaeger searches: no metric label carries it on the pull path
+        {"name": "service", "label": "Jaeger service", "type": "textbox", "query": sc.SERVICE_NAME_DEFAULT,
+         "hide": 0, "current": {"text": sc.SERVICE_NAME_DEFAULT, "value": sc.SERVICE_NAME_DEFAULT},
+         "description": "OTEL_SERVICE_NAME of the runs (verl-otel's default: verl)"},
     ]
+
+
+def jaeger_step_search(experiment: str, project: str | None = None) -> dict[str, Any]:
+    """A Jaeger search (tags in logfmt) for one run's step spans under ``$service``; ``experiment`` and ``project``
+    are single values: a repeated variable or a field-label reference."""
+    tags = f'{sc.ATTR_EXPERIMENT}="{experiment}"'
+    if project is not None:
+        tags = f'{sc.ATTR_PROJECT}="{project}" {tags}'
+    return {"refId": "A", "datasource": JAEGER_DS, "queryType": "search", "service": "$service",
+            "operation": sc.SPAN_STEP, "tags": tags, "limit": SLOW_STEPS_SEARCHED}
 
 
 def explore_link(title: str, queries: list[dict[str, Any]], datasource: str) -> dict[str, Any]:
@@ -155,21 +177,19 @@ def _options(p: Panel) -> dict[str, Any]:
     return {"showHeader": True}
 
 
-#: how many recent step traces the "slowest steps" table asks Jaeger for (it sorts them by duration)
-SLOW_STEPS_SEARCHED = 100
-
-
 def render_panel(p: Panel) -> dict[str, Any]:
     x, y, w, h = p.grid
+    repeat = {"repeat": p.repeat, "repeatDirection": "v"} if p.repeat else {}
     if p.kind == "traces-table":  # a Jaeger search: the slowest recent step traces, each a link
+        # Jaeger's tag search takes no regex: with a repeat on $experiment each copy has one concrete value
+        assert p.repeat == "experiment", "a Jaeger search needs one experiment per panel"
         return {
             "id": p.id, "type": "table", "title": p.title, "description": p.description,
             "gridPos": {"x": x, "y": y, "w": w, "h": h},
             "datasource": JAEGER_DS,
-            "targets": [{"refId": "A", "datasource": JAEGER_DS, "queryType": "search",
-                         "service": sc.SERVICE_NAME_DEFAULT, "operation": sc.SPAN_STEP, "limit": SLOW_STEPS_SEARCHED}],
+            "targets": [jaeger_step_search("$experiment")],
             "options": {"showHeader": True, "sortBy": [{"displayName": "Duration", "desc": True}]},
-            "fieldConfig": {"defaults": {}, "overrides": []},
+            "fieldConfig": {"defaults": {}, "overrides": []}, **repeat,
         }
     targets = []
     for i, t in enumerate(p.targets):
@@ -180,8 +200,13 @@ def render_panel(p: Panel) -> dict[str, Any]:
     return {
         "id": p.id, "type": "table" if p.kind == "table" else p.kind, "title": p.title, "description": p.description,
         "gridPos": {"x": x, "y": y, "w": w, "h": h}, "datasource": PROM_DS,
-        "targets": targets, "fieldConfig": _field_config(p), "options": _options(p),
+        "targets": targets, "fieldConfig": _field_config(p), "options": _options(p), **repeat,
     }
+
+
+def render_annotation(a: Annotation) -> dict[str, Any]:
+    return {"name": a.name, "datasource": PROM_DS, "enable": True, "iconColor": a.color, "expr": a.expr,
+            "step": "30s", "titleFormat": a.title, "textFormat": a.text, "useValueForTime": False}
 
 
 def render(d: Dashboard) -> dict[str, Any]:
@@ -190,7 +215,7 @@ def render(d: Dashboard) -> dict[str, Any]:
         "schemaVersion": 39, "version": 1, "editable": True, "graphTooltip": 1, "refresh": d.refresh,
         "time": {"from": "now-3h", "to": "now"}, "timezone": "browser",
         "templating": {"list": variables() + list(d.extra_vars)},
-        "annotations": {"list": []},
+        "annotations": {"list": [render_annotation(a) for a in d.annotations]},
         "links": [{"title": "verl-otel dashboards", "type": "dashboards", "tags": ["verl-otel"], "asDropdown": True}],
         "panels": [render_panel(p) for p in d.panels],
     }

@@ -4,24 +4,16 @@ from __future__ import annotations
 
 from verl_otel import semconv as sc
 from verl_otel.dashboards.model import (
-    DCGM_FB_FREE,
-    DCGM_FB_USED,
-    JAEGER_DS,
-    SLOW_STEPS_SEARCHED,
-    Dashboard,
-    Panel,
-    Target,
-    explore_link,
-    key,
-    m,
+    JAEGER_DS, SLOW_STEPS_SEARCHED, Annotation, Dashboard, Panel, Target, explore_link, jaeger_step_search, key, m,
 )
+from verl_otel.semconv import DCGM_FB_FREE, DCGM_FB_USED
 
 _R = "$__rate_interval"
 _RUN = f"{sc.LABEL_PROJECT}, {sc.LABEL_EXPERIMENT}"  # one row per run when several are selected
-#: the exemplar dots link to one step's trace (datasource provisioning); this link searches all steps shown
-_TRACE_LINK = explore_link("search these steps' traces in Jaeger", [{
-    "refId": "A", "datasource": JAEGER_DS, "queryType": "search", "service": sc.SERVICE_NAME_DEFAULT,
-    "operation": sc.SPAN_STEP, "limit": SLOW_STEPS_SEARCHED}], JAEGER_DS["uid"])
+#: the exemplar dots link to one step's trace (datasource provisioning); this link searches the steps of the run
+#: whose line was clicked (its labels), under the dashboard's $service
+_TRACE_LINK = explore_link("search this run's step traces in Jaeger", [jaeger_step_search(
+    f"${{__field.labels.{sc.LABEL_EXPERIMENT}}}", f"${{__field.labels.{sc.LABEL_PROJECT}}}")], JAEGER_DS["uid"])
 
 # -- verl training progress --------------------------------------------------------------------------
 RUN_PROGRESS = Panel(
@@ -86,26 +78,30 @@ STEP_STACK = Panel(
     unit="s", stacked=True, grid=(0, 18, 12, 8))
 STEP_DURATION = Panel(
     9, "Step duration (exemplars link to the step's trace)",
-    "Median (p50, from the buckets) and mean step duration from the step histogram; each exemplar dot is one "
-    "step, linked to its trace in Jaeger. Healthy: flat.",
+    "Median (p50, from the buckets) and mean step duration of each run from the step histogram; each exemplar "
+    "dot is one step, linked to its trace in Jaeger (Prometheus keeps exemplars on the buckets, so the p50 query "
+    "carries them). Healthy: flat.",
     "timeseries", (
-        Target(f"histogram_quantile(0.5, sum by (le) (rate({m(sc.STEP_DURATION.name + '_bucket')}[{_R}])))",
-               "p50", exemplar=True),
-        Target(f"sum(rate({m(sc.STEP_DURATION.name + '_sum')}[{_R}])) / "
-               f"sum(rate({m(sc.STEP_DURATION.name + '_count')}[{_R}]))", "mean", exemplar=True),
+        Target(f"histogram_quantile(0.5, sum by ({_RUN}, le) (rate({m(sc.STEP_DURATION.name + '_bucket')}[{_R}])))",
+               "p50 {{verl_experiment}}", exemplar=True),
+        Target(f"sum by ({_RUN}) (rate({m(sc.STEP_DURATION.name + '_sum')}[{_R}])) / "
+               f"sum by ({_RUN}) (rate({m(sc.STEP_DURATION.name + '_count')}[{_R}]))", "mean {{verl_experiment}}"),
     ), unit="s", grid=(12, 18, 12, 8), links=(_TRACE_LINK,),
     cpu_empty="rate() needs two steps inside the rate window")
 SLOW_STEPS = Panel(
-    10, "Slowest recent steps (Jaeger)",
-    f"The last {SLOW_STEPS_SEARCHED} step traces from Jaeger, slowest first; click a trace ID to open the step and "
-    "see which phase made it slow (or run `verl-otel slow-steps`). Healthy: durations close to each other.",
-    "traces-table", (), grid=(0, 26, 12, 8))
+    10, "Slowest recent steps of $experiment (Jaeger)",
+    f"The last {SLOW_STEPS_SEARCHED} step traces of the experiment from Jaeger (service $service, one table per "
+    "selected experiment), slowest first; click a trace ID to open the step and see which phase made it slow (or "
+    "run `verl-otel slow-steps`). Healthy: durations close to each other.",
+    "traces-table", (), grid=(0, 26, 12, 8), repeat="experiment")
 PHASE_DURATION = Panel(
     11, "Phase duration (mean over the window)",
-    "Mean duration of each phase from the phase histogram. Healthy: each line flat.",
+    "Mean duration of each phase from the phase histogram, and its median from the buckets, whose exemplar dots "
+    "link to the step's trace. Healthy: each line flat.",
     "timeseries", (Target(f"sum by (phase) (rate({m(sc.PHASE_DURATION.name + '_sum')}[{_R}])) / "
-                          f"sum by (phase) (rate({m(sc.PHASE_DURATION.name + '_count')}[{_R}]))", "{{phase}}",
-                          exemplar=True),),
+                          f"sum by (phase) (rate({m(sc.PHASE_DURATION.name + '_count')}[{_R}]))", "{{phase}}"),
+                   Target(f"histogram_quantile(0.5, sum by (phase, le) "
+                          f"(rate({m(sc.PHASE_DURATION.name + '_bucket')}[{_R}])))", "p50 {{phase}}", exemplar=True)),
     unit="s", grid=(12, 26, 12, 8), cpu_empty="rate() needs two phase runs inside the rate window")
 DROPPED = Panel(
     12, "Telemetry dropped",
@@ -154,11 +150,28 @@ ASYNC_PRODUCED = Panel(
         Target(f"sum({m(sc.ASYNC_ROLLOUTER_INFLIGHT.name)})", "in flight", unit="none"),
     ), grid=(12, 48, 12, 8), cpu_empty=_ASYNC_ONLY)
 
+# -- annotations (both dashboards) ---------------------------------------------------------------------
+_VALIDATE_COUNT = m(sc.PHASE_DURATION.name + "_count", f'{sc.LABEL_PHASE}="{sc.PHASE_VALIDATE}"')
+ANNOTATIONS = (
+    Annotation(
+        "Alerts firing",
+        # alerts without run labels (the pipeline's, DCGM's memory) show under every selection: "|" admits the
+        # label's absence
+        f'{sc.PROM_ALERTS}{{alertstate="firing", {sc.LABEL_PROJECT}=~"$project|", '
+        f'{sc.LABEL_EXPERIMENT}=~"$experiment|"}}',
+        "{{alertname}}", "{{severity}} {{verl_experiment}} {{instance}}", "red",
+        cpu_empty="no rule fires on the healthy CPU demo (and its Prometheus loads none)"),
+    # each validation run adds one to the validate phase's histogram count (push and pull path alike)
+    Annotation("Validation runs", f"max by ({_RUN}) (changes({_VALIDATE_COUNT}[1m])) > 0",
+               "validation", "{{verl_experiment}}", "blue"),
+)
+
 PROGRESS = Dashboard(
     "verl-training-progress", "verl training progress",
     "Where a verl run is now: run, rollout and update progress with ETAs, the phase running now, step times.",
     (RUN_PROGRESS, RUN_ETA, PHASE_NOW, ROLLOUT_BARS, ROLLOUT_ETA, UPDATE_BARS, UPDATE_ETA, STEP_STACK,
-     STEP_DURATION, SLOW_STEPS, PHASE_DURATION, DROPPED, ASYNC_VERSIONS, ASYNC_QUEUE, ASYNC_IDLE, ASYNC_PRODUCED))
+     STEP_DURATION, SLOW_STEPS, PHASE_DURATION, DROPPED, ASYNC_VERSIONS, ASYNC_QUEUE, ASYNC_IDLE, ASYNC_PRODUCED),
+    annotations=ANNOTATIONS)
 
 
 # -- verl training health (the signals of the log-reading guides) -------------------------------------
@@ -181,29 +194,32 @@ HEALTH = Dashboard(
     (
         _curve(1, "Score / reward", "critic/score/mean and critic/rewards/mean: the core signal. Healthy: rises "
                "over steps; stuck at 0 means nothing is learned (reward too strict, wrong answer format).",
-               [("critic/score/mean", "score"), ("critic/rewards/mean", "reward")], (0, 0, 12, 8)),
-        _curve(2, "Validation score", "val-core/* accuracy on the test set. Healthy: rises with the train score; "
-               "train up but val flat = overfitting or reward hacking.", [("val-core/.*", "{{key}}")], (12, 0, 12, 8)),
+               [(sc.KEY_SCORE_MEAN, "score"), (sc.KEY_REWARD_MEAN, "reward")], (0, 0, 12, 8)),
+        _curve(2, "Validation score", "val-core/* (verl >= 0.4) or val/test_score/* (older verl, the guides' GSM8K "
+               "accuracy) on the test set. Healthy: rises with the train score; train up but val flat = overfitting "
+               "or reward hacking.", [(f"{sc.KEY_VAL_CORE_RE}|{sc.KEY_VAL_TEST_SCORE_RE}", "{{key}}")],
+               (12, 0, 12, 8)),
         _curve(3, "KL", "actor/kl_loss (KL to the reference policy, with use_kl_loss) and actor/ppo_kl (drift of one "
                "update). Healthy: small (1e-3..1e-2); a blow-up (>0.05) means the policy drifts off: lower the "
                "temperature or raise the KL coefficient; never count KL twice (in the loss and in the reward).",
-               [("actor/ppo_kl", "ppo_kl"), ("actor/kl_loss", "kl_loss")], (0, 8, 12, 8)),
+               [(sc.KEY_PPO_KL, "ppo_kl"), (sc.KEY_KL_LOSS, "kl_loss"), (sc.KEY_REWARD_KL, "reward_kl_penalty",
+                                                              "with the KL in the reward only (the demo uses the loss)")], (0, 8, 12, 8)),
         _curve(4, "Entropy", "actor/entropy. Healthy: roughly 0.4-0.6 and slowly falling; a collapse towards 0 "
-               "means no exploration left.", [("actor/entropy", "entropy")], (12, 8, 12, 8)),
+               "means no exploration left.", [(sc.KEY_ENTROPY, "entropy")], (12, 8, 12, 8)),
         _curve(5, "Gradient norm", "actor/grad_norm and critic/grad_norm. Healthy: stable; a sudden spike is a "
-               "gradient explosion.", [("actor/grad_norm", "actor"), ("critic/grad_norm", "critic", _NO_CRITIC)], (0, 16, 12, 8)),
+               "gradient explosion.", [(sc.KEY_ACTOR_GRAD_NORM, "actor"), (sc.KEY_CRITIC_GRAD_NORM, "critic", _NO_CRITIC)], (0, 16, 12, 8)),
         _curve(6, "Policy and value loss", "actor/pg_loss and critic/vf_loss. Healthy: bounded and noisy around a "
                "slowly moving level; an exploding vf_loss points at an unstable return scale.",
-               [("actor/pg_loss", "pg_loss"), ("critic/vf_loss", "vf_loss", _NO_CRITIC)], (12, 16, 12, 8)),
+               [(sc.KEY_PG_LOSS, "pg_loss"), (sc.KEY_VF_LOSS, "vf_loss", _NO_CRITIC)], (12, 16, 12, 8)),
         _curve(7, "Clip fraction", "actor/pg_clipfrac: share of tokens the PPO ratio clipped. Healthy: small "
-               "(<0.2); near 1 means a too large learning rate or advantages.", [("actor/pg_clipfrac", "clipfrac")],
+               "(<0.2); near 1 means a too large learning rate or advantages.", [(sc.KEY_PG_CLIPFRAC, "clipfrac")],
                (0, 24, 12, 8), unit="percentunit"),
         _curve(8, "Response length", "response_length/mean and /max, and the share clipped at the maximum. "
                "Healthy: stable or slowly changing; a rising clip ratio means responses hit max_response_length.",
-               [("response_length/mean", "mean"), ("response_length/max", "max"),
+               [(sc.KEY_RESPONSE_LENGTH_MEAN, "mean"), ("response_length/max", "max"),
                 ("response_length/clip_ratio", "clip ratio")], (12, 24, 12, 8)),
         _curve(9, "Throughput", "perf/throughput, tokens per second per GPU. Healthy: flat; a drop with a "
-               "longer step time is a slow phase.", [("perf/throughput", "tokens/s")], (0, 32, 12, 8)),
+               "longer step time is a slow phase.", [(sc.KEY_THROUGHPUT, "tokens/s")], (0, 32, 12, 8)),
         Panel(10, "Memory", "verl's [actor/]perf/max_memory_allocated_gb / reserved, each phase's peak GPU memory and, with "
               "the gpu profile, DCGM's used and total framebuffer per GPU. Healthy: well below the GPU's memory; "
               "reserved close to the total risks OOM.", "timeseries",
@@ -220,6 +236,6 @@ HEALTH = Dashboard(
               unit="bytes", grid=(12, 32, 12, 8)),
         _curve(11, "Timing per phase", "timing_s/* per step. Healthy: stable; a growing phase is the bottleneck "
                "(gen slower than update = rollout-bound).", [("timing_s/.*", "{{key}}")], (0, 40, 24, 8), unit="s"),
-    ))
+    ), annotations=ANNOTATIONS)
 
 DASHBOARDS: tuple[Dashboard, ...] = (PROGRESS, HEALTH)
