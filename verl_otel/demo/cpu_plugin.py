@@ -29,7 +29,7 @@ import torch
 import wrapt
 from verl.plugin.platform import PlatformBase, PlatformRegistry
 
-from verl_otel.demo.slow import SlowSpec
+from verl_otel.demo.slow import ENV_FIT_TIMES, SlowSpec
 
 ENV_LINGER = "VERL_OTEL_DEMO_LINGER"
 
@@ -144,12 +144,23 @@ def _linger_seconds() -> float:
     return float(os.environ.get(ENV_LINGER, "0") or 0)
 
 
+def _record_fit_seconds(start: float) -> None:
+    """How long fit() ran (verl-otel's fit-end wait included, Ray's start-up not): the chaos tests compare
+    it with a run without telemetry. The demo's own record, written whether telemetry is on or off."""
+    path = os.environ.get(ENV_FIT_TIMES)
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{time.monotonic() - start:.3f}\n")
+
+
 def _lingering(fit: Any) -> Any:
     @functools.wraps(fit)
     def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        start = time.monotonic()
         try:
             return fit(self, *args, **kwargs)
         finally:
+            _record_fit_seconds(start)
             seconds = _linger_seconds()
             if seconds > 0:
                 print(f"[verl-otel demo] fit() done; keeping the run's processes up for {seconds:g}s (--linger)",
@@ -170,9 +181,11 @@ def _cpu_pools(module: Any, trainer_cls: str) -> None:
 def _lingering_async(fit: Any) -> Any:
     @functools.wraps(fit)
     async def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        start = time.monotonic()
         try:
             return await fit(self, *args, **kwargs)
         finally:
+            _record_fit_seconds(start)
             if _linger_seconds() > 0:
                 print(f"[verl-otel demo] fit() done; keeping the run's processes up for {_linger_seconds():g}s "
                       "(--linger)", flush=True)

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, field
 
 ENV = "VERL_OTEL_DEMO_SLOW"
+ENV_FIT_TIMES = "VERL_OTEL_DEMO_FIT_TIMES"  # a file each fit() of the demo appends its seconds to
 #: where each slowable phase sleeps
 PHASES = {
     "rollout": "the stub LLM server, every training request of that step",
