@@ -31,7 +31,7 @@ def _assert_quiet(log: str) -> None:
     assert "Traceback" not in log, log[log.index("Traceback") - 500: log.index("Traceback") + 2000]
     per_pid = Counter(m.group(1) for m in re.finditer(r"pid=(\d+)\)\S* .*(?:\[verl-otel\] WARNING|Transient error|"
                                                       r"Failed to export)", log))
-    assert all(n <= 4 for n in per_pid.values()), per_pid  # once per kind of failure, not per item
+    assert all(n <= 6 for n in per_pid.values()), per_pid  # once per kind of failure, not per item
 
 
 def test_collector_unreachable_from_the_start(tmp_path):

@@ -79,6 +79,8 @@ class _CountingExporter(SpanExporter):
             result = SpanExportResult.FAILURE
         if result is not SpanExportResult.SUCCESS:
             self._drop(sc.DROP_EXPORT, len(spans))
+            warn_once("export-failed", "the collector did not take a batch of spans; spans are dropped and counted "
+                      "in verl_otel_dropped_total{reason=\"export_failed\"} (training is not affected)")
         return result
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
