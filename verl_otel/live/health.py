@@ -10,19 +10,17 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from verl_otel.dashboards.alerts import MEMORY_KEY_RE, Thresholds, duration_seconds
+from verl_otel import semconv as sc
+from verl_otel.dashboards.alerts import Thresholds, duration_seconds
 from verl_otel.live.model import TIMING_PREFIX, History, RunView
 
 State = Literal["ok", "tripped", "no data"]
 
-#: seed 003: a clip fraction near 1 means the learning rate or the advantages are too large; the alert
-#: rules have no such rule, so its bar lives here
-CLIPFRAC_MAX = 0.8
-CLIPFRAC_KEY = "actor/pg_clipfrac"
-KL_KEYS = ("actor/ppo_kl", "actor/kl_loss")
-GRAD_KEY, SCORE_KEY, ENTROPY_KEY = "actor/grad_norm", "critic/score/mean", "actor/entropy"
+CLIPFRAC_KEY = sc.KEY_PG_CLIPFRAC
+KL_KEYS = (sc.KEY_PPO_KL, sc.KEY_KL_LOSS)
+GRAD_KEY, SCORE_KEY, ENTROPY_KEY = sc.KEY_ACTOR_GRAD_NORM, sc.KEY_SCORE_MEAN, sc.KEY_ENTROPY
 #: the guide's perf/max_memory_allocated_gb as well as the alert rule's reserved memory
-MEMORY_KEY = re.compile(MEMORY_KEY_RE.replace("reserved", "(reserved|allocated)"))
+MEMORY_KEY = re.compile(sc.KEY_MAX_MEMORY_RESERVED_RE.replace("reserved", "(reserved|allocated)"))
 MIN_HISTORY = 3  # steps before a "times its median" comparison means anything
 
 
@@ -95,8 +93,8 @@ def signals(view: RunView, history: History, t: Thresholds = Thresholds(),
                         if flying else "no sample in flight")))
 
     clip = m.get(CLIPFRAC_KEY)
-    out.append(_sig("PPO clipping most samples", None if clip is None else clip > CLIPFRAC_MAX,
-                    f"{CLIPFRAC_KEY} {_f(clip)} (max {CLIPFRAC_MAX:g})"))
+    out.append(_sig("PPO clipping most samples", None if clip is None else clip > t.clipfrac_max,
+                    f"{CLIPFRAC_KEY} {_f(clip)} (max {t.clipfrac_max:g})"))
     return out
 
 
