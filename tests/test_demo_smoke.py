@@ -55,6 +55,8 @@ def test_demo_runs_verl_to_completion(request, run_name):
 def test_cli_rejects_a_bad_slow_spec(tmp_path, capsys):
     from verl_otel.demo.__main__ import main
 
-    assert main(["--out", str(tmp_path), "--slow", "nope@1=2"]) == 2
-    assert "bad --slow" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:
+        main(["--out", str(tmp_path), "--slow", "nope@1=2"])
+    assert exit_.value.code == 2  # an argparse error, before anything is imported or built
+    assert "bad --slow" in capsys.readouterr().err
     assert not any(Path(tmp_path).iterdir()), "nothing is built or run for a bad spec"
