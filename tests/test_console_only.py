@@ -1,0 +1,61 @@
+"""Console-only mode: ``VERL_PROGRESS_LOG=1`` with nothing else prints the seed's lines from a fresh process
+(the .pth start-up line reacts to it) and exports nothing: no trace file, no file_sd list, no listening port."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from verl_otel import _env, config
+
+
+@pytest.mark.parametrize("env, mode", [
+    ({}, _env.MODE_OFF),
+    ({"VERL_PROGRESS_LOG": "1"}, _env.MODE_CONSOLE),
+    ({"VERL_PROGRESS_LOG": "0"}, _env.MODE_OFF),
+    ({"VERL_PROGRESS_LOG": "maybe"}, _env.MODE_OFF),
+    ({"VERL_PROGRESS_LOG": "1", "VERL_OTEL_ENABLED": "1"}, _env.MODE_TELEMETRY),
+    ({"VERL_PROGRESS_LOG": "1", "VERL_OTEL_ENABLED": "0"}, _env.MODE_CONSOLE),
+    ({"VERL_PROGRESS_LOG": "1", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://h:4317"}, _env.MODE_TELEMETRY),
+    ({"VERL_PROGRESS_LOG": "1", "OTEL_SDK_DISABLED": "true", "VERL_OTEL_ENABLED": "1"}, _env.MODE_CONSOLE),
+    ({"VERL_OTEL_ENABLED": "1"}, _env.MODE_TELEMETRY),
+])
+def test_mode(env, mode):
+    assert _env.mode(env) == mode
+
+
+def test_console_only_settings_have_no_port_and_no_step_line():
+    s = config.load({"VERL_PROGRESS_LOG": "1", "VERL_OTEL_PROMETHEUS_PORT": "9100"}, report=False)
+    assert s.console_only and s.prometheus_port is None and not s.console
+    t = config.load({"VERL_PROGRESS_LOG": "1", "VERL_OTEL_ENABLED": "1"}, report=False)
+    assert not t.console_only and t.prometheus_port == 0 and t.console
+
+
+def _stats(proc):
+    return json.loads([x for x in proc.stdout.splitlines() if x.startswith("DRIVE_STATS ")][0].split(" ", 1)[1])
+
+
+def test_progress_log_alone_prints_the_seed_lines_and_exports_nothing(drive, tmp_path):
+    proc = drive(steps=2, VERL_PROGRESS_LOG="1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    for step in (1, 2):
+        assert f"[VERL_PROGRESS][step={step}] update_actor start" in lines, proc.stdout[-2000:]
+        assert any(re.fullmatch(rf"\[VERL_PROGRESS\]\[step={step}\] update_actor done: \d+\.\d\ds", x) for x in lines)
+    assert not any(x.startswith("[verl-otel] step") for x in lines), "our step line is not one of the seed's"
+    data = tmp_path / "verl-otel-data"
+    assert not (data / "traces.jsonl").exists() and not (data / "prometheus_targets.json").exists()
+    assert _stats(proc)["listening"] == 0
+
+
+def test_with_telemetry_the_same_lines_and_the_exports(drive, tmp_path):
+    """The same model prints the same lines when telemetry is on (and the check above can see a port)."""
+    proc = drive(steps=2, VERL_PROGRESS_LOG="1", VERL_OTEL_ENABLED="1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert "[VERL_PROGRESS][step=2] update_actor start" in lines
+    assert any(x.startswith("[verl-otel] step 2") for x in lines)
+    assert (tmp_path / "verl-otel-data" / "traces.jsonl").exists()
+    assert _stats(proc)["listening"] >= 1
