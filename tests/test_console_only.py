@@ -59,3 +59,19 @@ def test_with_telemetry_the_same_lines_and_the_exports(drive, tmp_path):
     assert any(x.startswith("[verl-otel] step 2") for x in lines)
     assert (tmp_path / "verl-otel-data" / "traces.jsonl").exists()
     assert _stats(proc)["listening"] >= 1
+
+
+def test_real_console_only_output_is_in_the_seeds_formats():
+    """A real `verl-otel demo --telemetry console --trainer v1 --steps 3` (tests/fixtures): every line in one of
+    the seed's formats, each step's rollout start with its details and the manager's total bar at 8/8."""
+    from console_lines import PATTERNS, kind, progress_lines
+    from conftest import ROOT
+
+    lines = progress_lines(ROOT / "tests" / "fixtures" / "console_v1_console_only.log")
+    assert [x for x in lines if kind(x) is None] == []
+    for step in (1, 2, 3):
+        start = [m for m in map(PATTERNS["start"].fullmatch, lines) if m and m["step"] == str(step) and m["n"]]
+        assert len(start) == 1 and start[0]["phase"] == "rollout"
+        total = [m for m in map(PATTERNS["rollout_bar"].fullmatch, lines)
+                 if m and m["step"] == str(step) and m["who"] == "rollout_manager" and m["mode"] == "train"]
+        assert total and (total[-1]["done"], total[-1]["total"]) == ("8", "8")
