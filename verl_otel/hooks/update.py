@@ -39,7 +39,7 @@ def _wire_worker(rt: runtime.Runtime) -> None:
 
 
 _PROGRESS: list[Any] = []  # the seed's settings, in a worker where VERL_PROGRESS_LOG is on
-_CALLS: dict[str, int] = {}  # updates per role in this worker: the step when the batch does not say it
+_CALLS: dict[str, int] = {}  # calls per role/method in this worker: the step when the batch does not say it
 
 
 def _step(data: Any, role: str) -> tuple[int, bool]:
@@ -168,7 +168,8 @@ class _rank0_lines:  # noqa: N801 - used as a context manager
         from verl_otel.telemetry.progress_console import worker_line
 
         step, known = _step(data, role)
-        if not _PROGRESS[0].step_selected(step if known else _CALLS.get(role, 0) + 1):
+        _CALLS[method] = calls = _CALLS.get(method, 0) + 1  # this method's calls: the step when the batch lacks it
+        if not _PROGRESS[0].step_selected(step if known else calls):
             return
         strategy = _strategy(worker, role)
         self.line = lambda seconds: worker_line(step if known else None, role, strategy, 0, method, seconds)
