@@ -58,7 +58,7 @@ def _trainer_checks(lines: list[str], steps: int, reward: bool) -> None:
 def test_v1_console(v1_run):
     lines = _lines(v1_run)
     _trainer_checks(lines, v1_run.steps, reward=False)  # v1 scores inside the agent loop: no reward phase
-    # the planted slow update (3 s) outlives the 2 s heartbeat... of the seed's default 5 s: only when asked
+    # one timer per phase: a beat says a multiple of the period (5 s by default), never a shared clock
     assert not [m for m in _of(lines, "heartbeat") if float(m["elapsed"][:-1]) < 5.0]
 
 

@@ -345,11 +345,18 @@ def sanitize_otel_env(env: MutableMapping[str, str] | None = None) -> list[str]:
         if not ok:
             problems.append(f"{name}={_show(raw)} is not valid for the OpenTelemetry SDK; using its default")
             env.pop(name, None)
-    queue, batch = env.get("OTEL_BSP_MAX_QUEUE_SIZE"), env.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE")
-    if int(queue or 2048) < int(batch or 512):  # the SDK raises on batch > queue
-        problems.append(f"OTEL_BSP_MAX_EXPORT_BATCH_SIZE={batch or 512} is larger than OTEL_BSP_MAX_QUEUE_SIZE="
-                        f"{queue or 2048}; using {queue or 2048}")
-        env["OTEL_BSP_MAX_EXPORT_BATCH_SIZE"] = str(int(queue or 2048))
+    # blank values passed the checks above untouched: they mean the SDK's defaults
+    queue = int((env.get("OTEL_BSP_MAX_QUEUE_SIZE") or "").strip() or 2048)
+    batch_raw = (env.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") or "").strip()
+    batch = int(batch_raw or 512)
+    if queue < batch:  # the SDK raises on batch > queue; the line names the variable that was set
+        if batch_raw:
+            problems.append(f"OTEL_BSP_MAX_EXPORT_BATCH_SIZE={batch} is larger than OTEL_BSP_MAX_QUEUE_SIZE="
+                            f"{queue}; using {queue}")
+        else:
+            problems.append(f"OTEL_BSP_MAX_QUEUE_SIZE={queue} is smaller than the default export batch size "
+                            f"{batch}; using a batch size of {queue}")
+        env["OTEL_BSP_MAX_EXPORT_BATCH_SIZE"] = str(queue)
     return problems
 
 
