@@ -56,6 +56,10 @@ class TotalBar:
             if cur is not None:  # more prompts for the same step (a refill)
                 cur.total += samples
             else:
+                # a dispatch the workers' counts never completed (async trainers move a worker's rollout on to
+                # the next step) stops being polled two steps later
+                for key in [k for k in self._active if k[0] == mode and k[1] < step - 1]:
+                    self._active.pop(key)
                 self._active[(mode, step)] = _Dispatch(list(workers), mode, step, samples, time.monotonic())
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="verl-otel-rollout-total", daemon=True)
