@@ -75,3 +75,14 @@ def test_real_console_only_output_is_in_the_seeds_formats():
         total = [m for m in map(PATTERNS["rollout_bar"].fullmatch, lines)
                  if m and m["step"] == str(step) and m["who"] == "rollout_manager" and m["mode"] == "train"]
         assert total and (total[-1]["done"], total[-1]["total"]) == ("8", "8")
+
+
+@pytest.mark.parametrize("telemetry, mode", [("console", _env.MODE_CONSOLE), ("embedded", _env.MODE_TELEMETRY),
+                                             ("otlp", _env.MODE_TELEMETRY)])
+def test_demo_telemetry_choice_is_the_mode_a_user_gets(telemetry, mode):
+    """`verl-otel demo --telemetry X` sets what a user would, over the demo's own VERL_OTEL_ENABLED=1."""
+    from verl_otel.demo.runner import telemetry_env
+
+    env = {"VERL_OTEL_ENABLED": "1", **telemetry_env(telemetry, "http://localhost:4317")}
+    assert _env.mode(env) == mode
+    assert config.load(env, report=False).console_only == (telemetry == "console")

@@ -53,7 +53,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     if args.telemetry == "otlp" and not args.otlp_endpoint:  # before verl's imports, as argparse errors are
-        print("verl-otel demo: --telemetry otlp needs --otlp-endpoint URL", file=sys.stderr)
+        print("verl-otel demo: error: argument --otlp-endpoint: required with --telemetry otlp", file=sys.stderr)
         return 2
     from verl_otel.demo.runner import run_demo, telemetry_env
 
