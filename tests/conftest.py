@@ -89,6 +89,7 @@ def start_demo(out: Path, trainer: str, steps: int, slow: list[str], scrape: boo
         th.start()
         query_time = None
         settled_since = None
+        targets: list = []
         while th.is_alive():
             if probe is not None:
                 probe(out)
@@ -97,6 +98,8 @@ def start_demo(out: Path, trainer: str, steps: int, slow: list[str], scrape: boo
                     settled_since = settled_since or time.time()
                     if time.time() - settled_since >= 3.0:  # a few scrapes of the final state
                         query_time = time.time()
+                        # the run's processes take their file_sd entries out at exit: targets as they were
+                        targets = prom.targets()
                 else:
                     settled_since = None
             time.sleep(0.5)
@@ -104,7 +107,8 @@ def start_demo(out: Path, trainer: str, steps: int, slow: list[str], scrape: boo
     finally:
         os.environ.clear()
         os.environ.update(old)
-    run = DemoRun(out=out, rc=result.get("rc", -1), steps=steps, trainer=trainer, prom=prom, query_time=query_time)
+    run = DemoRun(out=out, rc=result.get("rc", -1), steps=steps, trainer=trainer, prom=prom, query_time=query_time,
+                  extra={"targets": targets})
     if prom is not None:
         prom.at = query_time
     return run

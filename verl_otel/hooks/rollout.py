@@ -128,7 +128,7 @@ def _on_legacy_dispatch(manager: Any, prompts: Any) -> tuple[str, int]:
     meta = getattr(prompts, "meta_info", None)
     if tp and isinstance(meta, dict):
         meta[sc.TRACEPARENT_KEY] = tp
-    if WINDOWS.rollouter is not None and isinstance(meta, dict):  # fully_async's rollouter validating
+    if WINDOWS.rollouter is not None and isinstance(meta, dict):  # fully_async rollouter: lines by version
         meta[sc.PARAM_VERSION_KEY] = WINDOWS.version
     meta = meta if isinstance(meta, dict) else {}
     validate = bool(meta.get("validate", False))
