@@ -63,3 +63,23 @@ def test_counts_of_another_step_do_not_count(ray_get, capsys):
     bar.returned("validate", 4)  # legacy: verl's call returned with every sample
     assert "[VERL_PROGRESS][step=4][rollout_manager][validate] [########################] 2/2 (100.0%)" in \
         capsys.readouterr().out
+
+
+def test_a_late_answer_is_asked_again(monkeypatch, capsys):
+    import ray
+    from ray.exceptions import GetTimeoutError
+
+    answers = iter([GetTimeoutError("busy"), GetTimeoutError("busy")])
+
+    def get(refs, timeout=None):
+        err = next(answers, None)
+        if err is not None:
+            raise err
+        return list(refs)
+
+    monkeypatch.setattr(ray, "get", get)
+    bar = rollout_total.TotalBar(config.load_progress({"VERL_PROGRESS_LOG": "1"}), poll_s=0.05)
+    TRACKER.batch_started("train", 9, 1, None)
+    TRACKER.sample_finished("train", TRACKER.sample_started("train"), {}, None)
+    bar.dispatched([_Worker()], "train", 9, 1)
+    assert "[VERL_PROGRESS][step=9][rollout_manager][train]" in _wait_for(capsys, "1/1")

@@ -19,6 +19,7 @@ from verl_otel.config import ProgressSettings
 
 POLL_S = 1.0
 RPC_TIMEOUT_S = 10.0
+MAX_TIMEOUTS = 5
 
 
 def worker_counts(actor: Any, mode: str) -> tuple[int, int]:
@@ -37,6 +38,7 @@ class _Dispatch:
     total: int
     start: float
     printed: int = -1  # the last count printed
+    timeouts: int = 0  # polls in a row the workers did not answer in time
 
 
 class TotalBar:
@@ -81,7 +83,12 @@ class TotalBar:
             for dispatch in active:
                 try:
                     self._poll(dispatch)
+                    dispatch.timeouts = 0
                 except Exception as exc:  # noqa: BLE001 - the bar is off, training goes on
+                    # busy workers (their first call, a loaded machine) answer late: asked again next time
+                    if type(exc).__name__ == "GetTimeoutError" and dispatch.timeouts < MAX_TIMEOUTS:
+                        dispatch.timeouts += 1
+                        continue
                     warn_once("rollout-total", f"cannot read the agent-loop workers' progress ({exc!r})")
                     with self._lock:
                         self._active.pop((dispatch.mode, dispatch.step), None)
