@@ -75,6 +75,10 @@ def test_real_console_only_output_is_in_the_seeds_formats():
         total = [m for m in map(PATTERNS["rollout_bar"].fullmatch, lines)
                  if m and m["step"] == str(step) and m["who"] == "rollout_manager" and m["mode"] == "train"]
         assert total and (total[-1]["done"], total[-1]["total"]) == ("8", "8")
+    validations = [m["step"] for m in map(PATTERNS["start"].fullmatch, lines) if m and m["phase"] == "validate"]
+    totals = {m["step"]: (m["done"], m["total"]) for m in map(PATTERNS["rollout_bar"].fullmatch, lines)
+              if m and m["who"] == "rollout_manager" and m["mode"] == "validate"}
+    assert validations and {s: totals.get(s) for s in validations} == {s: ("4", "4") for s in validations}
 
 
 @pytest.mark.parametrize("telemetry, mode", [("console", _env.MODE_CONSOLE), ("embedded", _env.MODE_TELEMETRY),
