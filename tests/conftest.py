@@ -36,6 +36,7 @@ def drive(tmp_path: Path):
 
 # -- real-verl demo runs, shared by the e2e tests (each takes a minute or two on 2 cores) ---------
 LINGER_S = 12.0
+PROGRESS_LOG = {"VERL_PROGRESS_LOG": "1"}  # the seed's lines beside the telemetry (tests/test_e2e_console.py)
 
 
 @dataclass
@@ -88,6 +89,7 @@ def start_demo(out: Path, trainer: str, steps: int, slow: list[str], scrape: boo
         th.start()
         query_time = None
         settled_since = None
+        targets: list = []
         while th.is_alive():
             if probe is not None:
                 probe(out)
@@ -96,6 +98,8 @@ def start_demo(out: Path, trainer: str, steps: int, slow: list[str], scrape: boo
                     settled_since = settled_since or time.time()
                     if time.time() - settled_since >= 3.0:  # a few scrapes of the final state
                         query_time = time.time()
+                        # the run's processes take their file_sd entries out at exit: targets as they were
+                        targets = prom.targets()
                 else:
                     settled_since = None
             time.sleep(0.5)
@@ -103,7 +107,8 @@ def start_demo(out: Path, trainer: str, steps: int, slow: list[str], scrape: boo
     finally:
         os.environ.clear()
         os.environ.update(old)
-    run = DemoRun(out=out, rc=result.get("rc", -1), steps=steps, trainer=trainer, prom=prom, query_time=query_time)
+    run = DemoRun(out=out, rc=result.get("rc", -1), steps=steps, trainer=trainer, prom=prom, query_time=query_time,
+                  extra={"targets": targets})
     if prom is not None:
         prom.at = query_time
     return run
@@ -115,7 +120,7 @@ def v1_run(tmp_path_factory):
 
     probe = TopProbe()  # `verl-otel top` watching the run while it runs (tests/test_e2e_top.py)
     run = start_demo(tmp_path_factory.mktemp("demo-v1"), "v1", 3, ["update_actor@3=3", "rollout_sample@3=2"],
-                     scrape=True, probe=probe)
+                     scrape=True, probe=probe, extra_env=PROGRESS_LOG)
     run.extra["top"] = probe
     run.extra["top_live_rc"] = probe.stop()
     yield run
@@ -132,7 +137,7 @@ def v1_run_6(tmp_path_factory):
 @pytest.fixture(scope="session")
 def legacy_run(tmp_path_factory):
     return start_demo(tmp_path_factory.mktemp("demo-legacy"), "legacy", 3, ["update_actor@3=3"], scrape=False,
-                      adv="gae")
+                      adv="gae", extra_env=PROGRESS_LOG)
 
 
 @pytest.fixture(scope="session")
@@ -151,6 +156,7 @@ def separate_async_run(tmp_path_factory):
 @pytest.fixture(scope="session")
 def fully_async_run(tmp_path_factory):
     # scraped: the async dashboard panels are queried on what the rollouter and trainer exported
-    run = start_demo(tmp_path_factory.mktemp("demo-fully-async"), "fully_async", 3, [], scrape=True)
+    run = start_demo(tmp_path_factory.mktemp("demo-fully-async"), "fully_async", 3, [], scrape=True,
+                     extra_env=PROGRESS_LOG)
     yield run
     run.prom.stop()

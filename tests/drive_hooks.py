@@ -19,6 +19,26 @@ from verl_otel.telemetry.steps import TRACER
 from verl_otel.hooks import trainer as trainer_hooks
 
 
+def listening_sockets() -> int:
+    """TCP sockets this process listens on (its /metrics server, if any), from /proc."""
+    mine = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            mine.add(target[8:-1])
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        count += sum(1 for r in rows if r.split()[3] == "0A" and r.split()[9] in mine)  # 0A: LISTEN
+    return count
+
+
 class FakeTrainerState:
     """Only the attributes verl-otel reads from a trainer (global_steps, config)."""
 
@@ -69,7 +89,7 @@ def main() -> None:
         fit_end_s = time.monotonic() - t0
     # what the training thread waited for, and how many threads of ours ever ran at once
     print("DRIVE_STATS " + json.dumps({"most_threads": most_threads, "step_end_s": step_end_s,
-                                       "fit_end_s": fit_end_s}), flush=True)
+                                       "fit_end_s": fit_end_s, "listening": listening_sockets()}), flush=True)
     print("DRIVE_DONE", flush=True)
 
 

@@ -51,7 +51,8 @@ def test_top_once_into_a_closed_pipe(tmp_path):
 
 
 @pytest.mark.parametrize("argv", [["demo", "--slow", "updat_actor@3=3"], ["demo", "--slow", "update_actor@x=3"],
-                                  ["demo", "--steps", "0"]])
+                                  ["demo", "--steps", "0"], ["demo", "--telemetry", "jaeger"],
+                                  ["demo", "--telemetry", "otlp"]])
 def test_demo_argument_errors_come_first(tmp_path, argv):
     out = tmp_path / "run"
     t0 = time.monotonic()

@@ -144,9 +144,9 @@ def test_slow_phase_shows_in_its_step(v1_run):
 def test_prometheus_sees_progress_of_every_process(v1_run):
     prom, at = v1_run.prom, v1_run.query_time
     assert at is not None, "the run never settled at its last step in Prometheus"
-    roles = {t["labels"].get("verl_process_role") for t in prom.targets()}
-    projects = {t["labels"].get("verl_project") for t in prom.targets()
-                if t["labels"]["verl_process_role"] != "train_worker"}
+    targets = v1_run.extra["targets"]  # while the run was up (each process leaves file_sd at exit)
+    roles = {t["labels"].get("verl_process_role") for t in targets}
+    projects = {t["labels"].get("verl_project") for t in targets if t["labels"]["verl_process_role"] != "train_worker"}
     assert projects == {"verl-otel-demo"}, projects
     assert {"trainer", "agent_loop_worker", "train_worker"} <= roles, roles
     done = prom.query("verl_rollout_samples_completed", at)

@@ -41,9 +41,11 @@ def test_rollout_and_update_lines():
         "elapsed=19.1s eta=6.4s")
     assert rollout_line(8, None, "validate", 0, 4, 1.0, 4).startswith(
         "[VERL_PROGRESS][step=8][rollout_manager][validate] [----] 0/4 (0.0%)")
-    assert update_line("actor", 6, 12, 2, 3, 2, 4, 40.1) == (
-        "[VERL_PROGRESS][actor=actor][phase=update_policy] [###########-----------] 6/12 (epoch 2/3, mini 2/4) "
+    assert update_line("actor", "dp", 6, 12, 40.1, 2, 3, 2, 4) == (
+        "[VERL_PROGRESS][actor=dp][phase=update_policy] [###########-----------] 6/12 (epoch 2/3, mini 2/4) "
         "elapsed=40.1s eta=40.1s")
+    assert update_line("actor", "megatron", 14, 20, 92.4) == (  # the seed's megatron bar has no split
+        "[VERL_PROGRESS][actor=megatron][phase=update_policy] [###############-------] 14/20 elapsed=92.4s eta=39.6s")
 
 
 def test_step_line_names_slowest_phase():

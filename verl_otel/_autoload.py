@@ -16,7 +16,7 @@ def _run() -> None:
     try:
         from verl_otel import _env
 
-        if not _env.enabled():
+        if _env.mode() == _env.MODE_OFF:
             return
         from verl_otel.hooks.targets import install_all
 

@@ -17,6 +17,11 @@ PROGRESS_LOG = "VERL_PROGRESS_LOG"
 SDK_DISABLED = "OTEL_SDK_DISABLED"
 OTLP_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 
+# what a process does: nothing, the seed's console lines only, or telemetry (with the console lines if asked)
+MODE_OFF = "off"
+MODE_CONSOLE = "console"
+MODE_TELEMETRY = "telemetry"
+
 
 def parse_flag(raw: str) -> bool | None:
     val = raw.strip().lower()
@@ -50,3 +55,14 @@ def enabled(env: Mapping[str, str] | None = None) -> bool:
     if raw is not None and raw.strip() != "":
         return parse_flag(raw) is True
     return any(env.get(name, "").strip() for name in OTLP_ENDPOINTS)
+
+
+def mode(env: Mapping[str, str] | None = None) -> str:
+    """``telemetry`` when :func:`enabled`; else ``console`` with ``VERL_PROGRESS_LOG`` on (the seed's switch
+    on its own: hooks and console lines, no trace file, no port, no exporter); else ``off``."""
+    env = os.environ if env is None else env
+    if enabled(env):
+        return MODE_TELEMETRY
+    if parse_flag(env.get(PROGRESS_LOG, "")) is True:
+        return MODE_CONSOLE
+    return MODE_OFF

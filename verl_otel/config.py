@@ -115,12 +115,12 @@ def _endpoint(r: _Reader, *names: str) -> str | None:
         raw = r.env.get(name, "").strip()
         if not raw:
             continue
-        parsed = urlparse(raw if "://" in raw else f"http://{raw}")
-        try:
-            parsed.port  # noqa: B018 - raises on a non-numeric or out-of-range port
+        try:  # urlparse raises on an unclosed "[" (IPv6), .port on a non-numeric or out-of-range port
+            parsed = urlparse(raw if "://" in raw else f"http://{raw}")
+            parsed.port  # noqa: B018
             port_ok = True
         except ValueError:
-            port_ok = False
+            parsed, port_ok = urlparse("http://"), False
         if parsed.scheme not in ("http", "https", "grpc") or not parsed.hostname or not port_ok \
                 or not raw.isprintable():
             r.bad(name, raw, "the local trace file (OTLP export off)",
@@ -148,6 +148,7 @@ class Settings:
     max_file_bytes: int = 256 * 2**20
     max_files: int = 4
     role: str = sc.ROLE_OTHER
+    console_only: bool = False  # VERL_PROGRESS_LOG=1 alone: the seed's lines, no span/metric export at all
     problems: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -161,9 +162,12 @@ def load(env: Mapping[str, str] | None = None, *, report: bool = True) -> Settin
     traces_ep = _endpoint(r, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
     metrics_ep = _endpoint(r, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
     protocol = r.choice("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc", ("grpc", "http/protobuf"))
+    console_only = _env.mode(r.env) == _env.MODE_CONSOLE
     prom_raw = r.env.get(sc.ENV_PROM_PORT)
     prom_port: int | None
-    if prom_raw is None or prom_raw.strip() == "":
+    if console_only:
+        prom_port = None  # no port in console-only mode, whatever the port variable says
+    elif prom_raw is None or prom_raw.strip() == "":
         prom_port = 0 if traces_ep is None else None  # embedded default: pull is on
     else:
         prom_port = r.integer(sc.ENV_PROM_PORT, 0, 0, 65535)
@@ -180,11 +184,12 @@ def load(env: Mapping[str, str] | None = None, *, report: bool = True) -> Settin
         capture_text=r.flag(sc.ENV_CAPTURE_TEXT, False),
         max_text=r.integer(sc.ENV_MAX_TEXT, 2000, 0, 10_000_000),
         max_metric_keys=r.integer(sc.ENV_MAX_METRIC_KEYS, 2000, 1, 10_000_000),
-        console=r.flag(sc.ENV_CONSOLE, True),
+        console=r.flag(sc.ENV_CONSOLE, not console_only),  # our step line is not one of the seed's
         shutdown_timeout_s=r.number(sc.ENV_SHUTDOWN_TIMEOUT, 5.0, 0.0, 3600.0),
         max_file_bytes=int(r.number(sc.ENV_MAX_FILE_MB, 256.0, 0.001, 1024.0 * 1024) * 2**20),
         max_files=r.integer(sc.ENV_MAX_FILES, 4, 1, 1000),
         role=r.text(sc.ENV_ROLE, sc.ROLE_OTHER, limit=64),
+        console_only=console_only,
     )
     r.choice(sc.ENV_LOG_LEVEL, "info", ("debug", "info", "warning", "error"))
     r.flag(sc.ENV_ENABLED, False)
@@ -340,11 +345,18 @@ def sanitize_otel_env(env: MutableMapping[str, str] | None = None) -> list[str]:
         if not ok:
             problems.append(f"{name}={_show(raw)} is not valid for the OpenTelemetry SDK; using its default")
             env.pop(name, None)
-    queue, batch = env.get("OTEL_BSP_MAX_QUEUE_SIZE"), env.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE")
-    if int(queue or 2048) < int(batch or 512):  # the SDK raises on batch > queue
-        problems.append(f"OTEL_BSP_MAX_EXPORT_BATCH_SIZE={batch or 512} is larger than OTEL_BSP_MAX_QUEUE_SIZE="
-                        f"{queue or 2048}; using {queue or 2048}")
-        env["OTEL_BSP_MAX_EXPORT_BATCH_SIZE"] = str(int(queue or 2048))
+    # blank values passed the checks above untouched: they mean the SDK's defaults
+    queue = int((env.get("OTEL_BSP_MAX_QUEUE_SIZE") or "").strip() or 2048)
+    batch_raw = (env.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") or "").strip()
+    batch = int(batch_raw or 512)
+    if queue < batch:  # the SDK raises on batch > queue; the line names the variable that was set
+        if batch_raw:
+            problems.append(f"OTEL_BSP_MAX_EXPORT_BATCH_SIZE={batch} is larger than OTEL_BSP_MAX_QUEUE_SIZE="
+                            f"{queue}; using {queue}")
+        else:
+            problems.append(f"OTEL_BSP_MAX_QUEUE_SIZE={queue} is smaller than the default export batch size "
+                            f"{batch}; using a batch size of {queue}")
+        env["OTEL_BSP_MAX_EXPORT_BATCH_SIZE"] = str(queue)
     return problems
 
 

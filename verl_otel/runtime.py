@@ -112,6 +112,9 @@ class Runtime:
         if given is not None:
             self._provider, self.destination = given, "the tracer provider given to instrument()"
             return given.get_tracer(sc.INSTRUMENTATION_NAME)
+        if self.settings.console_only:  # the console observers get their events from the model, not from spans
+            self.destination = "nowhere (console only: VERL_PROGRESS_LOG without telemetry)"
+            return trace.NoOpTracer()
         try:
             from verl_otel.export import providers
 
@@ -129,6 +132,8 @@ class Runtime:
         if self._metrics_started:
             return
         self._metrics_started = True
+        if self.settings.console_only and _given.get("meter_provider") is None:
+            return  # no /metrics server, no file_sd entry, no OTLP push
         from verl_otel.export import providers
 
         for reason in sc.DROP_REASONS:  # counters start at 0, so "nothing dropped" is a visible 0

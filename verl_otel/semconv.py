@@ -173,6 +173,8 @@ ATTR_VAL_DATA_SOURCES: Final = "verl.val_generation.data_sources"
 
 #: Key under which the trainer's W3C traceparent travels in verl's batch (meta_info / TensorDict)
 TRACEPARENT_KEY: Final = "verl_otel_traceparent"
+# fully_async: the rollouter's parameter version, beside the traceparent in a batch's meta_info (console numbering)
+PARAM_VERSION_KEY: Final = "verl_otel_param_version"
 
 # Spans of the training workers' calls, under the trainer's phase span (issue: slow steps).
 #: worker-group method -> span name; only these calls carry the trainer's context

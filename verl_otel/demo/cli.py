@@ -11,6 +11,7 @@ from verl_otel.demo.slow import PHASES, SlowSpec
 
 # the demo's trainers (here, not in the runner: --help must not import verl)
 TRAINERS = ("v1", "legacy", "colocate_async", "separate_async", "fully_async")
+TELEMETRY = ("console", "embedded", "otlp")
 
 
 def _slow(text: str) -> str:
@@ -41,15 +42,25 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--test-freq", type=int, default=2, help="validate every K steps (and before training)")
     p.add_argument("--linger", type=float, default=0.0, metavar="SECONDS",
                    help="keep the run's processes (and their /metrics) up this long after training")
+    p.add_argument("--telemetry", choices=list(TELEMETRY), default="embedded",
+                   help="console: VERL_PROGRESS_LOG=1 alone (the seed's lines; no trace file, no port); embedded: "
+                        "VERL_OTEL_ENABLED=1 (trace file and local /metrics); otlp: to --otlp-endpoint. The seed's "
+                        "lines are printed in every mode when VERL_PROGRESS_LOG=1 is set")
+    p.add_argument("--otlp-endpoint", metavar="URL", help="OTLP endpoint for --telemetry otlp "
+                   "(e.g. http://localhost:4317, the docker-compose stack's collector)")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
-    from verl_otel.demo.runner import run_demo
+    if args.telemetry == "otlp" and not args.otlp_endpoint:  # before verl's imports, as argparse errors are
+        print("verl-otel demo: error: argument --otlp-endpoint: required with --telemetry otlp", file=sys.stderr)
+        return 2
+    from verl_otel.demo.runner import run_demo, telemetry_env
 
     try:
         return run_demo(steps=args.steps, out=args.out, trainer=args.trainer, slow=args.slow,
-                        test_freq=args.test_freq, linger=args.linger, adv=args.adv)
+                        test_freq=args.test_freq, linger=args.linger, adv=args.adv,
+                        extra_env=telemetry_env(args.telemetry, args.otlp_endpoint))
     except ValueError as exc:
         print(f"verl-otel demo: {exc}", file=sys.stderr)
         return 2

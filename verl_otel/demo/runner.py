@@ -121,6 +121,15 @@ def _fully_async(ov: list[str], steps: int) -> list[str]:
     ]
 
 
+def telemetry_env(mode: str, otlp_endpoint: str | None = None) -> dict[str, str]:
+    """What a user sets for each way of running (``verl-otel demo --telemetry``)."""
+    if mode == "console":  # the seed's switch alone; an empty VERL_OTEL_ENABLED reads as unset
+        return {sc.ENV_PROGRESS_LOG: "1", sc.ENV_ENABLED: ""}
+    if mode == "otlp":
+        return {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp_endpoint or "", sc.ENV_ENABLED: "1"}
+    return {}
+
+
 def demo_env(out: Path, asset_dir: Path, slow: SlowSpec, linger: float, extra: dict[str, str] | None) -> dict[str, str]:
     env = dict(os.environ)
     env.update({
@@ -191,6 +200,9 @@ def run_demo(steps: int = 5, out: str | Path = "./verl-otel-data", trainer: str 
         time.sleep(5 * attempt)
     print(f"\n[verl-otel demo] verl ({trainer}, {steps} steps) exited with {rc} after {time.monotonic() - t0:.0f}s")
     print(f"[verl-otel demo] data:    {out}")
+    if env.get(sc.ENV_ENABLED, "").strip() == "" and env.get(sc.ENV_PROGRESS_LOG) == "1":
+        print(f"[verl-otel demo] console only (VERL_PROGRESS_LOG=1): no trace file, no /metrics; log: {log_path}")
+        return rc
     print(f"[verl-otel demo] traces:  {out / sc.TRACES_FILE}   (verl-otel slow-steps --file {out / sc.TRACES_FILE})")
     print(f"[verl-otel demo] metrics: {out / sc.PROM_TARGETS_FILE} (Prometheus file_sd), log: {log_path}")
     return rc

@@ -67,6 +67,9 @@ async def rollouter_fit(wrapped: Callable[..., Any], instance: Any, args: tuple[
 
 def _tag_sample(sample: Any) -> None:
     tag = WINDOWS.sample_tag()
+    meta = getattr(getattr(sample, "full_batch", None), "meta_info", None)
+    if isinstance(meta, dict):  # the worker's console lines say the version (the rollouter has no step)
+        meta[sc.PARAM_VERSION_KEY] = WINDOWS.version
     if tag is not None:
         setattr(sample, sc.ROLLOUT_SAMPLE_TRACE_ATTR, tag)
         # the agent-loop worker's rollout.worker span joins the window (verl replaces the input

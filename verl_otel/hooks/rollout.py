@@ -55,9 +55,11 @@ def _wire_agent_loop(rt: runtime.Runtime) -> None:
     if progress.enabled and mine:
 
         def _bar(worker: int | None, batch: Any) -> None:
-            if (batch.completed % progress.rollout_interval == 0 or batch.done) and progress.step_selected(batch.step):
+            if (batch.completed % progress.rollout_interval == 0 or batch.done) and progress.step_selected(
+                    batch.step if batch.version is None else batch.version):
                 print(rollout_line(batch.step, worker, batch.mode, batch.completed, batch.expected,
-                                   time.monotonic() - batch.start, progress.rollout_bar_width), flush=True)
+                                   time.monotonic() - batch.start, progress.rollout_bar_width, batch.version),
+                      flush=True)
 
         TRACKER.on_progress.append(_bar)
 
@@ -87,10 +89,56 @@ def _current_traceparent() -> str | None:
 
 
 # -- trainer side ------------------------------------------------------------------------------
-def _inject_meta(prompts: Any) -> None:
+def _dispatched(manager: Any, mode: str, step: int, prompts: int, samples: int, shape: tuple[int, ...],
+                meta_keys: list[Any]) -> None:
+    """The seed's lines of a dispatch in the fit() process: the rollout start details and the total bar."""
+    from verl_otel.hooks.rollout_total import bar_for
+    from verl_otel.telemetry import progress_console as pc
+    from verl_otel.telemetry.steps import TRACER
+
+    console = pc.active()
+    if console is None or not TRACER.active:  # fully_async's rollouter dispatches sample by sample: no bar
+        return
+    n = samples // max(1, prompts)
+    if mode == sc.MODE_TRAIN:
+        pc.note(sc.PHASE_ROLLOUT, step, pc.rollout_details((prompts, *shape[1:]), n, meta_keys,
+                                                             console.settings.meta_preview))
+    bar_for(console.settings).dispatched(list(getattr(manager, "agent_loop_workers", None) or ()), mode, step,
+                                         samples)
+
+
+def _rollout_n(manager: Any, validate: bool) -> int:
+    rollout = manager.config.actor_rollout_ref.rollout
+    return int(rollout.val_kwargs.n if validate else rollout.n)
+
+
+def _returned(mode: str, step: int) -> None:
+    from verl_otel.hooks.rollout_total import bar_for
+    from verl_otel.telemetry import progress_console as pc
+
+    console = pc.active()
+    if console is not None:
+        bar_for(console.settings).returned(mode, step)
+
+
+def _on_legacy_dispatch(manager: Any, prompts: Any) -> tuple[str, int]:
+    from verl_otel.telemetry.async_rollout import WINDOWS
+
     tp = _current_traceparent()
-    if tp and isinstance(getattr(prompts, "meta_info", None), dict):
-        prompts.meta_info[sc.TRACEPARENT_KEY] = tp
+    meta = getattr(prompts, "meta_info", None)
+    if tp and isinstance(meta, dict):
+        meta[sc.TRACEPARENT_KEY] = tp
+    if WINDOWS.rollouter is not None and isinstance(meta, dict):  # fully_async rollouter: lines by version
+        meta[sc.PARAM_VERSION_KEY] = WINDOWS.version
+    meta = meta if isinstance(meta, dict) else {}
+    validate = bool(meta.get("validate", False))
+    rows = len(prompts)
+    n = _rollout_n(manager, validate)  # verl's legacy trainer repeats each prompt n times before the call
+    ids = prompts.batch["input_ids"] if prompts.batch is not None and "input_ids" in prompts.batch.keys() else None
+    shape = tuple(ids.shape) if ids is not None else (rows,)
+    step = int(meta.get("global_steps", -1))
+    _dispatched(manager, _mode(validate), step, rows // max(1, n), rows, shape, list(meta))
+    return _mode(validate), step
 
 
 def patch_legacy_manager(original: Callable[..., Any]) -> Callable[..., Any] | None:
@@ -103,8 +151,11 @@ def patch_legacy_manager(original: Callable[..., Any]) -> Callable[..., Any] | N
 
     @functools.wraps(inner)
     async def generate_sequences(self: Any, prompts: Any, *args: Any, **kwargs: Any) -> Any:
-        safe(_inject_meta, prompts)
-        return await inner(self, prompts, *args, **kwargs)
+        dispatch = safe(_on_legacy_dispatch, self, prompts)
+        out = await inner(self, prompts, *args, **kwargs)
+        if dispatch is not None:
+            safe(_returned, *dispatch)
+        return out
 
     return auto_await(generate_sequences)
 
@@ -114,7 +165,24 @@ def tq_manager_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[
     tp = safe(_current_traceparent)
     if tp is not None and hasattr(prompts, "set_non_tensor"):
         safe(prompts.set_non_tensor, sc.TRACEPARENT_KEY, tp)
+    safe(_on_tq_dispatch, instance, prompts)
     return wrapped(*args, **kwargs)
+
+
+def _on_tq_dispatch(manager: Any, batch: Any) -> None:
+    """v1: a TensorDict of prompts (each runs n sessions in the worker); its non-tensor entries are the meta."""
+    from tensordict import NonTensorData
+
+    from verl_otel.telemetry.propagation import nontensor
+
+    keys = list(batch.keys())
+    validate = bool(nontensor(batch["validate"])) if "validate" in keys else False
+    step = int(nontensor(batch["global_steps"])) if "global_steps" in keys else -1
+    rows = len(batch)
+    ids = batch["input_ids"] if "input_ids" in keys else None
+    shape = tuple(ids.shape) if hasattr(ids, "shape") else (rows,)
+    meta = [k for k in keys if isinstance(batch.get(k), NonTensorData)]
+    _dispatched(manager, _mode(validate), step, rows, rows * _rollout_n(manager, validate), shape, meta)
 
 
 # -- worker side -------------------------------------------------------------------------------
@@ -122,7 +190,9 @@ def _on_legacy_batch(worker: Any, batch: Any) -> str:
     _wire(worker)
     meta = getattr(batch, "meta_info", None) or {}
     mode = _mode(meta.get("validate", False))
-    TRACKER.batch_started(mode, int(meta.get("global_steps", -1)), len(batch), meta.get(sc.TRACEPARENT_KEY))
+    version = meta.get(sc.PARAM_VERSION_KEY)
+    TRACKER.batch_started(mode, int(meta.get("global_steps", -1)), len(batch), meta.get(sc.TRACEPARENT_KEY),
+                          None if version is None else int(version))
     return mode
 
 

@@ -53,6 +53,7 @@ TRAINER_TARGETS: tuple[HookTarget, ...] = (
     _m(_TRAINER, _T + "fit_step", "trainer:fit_step_fully_async", "fully_async step spans ending after validation",
        "0.8.0"),
     _m(_TRAINER, _T + "_fit_validate", "trainer:fit_validate_fully_async", "fully_async validate phase", "0.8.0"),
+    _t(_LEGACY, "extract_reward", "trainer:extract_reward_wrapper", "reward extra keys on the console", "0.8.0"),
     _t("verl.utils.tracking", "Tracking.log", "trainer:log_wrapper", "step ends and training curves"),
     _t("verl.utils.tracking", "ValidationGenerationsLogger.log", "trainer:val_generations_wrapper",
        "validation generations on the validate span"),

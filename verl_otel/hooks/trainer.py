@@ -21,7 +21,7 @@ def _wire_trainer(rt: runtime.Runtime) -> None:
     """The process where fit() runs: the metrics, console and progress observers, once."""
     from verl_otel import config
     from verl_otel.telemetry.console import StepConsole
-    from verl_otel.telemetry.progress_console import ProgressConsole
+    from verl_otel.telemetry import progress_console
     from verl_otel.telemetry.trainer_metrics import TrainerMetrics
 
     TRACER.observers.append(TrainerMetrics(rt.state))
@@ -29,7 +29,9 @@ def _wire_trainer(rt: runtime.Runtime) -> None:
         TRACER.observers.append(StepConsole())
     progress = config.load_progress()
     if progress.enabled:
-        TRACER.observers.append(ProgressConsole(progress))
+        console = progress_console.ProgressConsole(progress)
+        progress_console.install(console)
+        TRACER.observers.append(console)
 
 
 def declare_run(trainer: Any) -> None:
@@ -122,6 +124,24 @@ def log_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...
         step = args[1] if len(args) > 1 else kwargs.get("step")
         if isinstance(data, dict):
             safe(TRACER.metrics_logged, data, step)
+
+
+def extract_reward_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+                           kwargs: dict[str, Any]) -> Any:
+    """verl's ``extract_reward(batch)`` inside the ``reward`` phase: its extra-info keys end the seed's
+    ``reward done`` line."""
+    result = wrapped(*args, **kwargs)
+    safe(_note_reward_keys, result)
+    return result
+
+
+def _note_reward_keys(result: Any) -> None:
+    from verl_otel.telemetry import progress_console as pc
+
+    console = pc.active()
+    in_reward = TRACER.innermost_span(sc.PHASE_REWARD) is not None  # not validation's call
+    if console is not None and in_reward and isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict):
+        pc.note(sc.PHASE_REWARD, TRACER.step_number, pc.key_preview(result[1], console.settings.meta_preview))
 
 
 def val_generations_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],

@@ -24,14 +24,44 @@ def _wire_worker(rt: runtime.Runtime) -> None:
     rt.state.add_source(TRACKER.samples)
     progress = config.load_progress()
     if progress.enabled:
+        _PROGRESS[:] = [progress]
+
         def _bar(role: str, upd: Any) -> None:
+            if not progress.step_selected(upd.step):
+                return
             if upd.completed % progress.bar_interval == 0 or upd.completed >= upd.expected:
                 mini = (upd.completed - 1) % upd.per_epoch + 1
                 epoch = min(upd.epochs, (upd.completed - 1) // upd.per_epoch + 1)
-                print(update_line(role, upd.completed, upd.expected, epoch, upd.epochs, mini, upd.per_epoch,
-                                  time.monotonic() - upd.start), flush=True)
+                print(update_line(role, upd.label, upd.completed, upd.expected, time.monotonic() - upd.start,
+                                  epoch, upd.epochs, mini, upd.per_epoch), flush=True)
 
         TRACKER.on_progress.append(_bar)
+
+
+_PROGRESS: list[Any] = []  # the seed's settings, in a worker where VERL_PROGRESS_LOG is on
+_CALLS: dict[str, int] = {}  # calls per role/method in this worker: the step when the batch does not say it
+
+
+def _step(data: Any, role: str) -> tuple[int, bool]:
+    """(the trainer's step, True) from the batch when verl put it there, else (this role's call count, False)."""
+    try:
+        from verl.utils import tensordict_utils as tu
+
+        step = tu.get(data, "global_steps", None)
+        if step is not None:
+            return int(step), True
+    except Exception:  # noqa: BLE001 - a batch without it
+        pass
+    return _CALLS.get(role, 0), False
+
+
+def _strategy(worker: Any, section: str) -> str:
+    from verl_otel.telemetry.progress_console import strategy_label
+
+    engine = getattr(worker, "engine_config", None)  # TrainingWorker; ActorRolloutRefWorker has config.<role>
+    strategy = getattr(engine, "strategy", None) or getattr(getattr(getattr(worker, "config", None), section, None),
+                                                             "strategy", None)
+    return strategy_label(strategy)
 
 
 def _wire() -> None:
@@ -57,7 +87,9 @@ def _begin(worker: Any, data: Any) -> None:
     epochs = int(tu.get(data, "epochs", 1) or 1)
     per_dp = int(data.shape[0])
     per_gpu = per_dp // int(num_mini) if mini is None and num_mini else int(mini) // dp
-    TRACKER.begin(_role(worker), per_dp // max(1, per_gpu) * epochs, epochs)
+    role = _role(worker)
+    _CALLS[role] = _CALLS.get(role, 0) + 1
+    TRACKER.begin(role, per_dp // max(1, per_gpu) * epochs, epochs, _step(data, role)[0], _strategy(worker, role))
 
 
 def _data(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -124,9 +156,39 @@ class _peak_memory:  # noqa: N801 - used as a context manager
             runtime.current().state.set(sc.PHASE_PEAK_MEMORY, (self.phase or "", self.role), float(peak))
 
 
+class _rank0_lines:  # noqa: N801 - used as a context manager
+    """The seed's rank-0 start/done lines of a training worker's call (VERL_PROGRESS_LOG=1)."""
+
+    def __init__(self, method: str, role: str, worker: Any, data: Any) -> None:
+        self.line: Callable[[float | None], str] | None = None
+        if _PROGRESS and _is_rank0(worker):
+            safe(self._prepare, method, role, worker, data)
+
+    def _prepare(self, method: str, role: str, worker: Any, data: Any) -> None:
+        from verl_otel.telemetry.progress_console import worker_line
+
+        step, known = _step(data, role)
+        _CALLS[method] = calls = _CALLS.get(method, 0) + 1  # this method's calls: the step when the batch lacks it
+        if not _PROGRESS[0].step_selected(step if known else calls):
+            return
+        strategy = _strategy(worker, role)
+        self.line = lambda seconds: worker_line(step if known else None, role, strategy, 0, method, seconds)
+        self.t0 = time.monotonic()
+
+    def __enter__(self) -> None:
+        if self.line is not None:
+            print(self.line(None), flush=True)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.line is not None and exc[0] is None:
+            print(self.line(time.monotonic() - self.t0), flush=True)
+
+
 def _phase_method(method: str, phase: str, role: str) -> Callable[..., Any]:
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        with _span(method, role, instance, _data(args, kwargs)), _peak_memory(phase, role):
+        data = _data(args, kwargs)
+        with _span(method, role, instance, data), _peak_memory(phase, role), _rank0_lines(method, role, instance,
+                                                                                            data):
             return wrapped(*args, **kwargs)
 
     return wrapper

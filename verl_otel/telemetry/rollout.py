@@ -48,6 +48,7 @@ class Batch:
     finished: list[Any] = field(default_factory=list)  # _Raw tuples until handed over
     parent: str | None = None  # W3C traceparent of the trainer's span
     end: float | None = None  # monotonic time the last expected sample finished
+    version: int | None = None  # fully_async: the rollouter's parameter version (it has no step)
 
     @property
     def done(self) -> bool:
@@ -65,7 +66,8 @@ class RolloutTracker:
         self.on_dispatch: list[Callable[[str, str], None]] = []  # a chunk arrived with the trainer's context
 
     # -- dispatch -------------------------------------------------------------------------------
-    def batch_started(self, mode: str, step: int, n_samples: int, parent: str | None) -> None:
+    def batch_started(self, mode: str, step: int, n_samples: int, parent: str | None,
+                      version: int | None = None) -> None:
         """A chunk of ``n_samples`` reached this worker. A finished rollout of that mode starts
         anew; an unfinished one (async trainers overlap) grows."""
         with self._lock:
@@ -73,7 +75,7 @@ class RolloutTracker:
             if cur is None or cur.done or cur.expected == 0 or cur.step != step and not cur.active:
                 cur = self._batches[mode] = Batch(mode=mode, step=step, parent=parent)
             cur.expected += n_samples
-            cur.step = step
+            cur.step, cur.version = step, version
             if parent:
                 cur.parent = parent
         if parent:

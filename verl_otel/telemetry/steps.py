@@ -264,6 +264,8 @@ class StepTracer:
             seconds = max(0.0, (time.time_ns() - start_ns) / 1e9)
             step.phases[sc.PHASE_VALIDATE] = step.phases.get(sc.PHASE_VALIDATE, 0.0) + seconds
             number, trace_id = step.number, format(span.get_span_context().trace_id, "032x")
+        # known only now that its metrics came back: the start is told late, so observers see start, then end
+        self._notify("on_phase_start", sc.PHASE_VALIDATE, number)
         self._notify("on_phase_end", sc.PHASE_VALIDATE, number, seconds, trace_id)
 
     def current_context(self) -> otel_context.Context | None:
@@ -285,6 +287,12 @@ class StepTracer:
                 if token.name == name:
                     return token.span
             return step.span if name == sc.SPAN_STEP else None
+
+    @property
+    def step_number(self) -> int:
+        """The open step's number (-1 outside a step)."""
+        step = self._step
+        return -1 if step is None else step.number
 
     @property
     def active(self) -> bool:

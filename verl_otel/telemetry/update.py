@@ -17,6 +17,8 @@ from verl_otel.telemetry.metrics import Sample
 class Update:
     expected: int
     epochs: int
+    step: int = -1  # the trainer's step when the batch says it, else this role's update count
+    label: str = ""  # the seed's bar label (the engine strategy: dp, megatron)
     completed: int = 0
     start: float = field(default_factory=time.monotonic)
     end: float | None = None
@@ -37,9 +39,9 @@ class UpdateTracker:
         self._updates: dict[str, Update] = {}
         self.on_progress: list[Callable[[str, Update], None]] = []
 
-    def begin(self, role: str, expected: int, epochs: int) -> None:
+    def begin(self, role: str, expected: int, epochs: int, step: int = -1, label: str = "") -> None:
         with self._lock:
-            self._updates[role] = Update(expected=max(0, expected), epochs=max(1, epochs))
+            self._updates[role] = Update(expected=max(0, expected), epochs=max(1, epochs), step=step, label=label)
 
     def minibatch_done(self, role: str) -> None:
         with self._lock:
