@@ -5,7 +5,7 @@ run's wall time, with drops counted and no verl-otel traceback.
 Faults: a collector that never answers, one that resets every connection, one that answers garbage;
 a trace directory that does not answer (a FIFO) and one that is full (a tmpfs with 8 KB left); OTEL_* values the
 SDK rejects and non-finite numbers in our settings; an agent-loop worker and an FSDP worker killed
-mid-run (compared with the same kill in a run without telemetry).
+mid-run (the FSDP kill compared with the same kill in a run without telemetry).
 
 Each run is a 2-step legacy GRPO run (~1-2 min on 2 cores). The issue's bound, ``1.1 x clean + timeout``,
 is checked on verl's ``fit()`` as the demo's plugin times it (with ``FIT_JITTER_S`` for a 2-step fit's noise);
@@ -185,9 +185,11 @@ def _killer(pattern: str, killed: dict) -> threading.Thread:
     return threading.Thread(target=kill, daemon=True)
 
 
-@pytest.mark.parametrize("pattern", [r"ray::AgentLoopWorker", r"ray::WorkerDict"])
+@pytest.mark.parametrize("pattern", [r"ray::WorkerDict"])
 def test_killed_worker_ends_the_run_as_without_telemetry(tmp_path, pattern):
-    """verl fails the run when one of its workers dies; with telemetry on it fails the same way, no later."""
+    """verl fails the run when one of its FSDP workers dies; with telemetry on it fails the same way, no later.
+    (An agent-loop worker killed between rollouts did not end verl's run the same way twice in a row with or
+    without telemetry, so it is not compared here; tests/test_e2e_faults.py kills one mid-rollout.)"""
     runs = {}
     for telemetry in ("0", "1"):
         out = tmp_path / f"telemetry-{telemetry}"
