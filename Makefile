@@ -7,13 +7,17 @@ STAMP := $(VENV)/.installed-$(VERL_VERSION)
 VERL_EXTRAS := cachetools uvicorn fastapi 'TransferQueue>=0.1.10' pyzmq msgspec
 STEPS ?= 5
 OUT ?= ./verl-otel-data
+# one planted slow step, so `verl-otel slow-steps` has something real to find (SLOW= for none)
+SLOW ?= update_actor@3=3
 
 .PHONY: install demo test test-fast prometheus verl-compat bench dashboards clean
 
 $(STAMP): pyproject.toml verl_otel/_pth/verl_otel_autoload.pth
+	@echo "[verl-otel] creating $(VENV) and installing: torch (CPU, from local disk), then verl $(VERL_VERSION) and verl-otel (a few minutes)"
 	test -x $(PY) || python3 -m venv $(VENV)
 	# the CPU build of torch lies on local disk; install it first so nothing pulls a CUDA build
 	$(PIP) install torch==2.13.0 2>&1 | grep -v '^WARNING: Location' || true
+	@echo "[verl-otel] torch installed; installing verl $(VERL_VERSION), its CPU extras and verl-otel ..."
 	# verl's CPU install needs these beside it (missing from its base requirements); the [verl] extra pins 0.9.1
 	$(PIP) install -e '.[test]' verl==$(VERL_VERSION) $(VERL_EXTRAS) 2>&1 | grep -v '^WARNING: Location' || true
 	$(PY) -c 'import verl, verl_otel, opentelemetry.sdk' && rm -f $(VENV)/.installed-* && touch $@
@@ -21,7 +25,7 @@ $(STAMP): pyproject.toml verl_otel/_pth/verl_otel_autoload.pth
 install: $(STAMP)
 
 demo: install
-	$(VENV)/bin/verl-otel demo --steps $(STEPS) --out $(OUT)
+	$(VENV)/bin/verl-otel demo --steps $(STEPS) --out $(OUT) $(foreach s,$(SLOW),--slow $(s))
 
 # promtool and a real Prometheus for the rule/dashboard tests; amtool and a real Alertmanager for the delivery test
 prometheus:

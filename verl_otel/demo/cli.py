@@ -46,6 +46,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="console: VERL_PROGRESS_LOG=1 alone (the seed's lines; no trace file, no port); embedded: "
                         "VERL_OTEL_ENABLED=1 (trace file and local /metrics); otlp: to --otlp-endpoint. The seed's "
                         "lines are printed in every mode when VERL_PROGRESS_LOG=1 is set")
+    p.add_argument("--verbose", action="store_true",
+                   help="show all of verl's output here (it always goes to OUT/demo.log); by default only "
+                        "verl-otel's lines, the progress lines and verl's per-step metrics line are shown")
     p.add_argument("--otlp-endpoint", metavar="URL", help="OTLP endpoint for --telemetry otlp "
                    "(e.g. http://localhost:4317, the docker-compose stack's collector)")
     return p
@@ -58,9 +61,13 @@ def run(args: argparse.Namespace) -> int:
     from verl_otel.demo.runner import run_demo, telemetry_env
 
     try:
+        print(f"[verl-otel demo] verl's {args.trainer} trainer, {args.steps} steps on the CPU, telemetry: "
+              f"{args.telemetry}; verl's full output: {args.out}/demo.log"
+              + ("" if args.verbose else " (--verbose shows it here)"), flush=True)
         return run_demo(steps=args.steps, out=args.out, trainer=args.trainer, slow=args.slow,
                         test_freq=args.test_freq, linger=args.linger, adv=args.adv,
-                        extra_env=telemetry_env(args.telemetry, args.otlp_endpoint))
+                        extra_env=telemetry_env(args.telemetry, args.otlp_endpoint),
+                        quiet=False if args.verbose else "ours")
     except ValueError as exc:
         print(f"verl-otel demo: {exc}", file=sys.stderr)
         return 2

@@ -4,6 +4,7 @@ telemetry switched on by the environment alone (VERL_OTEL_ENABLED=1, VERL_OTEL_D
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -161,21 +162,34 @@ def _ray_start_timed_out(log_path: Path, offset: int) -> bool:
     return _RAY_START_TIMEOUT in text and "global_steps" not in text  # nothing of the run started
 
 
-def _run_logged(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, quiet: bool, append: bool) -> int:
+#: What the demo shows of verl's output by default (all of it goes to demo.log; --verbose shows all here):
+#: our own lines, the seed's progress lines and verl's per-step metrics line (a failed run's log tail is
+#: printed at its end).
+_OURS = re.compile(r"\[verl-otel|\[VERL_PROGRESS\]|(?:^|\s)step:\d+ - ")
+
+
+def ours(line: str) -> bool:
+    return bool(_OURS.search(line))
+
+
+def _run_logged(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, quiet: bool | str,
+                append: bool) -> int:
+    """Run verl, everything into ``log_path``; on the console: nothing (``quiet=True``), our lines
+    (``quiet="ours"``) or everything."""
     with open(log_path, "a" if append else "w") as log:
         proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 errors="replace")
         assert proc.stdout is not None
         for line in proc.stdout:
             log.write(line)
-            if not quiet:
-                sys.stdout.write(line)
+            if quiet is False or (quiet == "ours" and ours(line)):
+                sys.stdout.write(line[:2000] + ("\n" if len(line) > 2000 else ""))
         return proc.wait()
 
 
 def run_demo(steps: int = 5, out: str | Path = "./verl-otel-data", trainer: str = "v1", slow: list[str] | None = None,
              test_freq: int = 2, linger: float = 0.0, adv: str = "grpo", extra_env: dict[str, str] | None = None,
-             extra_overrides: list[str] | None = None, quiet: bool = False) -> int:
+             extra_overrides: list[str] | None = None, quiet: bool | str = False) -> int:
     if trainer not in TRAINERS:
         raise ValueError(f"--trainer must be one of {TRAINERS}")
     spec = SlowSpec.parse(slow or [])
@@ -198,6 +212,9 @@ def run_demo(steps: int = 5, out: str | Path = "./verl-otel-data", trainer: str 
         print(f"[verl-otel demo] Ray did not start in time (machine busy?); retrying ({attempt + 1}/"
               f"{RAY_START_ATTEMPTS})", flush=True)
         time.sleep(5 * attempt)
+    if rc != 0 and quiet == "ours":  # what went wrong, without --verbose
+        tail = log_path.read_text(errors="replace").splitlines()[-40:]
+        print("[verl-otel demo] the end of verl's output:\n" + "\n".join(line[:2000] for line in tail))
     print(f"\n[verl-otel demo] verl ({trainer}, {steps} steps) exited with {rc} after {time.monotonic() - t0:.0f}s")
     print(f"[verl-otel demo] data:    {out}")
     if env.get(sc.ENV_ENABLED, "").strip() == "" and env.get(sc.ENV_PROGRESS_LOG) == "1":
