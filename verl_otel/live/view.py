@@ -59,7 +59,10 @@ def header(view: RunView, now: float) -> RenderableType:
         lines.append(Text(f"other runs in this source: {', '.join(view.other_runs)} (--run to pick one)", "dim"))
     step, planned = view.step, view.planned
     row = Table.grid(padding=(0, 1))
-    if view.targets and len(view.failed) >= view.targets:
+    if view.targets == 0 and view.source.endswith(".json"):
+        # each process takes its /metrics out of the file at exit: an empty list is a run that has ended
+        row.add_row(Text("no process of the run is listed: it has ended, or not started yet", "yellow"))
+    elif view.targets and len(view.failed) >= view.targets:
         row.add_row(Text("no process of the run answers: it has ended, or this host cannot reach its nodes", "yellow"))
     elif step is None:
         row.add_row(Text("no trainer metrics yet (the trainer exports verl_training_step once fit() starts)", "dim"))
