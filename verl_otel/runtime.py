@@ -162,10 +162,7 @@ class Runtime:
         ticket = self.flusher.request()
         if timeout_s is not None:
             return self.flusher.wait(ticket, timeout_s)
-        t0 = time.monotonic()
-        done = self.flusher.wait(ticket, max(0.0, self.settings.shutdown_timeout_s - self._waited_s))
-        self._waited_s += time.monotonic() - t0
-        return done
+        return self._wait_in_budget(ticket)
 
     def finish(self) -> None:
         """Process exit: take this process' /metrics out of the file_sd list and export what is left,
@@ -173,9 +170,14 @@ class Runtime:
         if self._unregister is not None:
             self.flusher.submit(self._unregister)  # jobs run before the flush the wait below asks for
         if self._unregister is not None or self._provider is not None or self._meter_provider is not None:
-            t0 = time.monotonic()
-            self.flusher.wait(self.flusher.request(), max(0.0, self.settings.shutdown_timeout_s - self._waited_s))
-            self._waited_s += time.monotonic() - t0
+            self._wait_in_budget(self.flusher.request())
+
+    def _wait_in_budget(self, ticket: int) -> bool:
+        """Wait for ``ticket`` at most what is left of this process' VERL_OTEL_SHUTDOWN_TIMEOUT."""
+        t0 = time.monotonic()
+        done = self.flusher.wait(ticket, max(0.0, self.settings.shutdown_timeout_s - self._waited_s))
+        self._waited_s += time.monotonic() - t0
+        return done
 
     def every_tick(self, task: Callable[[], None]) -> None:
         self.flusher.every_tick(task)
