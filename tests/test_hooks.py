@@ -102,3 +102,28 @@ def test_ray_init_carries_settings_to_workers(monkeypatch, tmp_path):
     assert merged["env_vars"]["OTEL_SERVICE_NAME"] == "user-choice"  # the user's value wins
     assert merged["env_vars"]["VERL_OTEL_DIR"] == str(tmp_path / "rel-dir")
     assert merged["pip"] == ["x"]
+
+
+def test_a_failing_import_hook_does_not_fail_the_import(caplog):
+    """Our post-import finder runs hooks inside verl's import: one that raises is reported, the module loads."""
+    import importlib
+    import sys
+
+    from verl_otel.hooks import import_hooks
+
+    name = "json.tool"  # a stdlib module nothing else imports here
+    sys.modules.pop(name, None)
+
+    def boom(module):
+        raise RuntimeError("hook bug")
+
+    import_hooks.register(name, boom)
+    logger = logging.getLogger("verl_otel")
+    logger.addHandler(caplog.handler)
+    try:
+        module = importlib.import_module(name)
+    finally:
+        logger.removeHandler(caplog.handler)
+        import_hooks._hooks.pop(name, None)
+    assert module.__name__ == name
+    assert any("cannot hook json.tool" in r.getMessage() and "hook bug" in r.getMessage() for r in caplog.records)

@@ -59,7 +59,17 @@ def _fire(name: str, module: ModuleType) -> None:
     with _lock:
         hooks = list(_hooks.get(name, ()))
     for hook in hooks:
+        _call(hook, name, module)
+
+
+def _call(hook: Hook, name: str, module: ModuleType) -> None:
+    """A hook that fails must not fail verl's ``import``: one line, and the module loads as it is."""
+    try:
         hook(module)
+    except Exception as exc:  # noqa: BLE001
+        from verl_otel._log import warn_once
+
+        warn_once(f"import-hook:{name}", f"cannot hook {name} ({exc!r}); it is not instrumented, training continues")
 
 
 def register(name: str, hook: Hook) -> None:
@@ -70,4 +80,4 @@ def register(name: str, hook: Hook) -> None:
             sys.meta_path.insert(0, _FINDER)
     module = sys.modules.get(name)
     if module is not None:
-        hook(module)
+        _call(hook, name, module)
