@@ -23,6 +23,7 @@ from typing import Any
 from verl_otel import runtime
 from verl_otel import semconv as sc
 from verl_otel.hooks._safe import safe
+from verl_otel.hooks._verl_config import run_names
 from verl_otel.telemetry.async_rollout import SUBMITS, TRAINER_SIDE, WINDOWS
 
 
@@ -33,10 +34,7 @@ def _rollouter_setup(rt: runtime.Runtime) -> None:
 def _wire_rollouter(rollouter: Any) -> None:
     """First hook in the rollouter actor: this process is the rollouter service."""
     WINDOWS.rollouter = rollouter
-    trainer_cfg = getattr(getattr(rollouter, "config", None), "trainer", None)
-    get = getattr(trainer_cfg, "get", None)
-    runtime.current().wire(sc.ROLE_ROLLOUTER, setup=_rollouter_setup, project=get("project_name") if get else None,
-                           experiment=get("experiment_name") if get else None)
+    runtime.current().wire(sc.ROLE_ROLLOUTER, setup=_rollouter_setup, **run_names(rollouter))
 
 
 def _trainer_setup(rt: runtime.Runtime) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 from verl_otel import runtime
 from verl_otel import semconv as sc
 from verl_otel.hooks._safe import safe
+from verl_otel.hooks._verl_config import run_names
 from verl_otel.telemetry.propagation import inject
 from verl_otel.telemetry.reward_spans import RewardSpans
 from verl_otel.telemetry.steps import TRACER
@@ -31,10 +32,9 @@ def _wire_reward(rt: runtime.Runtime) -> None:
 
 
 def _wire(worker: Any) -> None:
-    trainer_cfg = getattr(getattr(worker, "config", None), "trainer", None)
-    get = getattr(trainer_cfg, "get", None)
-    runtime.current().wire(sc.ROLE_REWARD, setup=_wire_reward, project=get("project_name") if get else None,
-                           experiment=get("experiment_name") if get else None)
+    rt = runtime.current()
+    if not rt.wired(sc.ROLE_REWARD):  # per reward call: the config is read once
+        rt.wire(sc.ROLE_REWARD, setup=_wire_reward, **run_names(worker))
 
 
 def _take_parent(worker: Any, data: Any) -> str | None:

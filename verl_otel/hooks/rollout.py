@@ -22,6 +22,7 @@ from typing import Any
 from verl_otel import runtime
 from verl_otel import semconv as sc
 from verl_otel.hooks._safe import safe
+from verl_otel.hooks._verl_config import run_names
 from verl_otel.telemetry.rollout import TRACKER
 
 
@@ -69,10 +70,7 @@ def _wire(worker: Any = None) -> None:
     if rt.wired(sc.ROLE_AGENT_LOOP):
         return
     TRACKER.worker = _worker_index()
-    trainer_cfg = getattr(getattr(worker, "config", None), "trainer", None)
-    get = getattr(trainer_cfg, "get", None)
-    rt.wire(sc.ROLE_AGENT_LOOP, worker_index=TRACKER.worker, setup=_wire_agent_loop,
-            project=get("project_name") if get else None, experiment=get("experiment_name") if get else None)
+    rt.wire(sc.ROLE_AGENT_LOOP, worker_index=TRACKER.worker, setup=_wire_agent_loop, **run_names(worker))
 
 
 def _mode(validate: Any) -> str:

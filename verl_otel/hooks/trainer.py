@@ -20,8 +20,8 @@ from verl_otel.telemetry.steps import TRACER
 def _wire_trainer(rt: runtime.Runtime) -> None:
     """The process where fit() runs: the metrics, console and progress observers, once."""
     from verl_otel import config
-    from verl_otel.telemetry.console import StepConsole
     from verl_otel.telemetry import progress_console
+    from verl_otel.telemetry.console import StepConsole
     from verl_otel.telemetry.trainer_metrics import TrainerMetrics
 
     TRACER.observers.append(TrainerMetrics(rt.state))
