@@ -8,7 +8,9 @@ from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
-_instruments = ("verl >= 0.8.0",)
+# ".dev0": OTel's dependency check, like pip, leaves pre-releases out of ">= 0.8.0", so a verl built from git
+# (0.10.0.dev0) would be refused and nothing hooked; a specifier naming a pre-release lets them in
+_instruments = ("verl >= 0.8.0.dev0",)
 
 
 def register_import_hooks() -> None:

@@ -42,6 +42,7 @@ class Runtime:
         self._meter_provider: Any = None
         self._metrics_started = False
         self._wired: set[str] = set()
+        self._reported: set[str] = set()  # roles whose hook coverage line was logged
         self._waited_s = 0.0  # spent in flush_wait, against VERL_OTEL_SHUTDOWN_TIMEOUT
         self._unregister: Callable[[], None] | None = None  # removes this process' file_sd entry
         from verl_otel.export.flusher import Flusher
@@ -68,6 +69,19 @@ class Runtime:
             except Exception as exc:  # noqa: BLE001 - wiring never raises into verl
                 warn_once(f"wire:{key}", f"telemetry set-up for {key} failed ({exc!r}); training continues, "
                           "this part of the telemetry is off")
+            self._report_hooks(role)
+
+    def _report_hooks(self, role: str) -> None:
+        """One line per role and process: what of verl is hooked here, and what is off and why."""
+        if role in self._reported:
+            return
+        self._reported.add(role)
+        try:
+            from verl_otel.hooks import coverage
+
+            coverage.report(role)
+        except Exception as exc:  # noqa: BLE001
+            warn_once("coverage", f"cannot say which hooks are on ({exc!r})")
 
     def wired(self, key: str) -> bool:
         return key in self._wired

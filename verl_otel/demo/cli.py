@@ -54,9 +54,37 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     return p
 
 
+DEMO_VERL = "0.9.1"  # verl.plugin (the demo's CPU platform and rollout plug in through it) came with 0.9.1
+
+
+def verl_problem() -> str | None:
+    """Why the installed verl cannot run the demo, found without importing verl (its import alone takes
+    seconds, and an old one dies on the demo's plugin with a bare ModuleNotFoundError)."""
+    from packaging.version import InvalidVersion, Version
+
+    from verl_otel.hooks.coverage import module_exists
+    from verl_otel.hooks.registry import verl_version
+
+    version = verl_version()
+    if version is None:
+        return "verl is not installed here (`make install` makes a venv with the CPU torch and verl 0.9.1)"
+    need = (f"the CPU demo needs verl >= {DEMO_VERL} (its CPU platform plugs in through verl.plugin); "
+            f"this environment has verl {version}. The telemetry itself supports verl >= 0.8.0")
+    try:
+        if Version(Version(version).base_version) < Version(DEMO_VERL):
+            return need
+    except InvalidVersion:
+        pass
+    return None if module_exists("verl.plugin.platform") else need
+
+
 def run(args: argparse.Namespace) -> int:
     if args.telemetry == "otlp" and not args.otlp_endpoint:  # before verl's imports, as argparse errors are
         print("verl-otel demo: error: argument --otlp-endpoint: required with --telemetry otlp", file=sys.stderr)
+        return 2
+    problem = verl_problem()
+    if problem is not None:  # first, before anything is built or started
+        print(f"verl-otel demo: {problem}", file=sys.stderr)
         return 2
     from verl_otel.demo.runner import run_demo, telemetry_env
 

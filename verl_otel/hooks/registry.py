@@ -3,7 +3,8 @@
 Ray freezes an actor's methods when the class is made remote, so patches must be in place at import
 time in every process: each target registers a post-import hook (:mod:`.import_hooks`) that wraps the
 function (with wrapt, imported then) the moment its module loads (or at once if it is already loaded). Adding a verl version is adding a row.
-A target missing in the installed verl gives one warning naming the verl version; training goes on.
+A target that cannot be hooked (renamed, moved, outside its version range) is said on the process role's
+start-up line (:mod:`.coverage`); training goes on.
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ def plain_method(original: Any, wrapper: Wrapper) -> Any:
 _lock = threading.RLock()  # re-entered when resolving a wrapper imports a module with hooks of its own
 _active: dict[str, HookTarget] = {}  # registered and wanted
 _installed: dict[str, tuple[Any, str, Any]] = {}  # key -> (owner, attribute name, original)
+_off: dict[str, str] = {}  # key -> why it could not be hooked (for the start-up line, hooks/coverage.py)
+_late = False  # a start-up line was printed: later failures get a line of their own
 _registered_hooks: set[str] = set()  # post-import hooks cannot be removed: remember which exist
 
 
@@ -90,17 +93,29 @@ def verl_version() -> str | None:
 
 
 def _in_range(target: HookTarget, version: str | None) -> bool:
+    """A build between releases (``0.10.0.dev0`` from git, ``0.10.0rc1``) may hold either side's code: it
+    passes ``min_verl`` as its release would and ``max_verl`` as itself, and resolution decides. A post
+    release (``0.9.1.post1``) or a local one (``+g1234``) counts as its release."""
     if version is None:
         return True
     from packaging.version import InvalidVersion, Version
 
     try:
         v = Version(version)
-        if v < Version(target.min_verl):
+        if Version(v.base_version) < Version(target.min_verl):
             return False
         return target.max_verl is None or v < Version(target.max_verl)
     except InvalidVersion:
         return True
+
+
+def _record_off(key: str, reason: str, feature: str) -> None:
+    """Why ``key`` is not hooked: said on the role's start-up line, or at once when that line is out."""
+    _off[key] = reason
+    if _late:
+        warn_once(f"off:{key}", f"hook target {key} is not hooked ({reason}): {feature} is off; training continues")
+    else:
+        logger.debug("hook target %s not hooked: %s", key, reason)
 
 
 def _resolve(module: ModuleType, attr: str) -> tuple[Any, str] | None:
@@ -129,16 +144,14 @@ def _apply(key: str, module: ModuleType) -> None:
             return
         found = _resolve(module, target.attr)
         if found is None:
-            warn_once(f"missing:{key}", f"hook target {key} not found in verl {version}: {target.feature} "
-                      "is off; training continues")
+            _record_off(key, f"{target.attr} not in {target.module} of verl {version}: renamed?", target.feature)
             return
         owner, name = found
         original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
         try:
             wrapper = resolve(target.wrapper)
         except Exception as exc:  # noqa: BLE001 - our own module failed to import: hook nothing, say so
-            warn_once(f"load:{key}", f"cannot load the wrapper for {key} ({exc!r}): {target.feature} is off; "
-                      "training continues")
+            _record_off(key, f"our wrapper failed to load: {exc!r}", target.feature)
             return
         if target.how == "wrapt":
             import wrapt
@@ -147,8 +160,7 @@ def _apply(key: str, module: ModuleType) -> None:
         else:
             new = wrapper(original) if target.how == "replace" else plain_method(original, wrapper)
             if new is None:
-                warn_once(f"shape:{key}", f"hook target {key} has an unexpected shape in verl {version}: "
-                          f"{target.feature} is off; training continues")
+                _record_off(key, f"{target.attr} has an unexpected shape in verl {version}", target.feature)
                 return
             setattr(owner, name, new)
         _installed[key] = (owner, name, original)
@@ -176,6 +188,7 @@ def uninstall(targets: Iterable[HookTarget]) -> None:
     for target in targets:
         with _lock:
             _active.pop(target.key, None)
+            _off.pop(target.key, None)
             found = _installed.pop(target.key, None)
         if found is None:
             continue
@@ -186,3 +199,21 @@ def uninstall(targets: Iterable[HookTarget]) -> None:
 def installed() -> list[str]:
     with _lock:
         return sorted(_installed)
+
+
+def registered() -> list[HookTarget]:
+    """Every target installed and not uninstalled, hooked or not."""
+    with _lock:
+        return list(_active.values())
+
+
+def off_reasons() -> dict[str, str]:
+    """Key -> why a target whose module was imported could not be hooked."""
+    with _lock:
+        return dict(_off)
+
+
+def reported() -> None:
+    """A start-up line said what is off: a failure from now on gets a line of its own."""
+    global _late
+    _late = True
