@@ -48,6 +48,11 @@ class DemoRun:
     prom: Any = None
     query_time: float | None = None
     extra: dict = field(default_factory=dict)
+    slow: list[str] = field(default_factory=list)
+
+    def slow_step(self, phase: str) -> int:
+        """The step whose ``phase`` the run slowed down (its --slow PHASE@STEP=SECONDS)."""
+        return next(int(s.split("@")[1].split("=")[0]) for s in self.slow if s.startswith(phase + "@"))
 
     def log_tail(self, n: int = 4000) -> str:
         return (self.out / "demo.log").read_text(errors="replace")[-n:]
@@ -108,7 +113,7 @@ def start_demo(out: Path, trainer: str, steps: int, slow: list[str], scrape: boo
         os.environ.clear()
         os.environ.update(old)
     run = DemoRun(out=out, rc=result.get("rc", -1), steps=steps, trainer=trainer, prom=prom, query_time=query_time,
-                  extra={"targets": targets})
+                  extra={"targets": targets}, slow=list(slow))
     if prom is not None:
         prom.at = query_time
     return run
@@ -136,7 +141,8 @@ def v1_run_6(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def legacy_run(tmp_path_factory):
-    return start_demo(tmp_path_factory.mktemp("demo-legacy"), "legacy", 3, ["update_actor@3=3"], scrape=False,
+    # the last step is not the slow one: its reward spans must come at its end, not after an idle wait
+    return start_demo(tmp_path_factory.mktemp("demo-legacy"), "legacy", 3, ["update_actor@2=3"], scrape=False,
                       adv="gae", extra_env=PROGRESS_LOG)
 
 

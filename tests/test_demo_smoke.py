@@ -45,8 +45,8 @@ def test_demo_runs_verl_to_completion(request, run_name):
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == str(steps)
     assert (ckpt / f"global_step_{steps}" / "actor").is_dir()
 
-    # --slow update_actor@3=3 slept inside the real FSDP worker's update of step 3, and only there
-    slow, fast = metrics[steps]["timing_s/update_actor"], metrics[1]["timing_s/update_actor"]
+    # --slow update_actor@K=3 slept inside the real FSDP worker's update of step K, and only there
+    slow, fast = metrics[run.slow_step("update_actor")]["timing_s/update_actor"], metrics[1]["timing_s/update_actor"]
     assert slow >= SLOW_S and slow - fast >= 0.8 * SLOW_S, (fast, slow)
 
     assert (out / "assets" / "tiny_model" / "config.json").exists()

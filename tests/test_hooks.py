@@ -130,3 +130,29 @@ def test_a_failing_import_hook_does_not_fail_the_import(caplog):
         import_hooks._hooks.pop(name, None)
     assert module.__name__ == name
     assert any("cannot hook json.tool" in r.getMessage() and "hook bug" in r.getMessage() for r in caplog.records)
+
+
+async def _probe(self, x=1):
+    return x + 1
+
+
+def test_an_added_method_is_there_until_uninstall():
+    """how="add": a method verl's class lacks (the reward workers' step-end flush), put on the class when
+    its module is imported and taken off again; a name the class already has is left alone."""
+    import asyncio
+
+    from verl_otel.hooks import coverage
+
+    added = HookTarget("verl.utils.tracking", "Tracking.verl_otel_probe", _probe, "probe", how="add")
+    clash = HookTarget("verl.utils.tracking", "Tracking.log", _probe, "clash", how="add")
+    before = tracking.Tracking.__dict__["log"]
+    registry.install([added, clash])
+    try:
+        assert tracking.Tracking.verl_otel_probe is _probe
+        assert asyncio.run(tracking.Tracking.__new__(tracking.Tracking).verl_otel_probe(2)) == 3
+        assert tracking.Tracking.__dict__["log"] is before
+        assert "clash (Tracking.log not in verl.utils.tracking of verl 0.9.1: has it already" in coverage.line(
+            "trainer")[0]
+    finally:
+        registry.uninstall([added, clash])
+    assert "verl_otel_probe" not in tracking.Tracking.__dict__ and tracking.Tracking.__dict__["log"] is before

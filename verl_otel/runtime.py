@@ -188,10 +188,19 @@ class Runtime:
 
     def _wait_in_budget(self, ticket: int) -> bool:
         """Wait for ``ticket`` at most what is left of this process' VERL_OTEL_SHUTDOWN_TIMEOUT."""
+        return self.wait_in_budget(lambda left: self.flusher.wait(ticket, left))
+
+    def wait_in_budget(self, wait: Callable[[float], bool]) -> bool:
+        """``wait(seconds_left)`` at fit end or exit, charged to this process' VERL_OTEL_SHUTDOWN_TIMEOUT
+        (shared by every such wait: a collector that never answers costs it once)."""
         t0 = time.monotonic()
-        done = self.flusher.wait(ticket, max(0.0, self.settings.shutdown_timeout_s - self._waited_s))
-        self._waited_s += time.monotonic() - t0
-        return done
+        try:
+            return wait(self.budget_left_s())
+        finally:
+            self._waited_s += time.monotonic() - t0
+
+    def budget_left_s(self) -> float:
+        return max(0.0, self.settings.shutdown_timeout_s - self._waited_s)
 
     def every_tick(self, task: Callable[[], None]) -> None:
         self.flusher.every_tick(task)

@@ -37,7 +37,9 @@ class HookTarget:
     max_verl: str | None = None  # exclusive
     # "wrapt": a wrapt wrapper in place; "method": a plain function calling the wrapper (Ray's actor runtime
     # bypasses wrapt proxies, seen with ray 2.60); "replace": the wrapper maps verl's original to its
-    # replacement (None: cannot hook this one), where a proxy cannot go (decorators that inspect frames)
+    # replacement (None: cannot hook this one), where a proxy cannot go (decorators that inspect frames);
+    # "add": a method of ours that verl's class lacks (a Ray actor's methods are fixed when it is made
+    # remote: ours must be on the class by then), removed again by uninstall
     how: str = "wrapt"
 
     @property
@@ -134,6 +136,20 @@ def _resolve(module: ModuleType, attr: str) -> tuple[Any, str] | None:
     return owner, name
 
 
+_ABSENT = object()  # the "original" of an added method
+
+
+def _resolve_new(module: ModuleType, attr: str) -> tuple[Any, str] | None:
+    """The class that should get a new method ``attr``: it must exist and not have one of that name."""
+    owner_path, _, name = attr.rpartition(".")
+    cls: Any = module
+    for part in owner_path.split("."):
+        cls = getattr(cls, part, None)
+    if not isinstance(cls, type) or name in cls.__dict__:
+        return None
+    return cls, name
+
+
 def _apply(key: str, module: ModuleType) -> None:
     with _lock:
         target = _active.get(key)
@@ -142,18 +158,24 @@ def _apply(key: str, module: ModuleType) -> None:
         version = verl_version()
         if not _in_range(target, version):
             return
-        found = _resolve(module, target.attr)
+        found = _resolve(module, target.attr) if target.how != "add" else _resolve_new(module, target.attr)
         if found is None:
-            _record_off(key, f"{target.attr} not in {target.module} of verl {version}: renamed?", target.feature)
+            what = "has it already or lacks its class" if target.how == "add" else "renamed?"
+            _record_off(key, f"{target.attr} not in {target.module} of verl {version}: {what}", target.feature)
             return
         owner, name = found
-        original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+        if target.how == "add":
+            original = _ABSENT
+        else:
+            original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
         try:
             wrapper = resolve(target.wrapper)
         except Exception as exc:  # noqa: BLE001 - our own module failed to import: hook nothing, say so
             _record_off(key, f"our wrapper failed to load: {exc!r}", target.feature)
             return
-        if target.how == "wrapt":
+        if target.how == "add":
+            setattr(owner, name, wrapper)
+        elif target.how == "wrapt":
             import wrapt
 
             wrapt.wrap_function_wrapper(owner, name, wrapper)
@@ -193,7 +215,10 @@ def uninstall(targets: Iterable[HookTarget]) -> None:
         if found is None:
             continue
         owner, name, original = found
-        setattr(owner, name, original)
+        if original is _ABSENT:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, original)
 
 
 def installed() -> list[str]:

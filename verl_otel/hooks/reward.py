@@ -111,3 +111,32 @@ def compute_rm_score(wrapped: Callable[..., Any], instance: Any, args: tuple[Any
             safe(undo)
 
 
+
+
+def _trace_id(traceparent: str) -> str:
+    parts = traceparent.split("-")  # W3C: version-traceid-spanid-flags
+    return parts[1] if len(parts) == 4 else ""
+
+
+def _emit_groups(trace_id: str | None) -> int:
+    if not _SPANS:
+        return 0
+    match = None if trace_id is None else (lambda parent: _trace_id(parent) == trace_id)
+    return _SPANS[0].flush(idle_only=False, parents=match)
+
+
+async def verl_otel_flush(self: Any, trace_id: str | None = None, wait_s: float = 0.0) -> int:
+    """Added to verl's ``RewardLoopWorker`` (a Ray actor; hooks/targets.py). The trainer calls it when a
+    step ended, when every reward call of that step's trace has returned: its groups are emitted now, not
+    after the idle time, which the last step never gets (Ray ends this process without ``atexit``). At
+    fit end (``trace_id`` None: every group) it also waits up to ``wait_s`` for the export, on a thread:
+    this runs on the actor's event loop. Never raises; returns the groups emitted."""
+    emitted = safe(_emit_groups, trace_id) or 0
+    if wait_s > 0:
+        import asyncio
+
+        try:
+            await asyncio.to_thread(runtime.current().flush_wait, min(wait_s, 60.0))
+        except Exception:  # noqa: BLE001 - the trainer waits with its own deadline
+            pass
+    return emitted

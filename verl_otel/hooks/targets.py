@@ -6,7 +6,8 @@ in the process, so an enabled process that never imports verl loads almost nothi
 Adding a verl version is adding a row (``min_verl``/``max_verl``). ``how``: ``wrapt`` wraps in place;
 ``method`` installs a plain function calling the wrapper (Ray's actor runtime bypasses wrapt proxies,
 and classes Ray pickles by value need a function pickled by reference); ``replace`` calls the string
-with verl's original and installs what it returns.
+with verl's original and installs what it returns; ``add`` puts the string's function on verl's class
+as a new method (for a Ray actor: before the class is made remote).
 """
 
 from __future__ import annotations
@@ -96,6 +97,8 @@ REWARD_TARGETS: tuple[HookTarget, ...] = (
     _t(_RL, "RewardLoopManager.compute_rm_score", "reward:compute_rm_score",
        "reward-model (batch) calls in the step trace", "0.8.0"),
     _m(_RL, "RewardLoopWorker.compute_score", "reward:compute_score", "reward-loop spans in the step trace", "0.7.1"),
+    _t(_RL, "RewardLoopWorker.verl_otel_flush", "reward:verl_otel_flush",
+       "reward spans at the step's end (the last step's included)", "0.7.1", how="add"),
 )
 
 ASYNC_ROLLOUT_TARGETS: tuple[HookTarget, ...] = (

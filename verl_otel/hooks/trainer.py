@@ -14,6 +14,7 @@ from typing import Any
 from verl_otel import runtime
 from verl_otel import semconv as sc
 from verl_otel.hooks._safe import safe
+from verl_otel.hooks.reward_flush import REWARD_FLUSH
 from verl_otel.telemetry.steps import TRACER
 
 
@@ -25,6 +26,7 @@ def _wire_trainer(rt: runtime.Runtime) -> None:
     from verl_otel.telemetry.trainer_metrics import TrainerMetrics
 
     TRACER.observers.append(TrainerMetrics(rt.state))
+    TRACER.observers.append(REWARD_FLUSH)  # the reward workers' spans at each step's end
     if rt.settings.console:
         TRACER.observers.append(StepConsole())
     progress = config.load_progress()
@@ -72,6 +74,7 @@ def _fit_wrapper(kind: str) -> Callable[..., Any]:
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         safe(declare_run, instance)
+        safe(REWARD_FLUSH.attach, instance)
         safe(TRACER.fit_started, instance, kind)
         if inspect.iscoroutinefunction(wrapped):
             return _fit_async(wrapped(*args, **kwargs))
@@ -83,6 +86,9 @@ def _fit_wrapper(kind: str) -> Callable[..., Any]:
             raise
         finally:
             safe(TRACER.fit_ended, exc)
+            # then the reward workers' spans, within what is left of the budget (sync fit() only:
+            # fully_async's trainer has no reward-loop workers of its own)
+            safe(REWARD_FLUSH.fit_end)
 
     return wrapper
 

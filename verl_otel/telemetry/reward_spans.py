@@ -2,9 +2,10 @@
 
 Agent-loop workers call the reward loop once per sample, so spanning every call would grow with
 the batch. As for rollout samples, this process keeps per trainer span (the traceparent that came
-with the calls) the count and only the K slowest calls; a group is emitted once no call for it came
-for ``idle_s`` (the reward worker cannot know when a rollout ends): a ``reward.worker`` span from
-the first call to the last, with the slowest ``reward.compute_score`` spans under it.
+with the calls) the count and only the K slowest calls, emitted as a ``reward.worker`` span from the
+first call to the last, with the slowest ``reward.compute_score`` spans under it. This process cannot see
+a rollout or step end: the trainer tells it when a step ended (hooks/reward_flush.py); a group no call
+came for in ``idle_s`` is emitted too (trainers that do not tell).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import heapq
 import itertools
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,11 +67,13 @@ class SlowestCalls:
         if start_ticking:  # idle groups are emitted on the runtime's flusher thread (no thread of our own)
             runtime.current().every_tick(self.flush)
 
-    def flush(self, idle_only: bool = True) -> int:
-        """Emit the groups idle for ``idle_s`` (all of them with ``idle_only=False``); how many."""
+    def flush(self, idle_only: bool = True, parents: Callable[[str], bool] | None = None) -> int:
+        """Emit the groups idle for ``idle_s`` (all of them with ``idle_only=False``; of those only the
+        parents ``parents`` accepts, if given); how many."""
         now = time.monotonic()
         with self._lock:
-            ready = [p for p, g in self._groups.items() if not idle_only or now - g.touched >= self.idle_s]
+            ready = [p for p, g in self._groups.items() if (not idle_only or now - g.touched >= self.idle_s)
+                     and (parents is None or parents(p))]
             groups = [(p, self._groups.pop(p)) for p in ready]
         for parent, group in groups:
             self._emit(parent, group)
