@@ -6,9 +6,11 @@ each other: ports, service names, datasource uids)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -322,6 +324,45 @@ def test_collector_settings_the_stack_relies_on():
     ports = {_port(t) for j in _yaml("deploy/prometheus/prometheus.yml")["scrape_configs"]
              for c in j.get("static_configs", []) for t in c["targets"] if t.startswith("otel-collector:")}
     assert ports == {_port(prom["endpoint"]), reader["port"]}
+
+
+_RESOURCE_OF_PROCESS = ("import json, sys; from verl_otel.export.providers import resource; "
+                       "print(json.dumps(dict(resource(sys.argv[1], None, {'verl.project': 'p'}).attributes)))")
+
+
+def _series_labels(attrs: dict, deleted: set[str]) -> dict[str, str]:
+    """The labels the Collector's prometheus exporter gives a series of a process with resource ``attrs``, after
+    the metrics pipeline's resource processor deleted ``deleted`` (resource_to_telemetry_conversion copies every
+    resource attribute; job and instance come from service.name and service.instance.id)."""
+    kept = {k: str(v) for k, v in attrs.items() if k not in deleted}
+    labels = {re.sub(r"[^a-zA-Z0-9_]", "_", k): v for k, v in kept.items()}
+    labels["job"], labels["instance"] = kept["service.name"], kept.get("service.instance.id", "")
+    return labels
+
+
+def test_push_path_series_identity_is_the_process_not_its_pid_or_sdk(tmp_path):
+    """Each process' series are told apart by a readable `instance` (service.instance.id), not by pid or SDK labels:
+    our real resource of two processes of one role, through the metrics pipeline's resource processor."""
+    cfg = _yaml("deploy/otel-collector/config.yaml")
+    pipes = cfg["service"]["pipelines"]
+    assert "resource/series_labels" in pipes["metrics"]["processors"]
+    assert "resource/series_labels" not in pipes["traces"]["processors"], "spans keep the pid"
+    actions = cfg["processors"]["resource/series_labels"]["attributes"]
+    assert all(a["action"] == "delete" and set(a) == {"key", "action"} for a in actions), actions
+    deleted = {a["key"] for a in actions}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "VERL_OTEL_"))}
+    env["OTEL_RESOURCE_ATTRIBUTES"] = "service.instance.id=shared-by-all,cluster=c1"
+    procs = [subprocess.run([sys.executable, "-c", _RESOURCE_OF_PROCESS, "trainer"], env=env,
+                            capture_output=True, text=True, timeout=60, cwd=tmp_path) for _ in range(2)]
+    assert all(p.returncode == 0 for p in procs), [p.stderr for p in procs]
+    first, second = (json.loads(p.stdout) for p in procs)
+    assert {"process.pid", "telemetry.sdk.version"} <= set(first), "the resource has them (spans keep them)"
+    a, b = _series_labels(first, deleted), _series_labels(second, deleted)
+    assert not [k for k in a if k.startswith(("process_", "telemetry_"))], a
+    assert a["instance"] != b["instance"], "two processes: two instances (else they overwrite each other's series)"
+    assert re.fullmatch(rf"[^/]+/trainer/{first['process.pid']}", a["instance"]), a["instance"]
+    assert {k: v for k, v in a.items() if "instance" not in k} == {k: v for k, v in b.items() if "instance" not in k}
+    assert a["verl_project"] == "p" and a["verl_process_role"] == "trainer" and a["cluster"] == "c1" and a["job"] == "verl"
 
 
 def _duration_s(text: str) -> float:

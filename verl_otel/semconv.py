@@ -209,6 +209,9 @@ RES_ROLE: Final = "verl.process.role"
 RES_WORKER_INDEX: Final = "verl.process.worker_index"
 RES_NODE: Final = "host.name"
 RES_PID: Final = "process.pid"
+#: One process (the Collector's prometheus exporter makes it the series' ``instance``, as host:port is on the
+#: pull path): host, role and pid, readable in Grafana's $instance list
+RES_INSTANCE: Final = "service.instance.id"
 
 #: Process roles (resource attribute values)
 ROLE_DRIVER: Final = "driver"

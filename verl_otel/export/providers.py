@@ -29,8 +29,17 @@ from verl_otel.telemetry.metrics import MetricsState
 Drop = Callable[[str, int], None]
 
 
+def instance_id(host: str, role: str, worker_index: int | None, pid: int) -> str:
+    """Unique per process (two processes sharing it would overwrite each other's series behind the Collector),
+    so the pid is in it; the rest makes ``$instance`` readable: ``node-1/agent_loop_worker-0/4242``."""
+    return f"{host}/{role}{'' if worker_index is None else f'-{worker_index}'}/{pid}"
+
+
 def resource(role: str, worker_index: int | None, run: Mapping[str, str]) -> Resource:
-    attrs: dict[str, Any] = {sc.RES_ROLE: role, sc.RES_NODE: socket.gethostname(), sc.RES_PID: os.getpid(), **run}
+    host, pid = socket.gethostname(), os.getpid()
+    # ours wins over OTEL_RESOURCE_ATTRIBUTES' service.instance.id: one value there is shared by every process
+    attrs: dict[str, Any] = {sc.RES_ROLE: role, sc.RES_NODE: host, sc.RES_PID: pid,
+                             sc.RES_INSTANCE: instance_id(host, role, worker_index, pid), **run}
     if worker_index is not None:
         attrs[sc.RES_WORKER_INDEX] = worker_index
     if not os.environ.get("OTEL_SERVICE_NAME"):
