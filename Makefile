@@ -10,7 +10,7 @@ OUT ?= ./verl-otel-data
 # one planted slow step, so `verl-otel slow-steps` has something real to find (SLOW= for none)
 SLOW ?= update_actor@3=3
 
-.PHONY: install demo test test-fast prometheus verl-compat bench dashboards clean
+.PHONY: install demo test test-fast test-min prometheus verl-compat bench dashboards clean
 
 $(STAMP): pyproject.toml verl_otel/_pth/verl_otel_autoload.pth
 	@echo "[verl-otel] creating $(VENV) and installing: torch (CPU, from local disk), then verl $(VERL_VERSION) and verl-otel (a few minutes)"
@@ -32,8 +32,22 @@ prometheus:
 	@command -v promtool >/dev/null 2>&1 && command -v amtool >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null; }
 	@promtool --version 2>&1 | head -1
 
-test: install prometheus
+test: install prometheus test-min
 	$(PY) -m pytest -q -p no:cacheprovider tests
+
+# the push-path and metric tests on the OpenTelemetry and prometheus-client floors pyproject.toml declares, in a
+# venv of their own whose other packages (verl, torch, pytest) are the main venv's (tests/min_env.py)
+MIN_VENV ?= .venv-min
+MIN_TESTS := tests/test_min_versions.py tests/test_tracing.py tests/test_metric_names.py tests/test_settings.py \
+	tests/test_runtime.py tests/test_hostile_input.py tests/test_trace_file.py tests/test_top.py
+$(MIN_VENV)/.floors: pyproject.toml tests/min_env.py $(STAMP)
+	@echo "[verl-otel] $(MIN_VENV): $$($(PY) tests/min_env.py pins)"
+	rm -rf $(MIN_VENV) && python3 -m venv $(MIN_VENV)
+	$(MIN_VENV)/bin/pip -q --disable-pip-version-check install $$($(PY) tests/min_env.py pins) 2>&1 | grep -v '^WARNING: Location' || true
+	$(PY) tests/min_env.py link $(MIN_VENV) $(VENV) && touch $@
+
+test-min: $(MIN_VENV)/.floors
+	VERL_OTEL_EXPECT_MIN=1 $(MIN_VENV)/bin/python -m pytest -q -p no:cacheprovider $(MIN_TESTS)
 
 # everything but the real-verl runs (seconds, for quick iteration)
 test-fast: install
@@ -54,4 +68,4 @@ dashboards: install
 	$(PY) -m verl_otel.dashboards.build
 
 clean:
-	rm -rf $(VENV) .venv-verl0* verl-otel-data
+	rm -rf $(VENV) $(MIN_VENV) .venv-verl0* verl-otel-data

@@ -31,6 +31,7 @@ class Received:
     spans: list[dict[str, Any]] = field(default_factory=list)
     metric_names: set[str] = field(default_factory=set)
     metric_points: list[tuple[str, dict[str, str], float]] = field(default_factory=list)
+    exemplars: list[tuple[str, str]] = field(default_factory=list)  # (metric, trace id) of histogram points
     requests: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -65,6 +66,7 @@ class Received:
                                 val = p.as_double if p.WhichOneof("value") == "as_double" else p.as_int
                             else:  # histogram: its sum
                                 val = p.sum
+                                self.exemplars += [(m.name, e.trace_id.hex()) for e in p.exemplars if e.trace_id]
                             self.metric_points.append((m.name, labels, float(val)))
 
 

@@ -7,6 +7,8 @@ import json
 import pytest
 
 from otlp_receiver import OtlpReceiver
+
+from verl_otel import semconv as sc
 from trace_file import load_spans, steps
 
 
@@ -56,8 +58,16 @@ def test_otlp_push(drive, tmp_path, protocol, endpoint_attr):
     roots = [s for s in rx.received.spans if s["name"] == "step"]
     assert {s["attributes"]["verl.global_step"] for s in roots} == {1, 2}
     assert all(s["resource"]["service.name"] == "my-run" for s in roots)
+    res = roots[0]["resource"]  # one instance per process (the Collector's `instance` label): host/role/pid
+    assert res["service.instance.id"] == f"{res['host.name']}/{res['verl.process.role']}/{res['process.pid']}", res
     phases = [s for s in rx.received.spans if s["parent_id"] and s["trace_id"] == roots[0]["trace_id"]]
     assert {s["name"] for s in phases} == {"rollout", "old_log_prob", "adv", "update_actor", "validate"}
     assert not (tmp_path / "traces.jsonl").exists(), "with an endpoint, spans are pushed, not written locally"
     keys = {labels.get("key") for name, labels, _ in rx.received.metric_points if name == "verl_training_metric"}
     assert "critic/score/mean" in keys
+    # the step and phase histograms arrive with the step's trace id as exemplar (VerlStepStalled and the
+    # panels' trace links need them; an SDK without exemplar support dropped the whole histogram)
+    step_traces = {s["trace_id"] for s in roots}
+    for metric in (sc.STEP_DURATION.otel_name, sc.PHASE_DURATION.otel_name):
+        assert metric in rx.received.metric_names, (metric, sorted(rx.received.metric_names))
+        assert {t for m, t in rx.received.exemplars if m == metric} & step_traces, metric
