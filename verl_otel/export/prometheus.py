@@ -9,9 +9,11 @@ Prometheus does when started with ``--enable-feature=exemplar-storage``.
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import socket
+import sys
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -91,9 +93,34 @@ def _alive(pid: int) -> bool:
     return True
 
 
+@functools.cache
+def advertised_host(bind: str) -> str:
+    """The address the file_sd entry gives for a /metrics bound to ``bind``: a wildcard bind is listed under an
+    address another host can reach (the host name alone resolves to 127.0.0.1 on many machines): Ray's node IP
+    where Ray runs (what Ray's own nodes use), else the interface of the default route, else the host name.
+    Cached: the entry is removed at exit under the same address."""
+    if bind not in ("0.0.0.0", "::", ""):
+        return bind
+    ray = sys.modules.get("ray")
+    try:
+        if ray is not None and ray.is_initialized():
+            return str(ray.util.get_node_ip_address())
+    except Exception:  # noqa: BLE001 - an address is all we need; the next way is as good
+        pass
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("192.0.2.1", 9))  # a UDP connect sends nothing: it picks the outgoing interface
+            address = str(probe.getsockname()[0])
+        if not address.startswith("127.") and address != "0.0.0.0":
+            return address
+    except OSError:
+        pass
+    return socket.gethostname()
+
+
 def _stale(group: dict[str, Any]) -> bool:
     """An entry of a process of this host that has exited."""
-    local = {socket.gethostname(), "127.0.0.1", "localhost"}
+    local = {socket.gethostname(), "127.0.0.1", "localhost", advertised_host("0.0.0.0")}
     targets = group.get("targets") or [""]
     pid = str(group.get("labels", {}).get(PID_LABEL, ""))
     return str(targets[0]).rsplit(":", 1)[0] in local and pid.isdigit() and not _alive(int(pid))
@@ -111,7 +138,7 @@ def unregister_target(data_dir: Path, host: str, port: int) -> None:
 
 
 def _update_targets(data_dir: Path, host: str, port: int, labels: dict[str, str], add: bool) -> None:
-    addr_host = socket.gethostname() if host in ("0.0.0.0", "::") else host
+    addr_host = advertised_host(host)
     entry = {"targets": [f"{addr_host}:{port}"], "labels": {**labels, PID_LABEL: str(os.getpid())}}
     path = data_dir / sc.PROM_TARGETS_FILE
     try:
