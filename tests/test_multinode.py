@@ -97,6 +97,8 @@ def test_two_nodes_push_and_pull(two_nodes, tmp_path):
             assert len(results) == 2, results
             assert len({r["node"] for r in results}) == 2, "one actor on each raylet"
             assert all(r["hooked"] and r["enabled"] == "1" and r["flushed"] for r in results), results
+            # the header travels too (in runtime_env, which Ray's dashboard shows: the README says so)
+            assert all(r["headers"] == "x-team=rl" for r in results), results
             # push: each node's actor's span reached the receiver, from its own process
             pids = {r["pid"] for r in results}
             assert rx.wait_for(lambda r: {s["resource"].get("process.pid") for s in r.spans
