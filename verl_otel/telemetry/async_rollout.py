@@ -222,7 +222,9 @@ class RolloutWindows:
         span = self.validating
         return None if span is None else trace.set_span_in_context(span)
 
-    def validate_ended(self, span: Span, exc: BaseException | None) -> None:
+    def validate_ended(self, span: Span | None, exc: BaseException | None) -> None:
+        if span is None:  # validate_span failed or had nothing to open
+            return
         self.validating = None
         if exc is not None:
             mark_failed(span, exc, runtime.current().settings.max_text)
