@@ -111,3 +111,20 @@ def test_update_tracker_epochs():
     assert g[(sc.UPDATE_EPOCH.name, ("actor",))] == 2
     assert g[(sc.UPDATE_MINIBATCHES_COMPLETED.name, ("actor",))] == 3
     assert g[(sc.UPDATE_MINIBATCHES_EXPECTED.name, ("actor",))] == 6
+
+
+def test_update_epoch_position_one_formula():
+    """The gauge (epoch running now) and the bar (last finished mini-batch) read the same position()."""
+    from verl_otel.telemetry.update import Update, position
+
+    assert [position(i, 2, 3) for i in range(1, 7)] == [(1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (3, 2)]
+    assert position(9, 2, 3) == (3, 1)  # past the end (a batch larger than announced): capped at the last epoch
+    upd = Update(expected=6, epochs=3)
+    seen = []
+    for _ in range(6):
+        running = upd.epoch
+        upd.completed += 1
+        seen.append((running, upd.last_done()))
+    # the epoch running before a mini-batch is the epoch that mini-batch is counted in once done
+    assert seen == [(1, (1, 1)), (1, (1, 2)), (2, (2, 1)), (2, (2, 2)), (3, (3, 1)), (3, (3, 2))]
+    assert upd.epoch == 3  # done: the last epoch, not 4
