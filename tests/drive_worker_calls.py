@@ -44,7 +44,7 @@ def main() -> None:
     kind = sys.argv[1]
     trainer = FakeTrainerState()
     trainer_hooks.declare_run(trainer)
-    TRACER.fit_started(trainer, "v1")
+    trainer_hooks.start_fit(trainer, "v1")
     seen: dict[str, object] = {}
 
     def execute(method_name, *args, **kwargs):  # the worker process, played here

@@ -75,7 +75,7 @@ def test_progress_settings_defaults_and_bad_values():
 
 
 def _gauges(tracker):
-    return {(m.name, labels): v for m, labels, v in tracker.samples()}
+    return {(m.name, labels): v for m, labels, v in tracker.readings()}
 
 
 def test_rollout_tracker_counts_and_finishes_once():
@@ -107,7 +107,7 @@ def test_update_tracker_epochs():
     u.begin("actor", expected=6, epochs=3)
     for _ in range(3):
         u.minibatch_done("actor")
-    g = {(m.name, labels): v for m, labels, v in u.samples()}
+    g = {(m.name, labels): v for m, labels, v in u.readings()}
     assert g[(sc.UPDATE_EPOCH.name, ("actor",))] == 2
     assert g[(sc.UPDATE_MINIBATCHES_COMPLETED.name, ("actor",))] == 3
     assert g[(sc.UPDATE_MINIBATCHES_EXPECTED.name, ("actor",))] == 6

@@ -16,7 +16,7 @@ from typing import Any
 from verl_otel import runtime
 from verl_otel import semconv as sc
 from verl_otel.hooks._safe import on_exit, safe
-from verl_otel.hooks._verl_config import run_names
+from verl_otel.hooks.verl_objects import run_names
 from verl_otel.telemetry.propagation import inject
 from verl_otel.telemetry.reward_spans import RewardSpans
 from verl_otel.telemetry.steps import TRACER

@@ -22,7 +22,7 @@ from typing import Any
 from verl_otel import runtime
 from verl_otel import semconv as sc
 from verl_otel.hooks._safe import on_exit, safe
-from verl_otel.hooks._verl_config import run_names
+from verl_otel.hooks.verl_objects import run_names, sample_attributes
 from verl_otel.telemetry.rollout import TRACKER
 
 
@@ -46,8 +46,8 @@ def _wire_agent_loop(rt: runtime.Runtime) -> None:
     from verl_otel.telemetry.progress_console import rollout_line
     from verl_otel.telemetry.rollout_spans import BatchSpans
 
-    rt.state.add_source(TRACKER.samples)
-    spans = BatchSpans(rt.settings.sample_spans)
+    rt.state.add_source(TRACKER.readings)
+    spans = BatchSpans(rt.settings.sample_spans, describe=sample_attributes)
     TRACKER.on_batch_done.append(spans.done)
     TRACKER.on_dispatch.append(spans.adopt)
     rt.every_tick(spans.expire)
@@ -79,8 +79,8 @@ def _mode(validate: Any) -> str:
 
 def _current_traceparent() -> str | None:
     """The trainer's open span; in fully_async's rollouter (no trainer there), its open validation."""
-    from verl_otel.telemetry.async_rollout import WINDOWS
     from verl_otel.telemetry.propagation import inject
+    from verl_otel.telemetry.rollouter import WINDOWS
     from verl_otel.telemetry.steps import TRACER
 
     return inject(TRACER.current_context() or WINDOWS.validate_context())
@@ -120,13 +120,13 @@ def _returned(mode: str, step: int) -> None:
 
 
 def _on_legacy_dispatch(manager: Any, prompts: Any) -> tuple[str, int]:
-    from verl_otel.telemetry.async_rollout import WINDOWS
+    from verl_otel.telemetry.rollouter import WINDOWS
 
     tp = _current_traceparent()
     meta = getattr(prompts, "meta_info", None)
     if tp and isinstance(meta, dict):
         meta[sc.TRACEPARENT_KEY] = tp
-    if WINDOWS.rollouter is not None and isinstance(meta, dict):  # fully_async rollouter: lines by version
+    if WINDOWS.active and isinstance(meta, dict):  # fully_async rollouter: lines by version
         meta[sc.PARAM_VERSION_KEY] = WINDOWS.version
     meta = meta if isinstance(meta, dict) else {}
     validate = bool(meta.get("validate", False))

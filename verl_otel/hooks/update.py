@@ -21,7 +21,7 @@ def _wire_worker(rt: runtime.Runtime) -> None:
     """A training worker: update-progress gauges and the seed's actor/critic bar."""
     from verl_otel import config
 
-    rt.state.add_source(TRACKER.samples)
+    rt.state.add_source(TRACKER.readings)
     progress = config.load_progress()
     if progress.enabled:
         _PROGRESS[:] = [progress]

@@ -11,7 +11,7 @@ from typing import Any
 
 from verl_otel import semconv as sc
 from verl_otel.telemetry.eta import rate_eta
-from verl_otel.telemetry.metrics import Sample
+from verl_otel.telemetry.metrics import Reading
 
 
 @dataclass
@@ -84,7 +84,7 @@ class UpdateTracker:
         for cb in self.on_progress:
             cb(role, upd)
 
-    def samples(self) -> Iterable[Sample]:
+    def readings(self) -> Iterable[Reading]:
         now = time.monotonic()
         with self._lock:
             rows = [(r, u.expected, u.completed, u.epoch, (u.end or now) - u.start) for r, u in self._updates.items()]
