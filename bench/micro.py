@@ -152,7 +152,7 @@ def carry_us(n: int = 20000) -> float:
     """Per worker-group call on the trainer: put the traceparent into a KVBatchMeta and undo it."""
     from transfer_queue.metadata import KVBatchMeta
 
-    from verl_otel.telemetry.propagation import find_batch, put
+    from verl_otel.hooks.verl_batches import find_batch, put
 
     batch = KVBatchMeta(keys=[f"k{i}" for i in range(512)], tags=[{} for _ in range(512)])
     tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"

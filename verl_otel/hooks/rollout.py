@@ -171,7 +171,7 @@ def _on_tq_dispatch(manager: Any, batch: Any) -> None:
     """v1: a TensorDict of prompts (each runs n sessions in the worker); its non-tensor entries are the meta."""
     from tensordict import NonTensorData
 
-    from verl_otel.telemetry.propagation import nontensor
+    from verl_otel.hooks.verl_batches import nontensor
 
     keys = list(batch.keys())
     validate = bool(nontensor(batch["validate"])) if "validate" in keys else False
@@ -280,7 +280,7 @@ def run_agent_loop(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, 
 
 
 def _on_tq_batch(instance: Any, batch: Any) -> None:
-    from verl_otel.telemetry.propagation import nontensor
+    from verl_otel.hooks.verl_batches import nontensor
 
     _wire(instance)
     tp = None

@@ -88,11 +88,15 @@ def _data(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 def _span(method: str, role: str, worker: Any, data: Any) -> contextlib.AbstractContextManager[Any]:
     """The worker call's span when its batch carries the trainer's context (else a no-op)."""
+    from verl_otel.hooks.verl_batches import batch_size, take
     from verl_otel.telemetry.worker_spans import WorkerSpan
 
     _wire()
     rank = int(getattr(worker, "rank", 0) or 0)
-    return safe(WorkerSpan, method, role, rank, data) or contextlib.nullcontext()
+    traceparent = safe(take, data) if data is not None else None  # out of the batch before verl's code sees it
+    if traceparent is None:
+        return contextlib.nullcontext()
+    return safe(WorkerSpan, method, role, rank, traceparent, safe(batch_size, data)) or contextlib.nullcontext()
 
 
 def train_mini_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
