@@ -12,7 +12,7 @@ from rich.text import Text
 
 from verl_otel import semconv as sc
 from verl_otel.live.health import Signal
-from verl_otel.live.model import STEP_KEY, History, RunView, WorkerProgress, step_row
+from verl_otel.live.run_view import STEP_KEY, History, RunView, WorkerProgress, step_row
 from verl_otel.telemetry.eta import bar
 
 BAR_WIDTH = 24

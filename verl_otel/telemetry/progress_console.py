@@ -18,14 +18,14 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 from verl_otel import semconv as sc
 from verl_otel.config import ProgressSettings
 from verl_otel.telemetry.eta import bar, fmt_s, rate_eta
-from verl_otel.telemetry.steps import RunInfo, StepResult
+from verl_otel.telemetry.steps import StepObserver
 
 PREFIX = "[VERL_PROGRESS]"
 #: the seed's heartbeat names the rollout wait "rollout gen" (verl's timer is "gen")
@@ -91,7 +91,7 @@ class _Running:
     due: float  # monotonic time of its next heartbeat line
 
 
-class ProgressConsole:
+class ProgressConsole(StepObserver):
     """Phase start/done lines with the seed's details and one heartbeat per running phase, in the fit() process.
 
     A phase's start line waits for its details when they come from a hook called inside the phase (legacy:
@@ -123,9 +123,6 @@ class ProgressConsole:
         self._print(f"{step_tag(step)} {phase} start: {details}", flush_held=False)
 
     # -- observer ----------------------------------------------------------------------------------------
-    def on_fit_start(self, run: RunInfo) -> None:
-        pass
-
     def on_phase_start(self, phase: str, global_step: int) -> None:
         now = time.monotonic()
         with self._lock:
@@ -157,12 +154,6 @@ class ProgressConsole:
                         f"reward_extra_keys={details or '[]'}")
         else:
             self._print(f"{step_tag(global_step)} {phase} done: {seconds:.2f}s")
-
-    def on_step_end(self, result: StepResult) -> None:
-        pass
-
-    def on_metrics(self, data: Mapping[str, Any], global_step: int) -> None:
-        pass
 
     # -- output ------------------------------------------------------------------------------------------
     def _flush_held(self) -> None:

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -49,14 +49,24 @@ class StepResult:
     error: bool
 
 
-class StepObserver(Protocol):
-    """Receives the model's events; implementations must be cheap and must not raise."""
+class StepObserver:
+    """Receives the step tracer's events; every method is a no-op here, so an observer overrides only
+    what it uses. Implementations must be cheap (they run on the training thread) and must not raise."""
 
-    def on_fit_start(self, run: RunInfo) -> None: ...
-    def on_phase_start(self, phase: str, global_step: int) -> None: ...
-    def on_phase_end(self, phase: str, global_step: int, seconds: float, trace_id: str) -> None: ...
-    def on_step_end(self, result: StepResult) -> None: ...
-    def on_metrics(self, data: Mapping[str, Any], global_step: int) -> None: ...
+    def on_fit_start(self, run: RunInfo) -> None:
+        """fit() started a run."""
+
+    def on_phase_start(self, phase: str, global_step: int) -> None:
+        """A phase (semconv PHASE_*) of ``global_step`` started."""
+
+    def on_phase_end(self, phase: str, global_step: int, seconds: float, trace_id: str) -> None:
+        """The phase ended after ``seconds``; ``trace_id`` is its step's trace."""
+
+    def on_step_end(self, result: StepResult) -> None:
+        """The step ended (its metrics were logged)."""
+
+    def on_metrics(self, data: Mapping[str, Any], global_step: int) -> None:
+        """verl logged the step's metrics dict."""
 
 
 @dataclass

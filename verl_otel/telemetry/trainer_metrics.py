@@ -12,15 +12,15 @@ from typing import Any
 from verl_otel import semconv as sc
 from verl_otel.telemetry.eta import RunEta
 from verl_otel.telemetry.metrics import MetricsState, Reading
-from verl_otel.telemetry.steps import RunInfo, StepResult
+from verl_otel.telemetry.steps import RunInfo, StepObserver, StepResult
 from verl_otel.telemetry.text import as_text
 from verl_otel.telemetry.values import to_scalar
 
 MAX_KEY_CHARS = 200
 
 
-class TrainerMetrics:
-    """A :class:`~verl_otel.telemetry.steps.StepObserver` writing into a :class:`MetricsState`."""
+class TrainerMetrics(StepObserver):
+    """The step tracer's events as metrics in a :class:`MetricsState`."""
 
     def __init__(self, state: MetricsState, eta_window: int = 5) -> None:
         self._state = state
