@@ -39,7 +39,7 @@ def _worker_index() -> int | None:
 
 
 def _wire_agent_loop(rt: runtime.Runtime) -> None:
-    """First batch in this process: it is an agent-loop worker (gauges, sample spans, the seed's bar)."""
+    """First batch in this process: it is an agent-loop worker (gauges, sample spans, the [VERL_PROGRESS] bar)."""
     import time
 
     from verl_otel import config
@@ -89,7 +89,7 @@ def _current_traceparent() -> str | None:
 # -- trainer side ------------------------------------------------------------------------------
 def _dispatched(manager: Any, mode: str, step: int, prompts: int, samples: int, shape: tuple[int, ...],
                 meta_keys: list[Any]) -> None:
-    """The seed's lines of a dispatch in the fit() process: the rollout start details and the total bar."""
+    """The [VERL_PROGRESS] lines of a dispatch in the fit() process: the rollout start details and the total bar."""
     from verl_otel.hooks.rollout_total import bar_for
     from verl_otel.telemetry import progress_console as pc
     from verl_otel.telemetry.steps import TRACER

@@ -109,7 +109,7 @@ def log_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...
 
 def extract_reward_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                            kwargs: dict[str, Any]) -> Any:
-    """verl's ``extract_reward(batch)`` inside the ``reward`` phase: its extra-info keys end the seed's
+    """verl's ``extract_reward(batch)`` inside the ``reward`` phase: its extra-info keys end the [VERL_PROGRESS]
     ``reward done`` line."""
     result = wrapped(*args, **kwargs)
     safe(_note_reward_keys, result)

@@ -18,7 +18,7 @@ from verl_otel.telemetry.update import TRACKER, UpdateBar
 
 
 def _wire_worker(rt: runtime.Runtime) -> None:
-    """A training worker: update-progress gauges and the seed's actor/critic bar."""
+    """A training worker: update-progress gauges and the [VERL_PROGRESS] actor/critic bar."""
     from verl_otel import config
 
     rt.state.add_source(TRACKER.readings)
@@ -28,7 +28,7 @@ def _wire_worker(rt: runtime.Runtime) -> None:
         TRACKER.on_progress.append(UpdateBar(progress))
 
 
-_PROGRESS: list[Any] = []  # the seed's settings, in a worker where VERL_PROGRESS_LOG is on
+_PROGRESS: list[Any] = []  # the [VERL_PROGRESS] settings, in a worker where VERL_PROGRESS_LOG is on
 _CALLS: dict[str, int] = {}  # calls per role/method in this worker: the step when the batch does not say it
 
 
@@ -123,7 +123,7 @@ def train_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...
 
 
 class _rank0_lines:  # noqa: N801 - used as a context manager
-    """The seed's rank-0 start/done lines of a training worker's call (VERL_PROGRESS_LOG=1)."""
+    """The [VERL_PROGRESS] rank-0 start/done lines of a training worker's call (VERL_PROGRESS_LOG=1)."""
 
     def __init__(self, method: str, role: str, worker: Any, data: Any) -> None:
         self.line: Callable[[float | None], str] | None = None

@@ -39,7 +39,7 @@ def _n(x: float) -> str:
 
 
 def _bar(done: float, total: float) -> Text:
-    """The seed's ``[######------]`` (readable without colour: logs, ``--once`` in scripts), coloured."""
+    """The [VERL_PROGRESS] ``[######------]`` (readable without colour: logs, ``--once`` in scripts), coloured."""
     text = bar(int(done), int(total), BAR_WIDTH)
     filled = text.count("#")
     return Text.assemble("[", ("#" * filled, "green"), ("-" * (BAR_WIDTH - filled), "dim"), "]")

@@ -19,7 +19,7 @@ class Update:
     expected: int
     epochs: int
     step: int = -1  # the trainer's step when the batch says it, else this role's update count
-    label: str = ""  # the seed's bar label (the engine strategy: dp, megatron)
+    label: str = ""  # the [VERL_PROGRESS] bar label (the engine strategy: dp, megatron)
     completed: int = 0
     start: float = field(default_factory=time.monotonic)
     end: float | None = None
@@ -46,7 +46,7 @@ def position(index: int, per_epoch: int, epochs: int) -> tuple[int, int]:
 
 
 class UpdateBar:
-    """The seed's actor/critic bar (VERL_PROGRESS_LOG): a line every ``bar_interval`` mini-batches and at
+    """The [VERL_PROGRESS] actor/critic bar (VERL_PROGRESS_LOG): a line every ``bar_interval`` mini-batches and at
     the end, for the selected steps. An ``UpdateTracker.on_progress`` callback."""
 
     def __init__(self, progress: Any) -> None:
