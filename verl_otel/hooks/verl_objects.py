@@ -159,6 +159,33 @@ def sample_attributes(trajectory: Mapping[str, Any] | None, output: Any) -> dict
     return attrs
 
 
+# -- reward loop ------------------------------------------------------------------------------------
+def _first(non_tensor: Mapping[str, Any], key: str) -> Any:
+    values = non_tensor.get(key)
+    try:
+        return values[0] if values is not None and len(values) else None
+    except TypeError:
+        return None
+
+
+def reward_call_attributes(data: Any, result: Any) -> dict[str, Any]:
+    """``reward.compute_score`` attributes of one reward-loop call: its sample's data source, step and
+    index (the call's non-tensor batch) and the score verl's reward manager returned."""
+    non_tensor = getattr(data, "non_tensor_batch", None) or {}
+    attrs: dict[str, Any] = {}
+    source = _first(non_tensor, "data_source")
+    if source is not None:
+        attrs[sc.ATTR_REWARD_DATA_SOURCE] = str(source)[:256]
+    for key, attr in (("global_steps", sc.ATTR_GLOBAL_STEP), ("index", sc.ATTR_SAMPLE_INDEX)):
+        value, _ = to_scalar(_first(non_tensor, key))
+        if value is not None:
+            attrs[attr] = int(value)
+    score, _ = to_scalar(result.get("reward_score") if isinstance(result, dict) else None)
+    if score is not None:
+        attrs[sc.ATTR_SAMPLE_SCORE] = score
+    return attrs
+
+
 # -- fully_async's rollouter ------------------------------------------------------------------------
 def rollouter_reader(rollouter: Any) -> Callable[[], RollouterReadings]:
     """Reads verl's FullyAsyncRollouter counters when called (at scrape time and at window edges)."""
