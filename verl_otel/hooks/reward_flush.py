@@ -13,30 +13,27 @@ from typing import Any
 
 from verl_otel import runtime
 from verl_otel._log import warn_once
+from verl_otel.telemetry.steps import StepObserver, StepResult
 
 METHOD = "verl_otel_flush"
 
 
-class RewardFlush:
+class RewardFlush(StepObserver):
     """A step observer (telemetry/steps.py) of the fit() process."""
 
     def __init__(self) -> None:
-        self._trainer: Any = None
+        self._workers: list[Any] = []
         self._off = False
 
-    def attach(self, trainer: Any) -> None:
-        self._trainer = trainer
-
-    def _workers(self) -> list[Any]:
-        manager = getattr(self._trainer, "reward_loop_manager", None)  # legacy and v1 trainers
-        workers = getattr(manager, "reward_loop_workers", None)
-        return list(workers) if isinstance(workers, (list, tuple)) else []
+    def attach(self, workers: list[Any]) -> None:
+        """The reward-loop worker handles of the trainer whose fit() starts (hooks/verl_objects.py)."""
+        self._workers = workers
 
     def _ask(self, trace_id: str | None, wait_s: float) -> list[Any]:
         if self._off:
             return []
         refs = []
-        for worker in self._workers():
+        for worker in self._workers:
             method = getattr(worker, METHOD, None)
             if method is None:  # made remote without our method (telemetry off where verl made it)
                 self._off = True
@@ -47,19 +44,7 @@ class RewardFlush:
         return refs
 
     # -- StepObserver -------------------------------------------------------------------------------
-    def on_fit_start(self, run: Any) -> None:
-        pass
-
-    def on_phase_start(self, phase: str, global_step: int) -> None:
-        pass
-
-    def on_phase_end(self, phase: str, global_step: int, seconds: float, trace_id: str) -> None:
-        pass
-
-    def on_metrics(self, data: Any, global_step: int) -> None:
-        pass
-
-    def on_step_end(self, result: Any) -> None:
+    def on_step_end(self, result: StepResult) -> None:
         self._ask(result.trace_id, 0.0)  # submitted, not awaited: the reward workers emit on their own
 
     # -- fit end ------------------------------------------------------------------------------------
@@ -67,7 +52,7 @@ class RewardFlush:
         """Every group left, exported, within what is left of VERL_OTEL_SHUTDOWN_TIMEOUT."""
         rt = runtime.current()
         refs = self._ask(None, rt.budget_left_s())
-        self._trainer = None
+        self._workers = []
         if refs:
             import ray
 
