@@ -160,8 +160,9 @@ def _apply(key: str, module: ModuleType) -> None:
             return
         found = _resolve(module, target.attr) if target.how != "add" else _resolve_new(module, target.attr)
         if found is None:
-            what = "has it already or lacks its class" if target.how == "add" else "renamed?"
-            _record_off(key, f"{target.attr} not in {target.module} of verl {version}: {what}", target.feature)
+            reason = (f"cannot add {target.attr} in {target.module} of verl {version}: no such class, or it has one"
+                      if target.how == "add" else f"{target.attr} not in {target.module} of verl {version}: renamed?")
+            _record_off(key, reason, target.feature)
             return
         owner, name = found
         if target.how == "add":
