@@ -4,8 +4,12 @@ builders (the typed model of Grafana 11.4's dashboard schema), so the JSON is th
 Raw parts, where the SDK has no typed field (keep this list in step with deploy/README.md):
 - the Jaeger search query: the SDK ships no Jaeger dataquery; ``RawQuery`` hands the dict to the SDK's own
   ``UnknownDataquery`` bag;
-- the Prometheus annotation's ``titleFormat``/``textFormat``/``step``: the SDK's AnnotationQuery types only the
-  fields common to every datasource (``_PromAnnotation`` adds them to its JSON).
+- the Prometheus annotation's ``titleFormat``/``textFormat``/``step``/``useValueForTime``: the SDK's
+  AnnotationQuery types only the fields common to every datasource (``_PromAnnotation`` adds them to its JSON);
+- the step panel's Explore link holds a Jaeger query too, inside its URL (plain text to the SDK).
+Defaults the SDK's models add (``transparent``, ``repeatDirection``, stat/bargauge/table options...) are Grafana's
+own defaults; it has no ``definition`` for query variables (the query is in ``query.query``) and no ``refresh``
+for datasource variables (Grafana lists datasources on every load).
 """
 
 from __future__ import annotations
