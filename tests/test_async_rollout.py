@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import clean_env, run_py
-from prom_server import prom_factory  # noqa: F401 (a fixture)
+from helpers.procs import clean_env, run_py
 
 from verl_otel import semconv as sc
 
@@ -136,7 +135,7 @@ def test_gauges_on_the_metrics_page(run):
 def test_async_panels_show_the_run_in_real_prometheus(run, prom_factory):  # noqa: F811 (pytest fixture)
     """The dashboard's fully_async panels, as Grafana sends them, on a real Prometheus scraping the rollouter
     process' real /metrics page (as served at the run's end, with its file_sd labels): every query has data."""
-    from prom_server import MetricsEndpoint
+    from helpers.prom import MetricsEndpoint
 
     from verl_otel.dashboards import all_expressions, concrete
     from verl_otel.dashboards.panels import _ASYNC_ONLY

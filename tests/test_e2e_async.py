@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from trace_file import load_spans, parent_chain, steps
+from helpers.traces import load_spans, parent_chain, steps
 
 pytestmark = pytest.mark.verl
 

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from trace_file import load_spans, parent_chain, steps
+from helpers.traces import load_spans, parent_chain, steps
 
 from verl_otel import semconv as sc
 

@@ -15,10 +15,10 @@ from collections import Counter
 
 import pytest
 
-from conftest import start_demo
-from otlp_receiver import OtlpReceiver, free_port
-from trace_file import load_spans, steps
-from verl_log import step_metrics
+from helpers.otlp_receiver import OtlpReceiver, free_port
+from helpers.traces import load_spans, steps
+from helpers.verl_log import step_metrics
+from helpers.verl_runs import start_demo
 
 pytestmark = pytest.mark.verl
 
@@ -92,7 +92,7 @@ def test_collector_answering_slowly(tmp_path):
 def test_worker_killed_mid_step_ends_trace_and_expires_gauges(tmp_path):
     """An agent-loop worker dies during step 2's rollout: verl fails the run, the step's trace still ends
     (ERROR), and the dead worker's gauges go stale instead of freezing."""
-    from prom_server import PromServer
+    from helpers.prom import PromServer
 
     targets = tmp_path / "prometheus_targets.json"
     prom = PromServer(tmp_path / "prom", targets).start()

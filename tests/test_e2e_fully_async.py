@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from trace_file import load_spans, parent_chain, steps
+from helpers.traces import load_spans, parent_chain, steps
 from verl_otel import semconv as sc
 
 pytestmark = pytest.mark.verl

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from trace_file import load_spans
+from helpers.traces import load_spans
 
 pytestmark = pytest.mark.verl
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import clean_env, run_py
+from helpers.procs import clean_env, run_py
 
 import verl.utils.profiler.performance as perf
 import verl.utils.tracking as tracking

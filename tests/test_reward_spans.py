@@ -58,8 +58,8 @@ def test_batch_reward_path_joins_the_reward_phase(tmp_path):
     import json
     from pathlib import Path
 
-    from conftest import clean_env, run_py
-    from trace_file import load_spans
+    from helpers.procs import clean_env, run_py
+    from helpers.traces import load_spans
 
     from verl_otel.demo import assets
 

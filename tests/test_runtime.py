@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
-from bad_collectors import BadCollector
-from conftest import ROOT, clean_env, run_py
-from trace_file import load_spans
+from helpers.bad_collectors import BadCollector
+from helpers.procs import ROOT, clean_env, run_py
+from helpers.traces import load_spans
 
 DRIVE = str(Path(__file__).parent / "drive_hooks.py")
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from otlp_receiver import OtlpReceiver
-from trace_file import load_spans, steps
+from helpers.otlp_receiver import OtlpReceiver
+from helpers.traces import load_spans, steps
 
 
 def test_file_trace_tree_and_format(drive, tmp_path):

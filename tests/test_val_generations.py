@@ -3,7 +3,7 @@ VERL_OTEL_CAPTURE_TEXT=1, truncated to VERL_OTEL_MAX_TEXT; the count is always r
 
 import json
 
-from trace_file import steps
+from helpers.traces import steps
 
 from verl_otel.telemetry.val_generations import data_sources, event_attributes
 
