@@ -1,73 +1,71 @@
-"""Read the embedded default's traces.jsonl in tests (through the CLI's own parser)."""
+"""The tests' one reader of spans: the CLI's own parser (``verl_otel.analysis.otlp_json``), so a test sees
+what `verl-otel slow-steps` and `val-generations` read. Spans are ``verl_otel.analysis.model.Span``: ids in
+lowercase hex, attributes, resource attributes (``span.resource``), events with their attributes, links with
+theirs, ``status_error``.
+
+    load_spans(path)          # traces.jsonl and the files it rotated into; a malformed line fails the test
+    spans_of_request(req)     # an OTLP ExportTraceServiceRequest (protobuf, as a collector receives it)
+    steps(spans)              # global step -> StepTree(root, spans of its trace)
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+from google.protobuf.json_format import MessageToDict
+
+from verl_otel.analysis.model import Span
+from verl_otel.analysis.otlp_json import parse_request, read_file
 
 
-def load_spans(path: Path) -> list[dict[str, Any]]:
-    """Spans as flat dicts: name, trace_id, span_id, parent_id, attributes, error, resource."""
-    import json
-
-    from verl_otel.analysis.otlp_json import rotated_set
-
-    spans = []
-    lines = [line for part in rotated_set(path) for line in part.read_text().splitlines()]
-    for line in lines:
-        doc = json.loads(line)
-        for rs in doc.get("resourceSpans", []):
-            res = {a["key"]: _val(a["value"]) for a in rs.get("resource", {}).get("attributes", [])}
-            for ss in rs.get("scopeSpans", []):
-                for sp in ss.get("spans", []):
-                    spans.append({
-                        "name": sp["name"],
-                        "trace_id": sp["traceId"],
-                        "span_id": sp["spanId"],
-                        "parent_id": sp.get("parentSpanId", ""),
-                        "attributes": {a["key"]: _val(a["value"]) for a in sp.get("attributes", [])},
-                        "error": sp.get("status", {}).get("code") == 2,
-                        "events": [e.get("name") for e in sp.get("events", [])],
-                        "start": int(sp["startTimeUnixNano"]),
-                        "end": int(sp["endTimeUnixNano"]),
-                        "resource": res,
-                    })
-    return spans
+def load_spans(path: Path | str) -> list[Span]:
+    """Every span of a traces.jsonl and its rotated files, oldest file first."""
+    read = read_file(path)
+    assert read.malformed == 0, f"{read.malformed} malformed line(s) in {path}"
+    return read.spans
 
 
-def _val(v: dict[str, Any]) -> Any:
-    if "intValue" in v:
-        return int(v["intValue"])
-    for key in ("stringValue", "doubleValue", "boolValue"):
-        if key in v:
-            return v[key]
-    return None
+def spans_of_request(request: Any) -> list[Span]:
+    """The spans of one protobuf ExportTraceServiceRequest (protobuf's JSON mapping: base64 ids, which the
+    parser reads as well as OTLP/JSON's hex)."""
+    return parse_request(MessageToDict(request))
 
 
-def steps(spans: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
-    """global step -> {"root": span, "children": [span names under it, any depth]}."""
-    by_trace: dict[str, list[dict[str, Any]]] = defaultdict(list)
+def event_names(span: Span) -> list[str]:
+    return [e.name for e in span.events]
+
+
+class StepTree(NamedTuple):
+    root: Span  # the trace's ``step`` span
+    spans: list[Span]  # every span of the trace, the root included
+
+
+def steps(spans: list[Span]) -> dict[int, StepTree]:
+    """global step -> its trace (traces with exactly one ``step`` root)."""
+    by_trace: dict[str, list[Span]] = defaultdict(list)
     for sp in spans:
-        by_trace[sp["trace_id"]].append(sp)
+        by_trace[sp.trace_id].append(sp)
     out = {}
     for trace in by_trace.values():
-        roots = [s for s in trace if s["name"] == "step" and not s["parent_id"]]
+        roots = [s for s in trace if s.name == "step" and not s.parent_id]
         if len(roots) != 1:
             continue
         root = roots[0]
-        out[root["attributes"]["verl.global_step"]] = {"root": root, "spans": trace}
+        out[root.attributes["verl.global_step"]] = StepTree(root, trace)
     return out
 
 
-def parent_chain(span: dict[str, Any], spans: list[dict[str, Any]]) -> list[str]:
-    by_id = {s["span_id"]: s for s in spans}
-    chain = [span["name"]]
-    cur = span
-    while cur.get("parent_id"):
-        cur = by_id.get(cur["parent_id"])
+def parent_chain(span: Span, spans: list[Span]) -> list[str]:
+    """The names from ``span`` up to its trace's root (``<missing>`` where a parent is not in ``spans``)."""
+    by_id = {s.span_id: s for s in spans}
+    chain = [span.name]
+    cur: Span | None = span
+    while cur is not None and cur.parent_id:
+        cur = by_id.get(cur.parent_id)
         if cur is None:
             chain.append("<missing>")
             break
-        chain.append(cur["name"])
+        chain.append(cur.name)
     return chain
