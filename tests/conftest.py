@@ -1,5 +1,6 @@
 """Fixtures only; what the tests share besides them lives in tests/helpers/."""
 
+import logging
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -10,6 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `helpers` for the test modules
 
+from helpers.logs import OtelLog  # noqa: E402
 from helpers.procs import TESTS, clean_env, run_py  # noqa: E402
 from helpers.prom import PromServer, available  # noqa: E402
 from helpers.verl_runs import PROGRESS_LOG, start_demo  # noqa: E402
@@ -21,6 +23,29 @@ def drive(tmp_path: Path):
         args = [str(TESTS / "drive_hooks.py"), str(steps)] + ([fail_phase] if fail_phase else [])
         return run_py(args, clean_env(**env), tmp_path)
     return _run
+
+
+@pytest.fixture
+def otel_log() -> Iterator[OtelLog]:
+    """verl-otel's log lines during the test (``otel_log.warnings()``), with warn-once's memory emptied first:
+    a warning the code under test owes is logged even when an earlier test in this process logged the same
+    one (``verl_otel._log._seen`` is process-wide). Captured at every level, whatever VERL_OTEL_LOG_LEVEL."""
+    from verl_otel import _log
+
+    capture = OtelLog()
+    with _log._lock:
+        seen = set(_log._seen)
+        _log._seen.clear()
+    level = _log.logger.level
+    _log.logger.setLevel(logging.DEBUG)
+    _log.logger.addHandler(capture)
+    try:
+        yield capture
+    finally:
+        _log.logger.removeHandler(capture)
+        _log.logger.setLevel(level)
+        with _log._lock:
+            _log._seen.update(seen)
 
 
 @pytest.fixture
