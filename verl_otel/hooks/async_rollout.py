@@ -22,7 +22,7 @@ from typing import Any
 
 from verl_otel import runtime
 from verl_otel import semconv as sc
-from verl_otel.hooks._safe import safe
+from verl_otel.hooks._safe import on_exit, safe
 from verl_otel.hooks._verl_config import run_names
 from verl_otel.telemetry.async_rollout import SUBMITS, TRAINER_SIDE, WINDOWS
 
@@ -53,14 +53,8 @@ async def rollouter_fit(wrapped: Callable[..., Any], instance: Any, args: tuple[
                          kwargs: dict[str, Any]) -> Any:
     safe(_wire_rollouter, instance)
     safe(WINDOWS.fit_started, instance)
-    exc: BaseException | None = None
-    try:
+    with on_exit(WINDOWS.fit_ended):
         return await wrapped(*args, **kwargs)
-    except BaseException as err:
-        exc = err
-        raise
-    finally:
-        safe(WINDOWS.fit_ended, exc)
 
 
 def _tag_sample(sample: Any) -> None:
@@ -81,14 +75,8 @@ async def process_sample(wrapped: Callable[..., Any], instance: Any, args: tuple
                           kwargs: dict[str, Any]) -> Any:
     sample = args[0] if args else kwargs.get("rollout_sample")
     safe(_tag_sample, sample)
-    start_ns, error = time.time_ns(), None
-    try:
+    with on_exit(WINDOWS.sample_finished, sample, time.time_ns()):
         return await wrapped(*args, **kwargs)
-    except BaseException as err:
-        error = err
-        raise
-    finally:
-        safe(WINDOWS.sample_finished, sample, start_ns, error)
 
 
 async def reset_staleness(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
@@ -118,16 +106,8 @@ def load_checkpoint(wrapped: Callable[..., Any], instance: Any, args: tuple[Any,
 def do_validate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                  kwargs: dict[str, Any]) -> Any:
     safe(_wire_rollouter, instance)
-    span = safe(WINDOWS.validate_span)
-    exc: BaseException | None = None
-    try:
+    with on_exit(WINDOWS.validate_ended, safe(WINDOWS.validate_span)):
         return wrapped(*args, **kwargs)
-    except BaseException as err:
-        exc = err
-        raise
-    finally:
-        if span is not None:
-            safe(WINDOWS.validate_ended, span, exc)
 
 
 # -- trainer --------------------------------------------------------------------------------------

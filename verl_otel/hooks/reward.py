@@ -15,7 +15,7 @@ from typing import Any
 
 from verl_otel import runtime
 from verl_otel import semconv as sc
-from verl_otel.hooks._safe import safe
+from verl_otel.hooks._safe import on_exit, safe
 from verl_otel.hooks._verl_config import run_names
 from verl_otel.telemetry.propagation import inject
 from verl_otel.telemetry.reward_spans import RewardSpans
@@ -54,7 +54,8 @@ def _first(non_tensor: dict[str, Any], key: str) -> Any:
         return None
 
 
-def _record(parent: str, data: Any, start_ns: int, result: Any, error: BaseException | None) -> None:
+def _record(parent: str, data: Any, start_ns: int, results: list[Any], error: BaseException | None) -> None:
+    result = results[0] if results else None
     non_tensor = getattr(data, "non_tensor_batch", None) or {}
     attrs: dict[str, Any] = {}
     source = _first(non_tensor, "data_source")
@@ -71,15 +72,10 @@ def _record(parent: str, data: Any, start_ns: int, result: Any, error: BaseExcep
 
 
 async def _timed(coro: Coroutine[Any, Any, Any], parent: str, data: Any) -> Any:
-    start_ns, result, error = time.time_ns(), None, None
-    try:
-        result = await coro
-        return result
-    except BaseException as exc:
-        error = exc
-        raise
-    finally:
-        safe(_record, parent, data, start_ns, result, error)
+    results: list[Any] = []
+    with on_exit(_record, parent, data, time.time_ns(), results):
+        results.append(await coro)
+        return results[0]
 
 
 def compute_score(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

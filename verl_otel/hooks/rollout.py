@@ -21,7 +21,7 @@ from typing import Any
 
 from verl_otel import runtime
 from verl_otel import semconv as sc
-from verl_otel.hooks._safe import safe
+from verl_otel.hooks._safe import on_exit, safe
 from verl_otel.hooks._verl_config import run_names
 from verl_otel.telemetry.rollout import TRACKER
 
@@ -229,20 +229,20 @@ def _batch_parent(mode: str) -> str | None:
 
 
 async def _timed_sample(coro: Coroutine[Any, Any, Any], mode: str, token: int, trajectory: dict[str, Any]) -> Any:
-    out = err = None
     ctx = _SampleCtx(safe(_batch_parent, mode))
     reset = _SAMPLE.set(ctx)
-    try:
+    with on_exit(_sample_done, ctx, reset, mode, token, trajectory):
         out = await coro
+        if out is not None:  # v1's run_agent_loop returns nothing: its output is what tq_postprocess saw
+            ctx.outputs.append(out)
         return out
-    except BaseException as exc:
-        err = exc
-        raise
-    finally:
-        safe(_SAMPLE.reset, reset)
-        if out is None and ctx.outputs:
-            out = ctx.outputs[-1]
-        safe(TRACKER.sample_finished, mode, token, trajectory, out, err)
+
+
+def _sample_done(ctx: _SampleCtx, reset: contextvars.Token[Any], mode: str, token: int, trajectory: dict[str, Any],
+                 err: BaseException | None) -> None:
+    safe(_SAMPLE.reset, reset)
+    # the call's result, or (when it raised) the last object verl was filling in
+    TRACKER.sample_finished(mode, token, trajectory, ctx.outputs[-1] if ctx.outputs else None, err)
 
 
 def tq_postprocess(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

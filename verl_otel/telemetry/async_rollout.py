@@ -33,7 +33,7 @@ from verl_otel import runtime
 from verl_otel import semconv as sc
 from verl_otel.telemetry.metrics import Sample
 from verl_otel.telemetry.propagation import extract, inject
-from verl_otel.telemetry.slowest_calls import Group, SlowestCalls
+from verl_otel.telemetry.slowest_calls import Group, SlowestCalls, emit_calls
 from verl_otel.telemetry.text import mark_failed
 from verl_otel.telemetry.values import to_scalar
 
@@ -62,13 +62,7 @@ class WindowSamples(SlowestCalls):
     """The K slowest samples of a window, as ``rollout.sample`` spans under its ``rollouter.generate`` span."""
 
     def _emit(self, parent: str, group: Group) -> None:
-        tracer, ctx = runtime.current().tracer, extract(parent)
-        for _, _, call in sorted(group.slowest, key=lambda k: k[2].start_ns):
-            span = tracer.start_span(sc.SPAN_ROLLOUT_SAMPLE, context=ctx, attributes=call.attributes,
-                                     start_time=call.start_ns)
-            if call.error is not None:
-                mark_failed(span, call.error, runtime.current().settings.max_text)
-            span.end(end_time=call.end_ns)
+        emit_calls(sc.SPAN_ROLLOUT_SAMPLE, extract(parent), (call for _, _, call in group.slowest))
 
 
 def _max_int(values: Any) -> int | None:
@@ -222,7 +216,9 @@ class RolloutWindows:
         span = self.validating
         return None if span is None else trace.set_span_in_context(span)
 
-    def validate_ended(self, span: Span, exc: BaseException | None) -> None:
+    def validate_ended(self, span: Span | None, exc: BaseException | None) -> None:
+        if span is None:  # validate_span failed or had nothing to open
+            return
         self.validating = None
         if exc is not None:
             mark_failed(span, exc, runtime.current().settings.max_text)

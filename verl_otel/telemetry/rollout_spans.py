@@ -9,14 +9,11 @@ import threading
 import time
 from typing import Any
 
-from opentelemetry import trace
-from opentelemetry.trace import Status, StatusCode
-
 from verl_otel import runtime
 from verl_otel import semconv as sc
 from verl_otel.telemetry.propagation import extract
 from verl_otel.telemetry.rollout import Batch, FinishedSample
-from verl_otel.telemetry.text import mark_failed
+from verl_otel.telemetry.slowest_calls import Call, emit_group
 from verl_otel.telemetry.values import to_scalar
 
 
@@ -71,8 +68,6 @@ def sample_attributes(sample: FinishedSample) -> dict[str, Any]:
 
 
 def emit_batch(worker: int | None, batch: Batch, max_sample_spans: int) -> None:
-    tel = runtime.current()
-    parent = extract(batch.parent)
     slowest = sorted(batch.finished, key=lambda s: s.seconds, reverse=True)[:max_sample_spans]
     attrs = {
         sc.ATTR_MODE: batch.mode,
@@ -82,19 +77,11 @@ def emit_batch(worker: int | None, batch: Batch, max_sample_spans: int) -> None:
     }
     if worker is not None:
         attrs[sc.ATTR_WORKER_INDEX] = worker
-    ws = tel.tracer.start_span(sc.SPAN_ROLLOUT_WORKER, context=parent, attributes=attrs, start_time=batch.start_ns)
-    wctx = trace.set_span_in_context(ws)
-    for sample in slowest:
-        sp = tel.tracer.start_span(sc.SPAN_ROLLOUT_SAMPLE, context=wctx, attributes=sample_attributes(sample),
-                                   start_time=sample.start_ns)
-        if sample.error is not None:
-            mark_failed(sp, sample.error, runtime.current().settings.max_text)
-        sp.end(end_time=sample.end_ns)
+    calls = [Call(s.start_ns, s.end_ns, sample_attributes(s), s.error) for s in slowest]
     errors = sum(1 for s in batch.finished if s.error is not None)
-    if errors:
-        ws.set_status(Status(StatusCode.ERROR, f"{errors} samples failed"))
-    ws.end(end_time=time.time_ns())
-    tel.flush_soon()
+    emit_group(sc.SPAN_ROLLOUT_WORKER, extract(batch.parent), attrs, batch.start_ns, time.time_ns(),
+               sc.SPAN_ROLLOUT_SAMPLE, calls, errors, "samples")
+    runtime.current().flush_soon()
 
 
 class BatchSpans:
