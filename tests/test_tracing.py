@@ -14,6 +14,7 @@ def test_file_trace_tree_and_format(drive, tmp_path):
     proc = drive(steps=2, VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(tmp_path / "data"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     path = tmp_path / "data" / "traces.jsonl"
+    # the file's own encoding, which the span reader normalizes: so the first line as written
     first = json.loads(path.read_text().splitlines()[0])
     span = first["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
     assert len(span["traceId"]) == 32 and int(span["traceId"], 16)  # hex, not base64
