@@ -14,7 +14,7 @@ import pytest
 from helpers.traces import event_names, load_spans, parent_chain, steps
 
 from verl_otel import semconv as sc
-from verl_otel.analysis.model import Span
+from verl_otel.analysis.step_traces import Span
 
 pytestmark = pytest.mark.verl
 

@@ -13,10 +13,10 @@ from tensordict import TensorDict
 from transfer_queue.metadata import KVBatchMeta
 from verl import DataProto
 
+from helpers.procs import clean_env, run_py
 from helpers.traces import load_spans
 from verl_otel import semconv as sc
-from verl_otel.telemetry.propagation import find_batch, put, take
-from helpers.procs import clean_env, run_py
+from verl_otel.hooks.verl_batches import find_batch, put, take
 
 TP = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 

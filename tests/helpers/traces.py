@@ -1,5 +1,5 @@
 """The tests' one reader of spans: the CLI's own parser (``verl_otel.analysis.otlp_json``), so a test sees
-what `verl-otel slow-steps` and `val-generations` read. Spans are ``verl_otel.analysis.model.Span``: ids in
+what `verl-otel slow-steps` and `val-generations` read. Spans are ``verl_otel.analysis.step_traces.Span``: ids in
 lowercase hex, attributes, resource attributes (``span.resource``), events with their attributes, links with
 theirs, ``status_error``.
 
@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from google.protobuf.json_format import MessageToDict
 
-from verl_otel.analysis.model import Span
+from verl_otel.analysis.step_traces import Span
 from verl_otel.analysis.otlp_json import parse_request, read_file
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from verl_otel import runtime
 from verl_otel import semconv as sc
+from verl_otel.hooks import verl_objects as verl
 from verl_otel.hooks._safe import on_exit, safe
 from verl_otel.telemetry.steps import TRACER
 
@@ -35,10 +36,13 @@ def _wire_trainer(rt: runtime.Runtime) -> None:
 
 
 def declare_run(trainer: Any) -> None:
-    from verl_otel.telemetry.steps import run_info_from_trainer
-
-    info = run_info_from_trainer(trainer, "")
+    info = verl.run_info(trainer, "")
     runtime.current().wire(sc.ROLE_TRAINER, project=info.project, experiment=info.experiment, setup=_wire_trainer)
+
+
+def start_fit(trainer: Any, kind: str) -> None:
+    """verl's trainer ``trainer`` (a ``kind`` trainer) entered fit()."""
+    TRACER.fit_started(verl.run_info(trainer, kind), verl.global_step_reader(trainer))
 
 
 _WATCHED_TIMERS = frozenset((sc.VERL_TIMER_STEP, *sc.VERL_TIMER_TO_PHASE))
@@ -63,7 +67,7 @@ def _fit_wrapper(kind: str) -> Callable[..., Any]:
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         safe(declare_run, instance)
-        safe(TRACER.fit_started, instance, kind)
+        safe(start_fit, instance, kind)
         if inspect.iscoroutinefunction(wrapped):
             return _fit_async(wrapped(*args, **kwargs))
         with on_exit(TRACER.fit_ended):
@@ -105,7 +109,7 @@ def log_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...
 
 def extract_reward_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                            kwargs: dict[str, Any]) -> Any:
-    """verl's ``extract_reward(batch)`` inside the ``reward`` phase: its extra-info keys end the seed's
+    """verl's ``extract_reward(batch)`` inside the ``reward`` phase: its extra-info keys end the [VERL_PROGRESS]
     ``reward done`` line."""
     result = wrapped(*args, **kwargs)
     safe(_note_reward_keys, result)

@@ -51,7 +51,7 @@ def event_attributes(sample: Sequence[Any], capture_text: bool, max_text: int) -
 
 
 def _rollouter_validation() -> Span | None:
-    from verl_otel.telemetry.async_rollout import WINDOWS
+    from verl_otel.telemetry.rollouter import WINDOWS
 
     return WINDOWS.validating
 
