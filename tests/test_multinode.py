@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import clean_env
-from otlp_receiver import OtlpReceiver, free_port
+from helpers.procs import clean_env
+from helpers.otlp_receiver import OtlpReceiver, free_port
 
 pytestmark = pytest.mark.verl  # real Ray, two raylets: a minute on 2 cores
 
@@ -101,8 +101,8 @@ def test_two_nodes_push_and_pull(two_nodes, tmp_path):
             assert all(r["headers"] == "x-team=rl" for r in results), results
             # push: each node's actor's span reached the receiver, from its own process
             pids = {r["pid"] for r in results}
-            assert rx.wait_for(lambda r: {s["resource"].get("process.pid") for s in r.spans
-                                          if s["name"] == "multinode.probe"} >= pids, timeout=30), rx.received.spans
+            assert rx.wait_for(lambda r: {s.resource.get("process.pid") for s in r.spans
+                                          if s.name == "multinode.probe"} >= pids, timeout=30), rx.received.spans
             # pull: each actor's /metrics is listed under an address another host can reach, and answers there
             groups = json.loads((data / "prometheus_targets.json").read_text())
             listed = {g["labels"]["__verl_otel_pid"]: g["targets"][0] for g in groups}

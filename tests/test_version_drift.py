@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, clean_env, run_py
+from helpers.procs import ROOT, clean_env, run_py
 
 from verl_otel.hooks import coverage, registry
 from verl_otel.hooks.registry import HookTarget
