@@ -14,6 +14,7 @@ from typing import Any
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     SpanExporter,
@@ -24,6 +25,7 @@ from verl_otel import config as cfg
 from verl_otel import semconv as sc
 from verl_otel._log import warn_once
 from verl_otel.export.otlp_json import OtlpJsonFileExporter
+from verl_otel.telemetry.engine_context import PresetIds
 from verl_otel.telemetry.metrics import MetricsState
 
 Drop = Callable[[str, int], None]
@@ -145,14 +147,18 @@ def span_exporter(settings: cfg.Settings, drop: Drop) -> tuple[SpanExporter, str
     return exporter, str(path)
 
 
-def tracer_provider(settings: cfg.Settings, res: Resource, drop: Drop) -> tuple[TracerProvider, str]:
-    """Our provider. Text attributes are cut at VERL_OTEL_MAX_TEXT (or the user's smaller OTEL limit)."""
+def tracer_provider(settings: cfg.Settings, res: Resource, drop: Drop,
+                    children_only: bool = False) -> tuple[TracerProvider, str]:
+    """Our provider. Text attributes are cut at VERL_OTEL_MAX_TEXT (or the user's smaller OTEL limit).
+    ``children_only``: an engine's provider, whose spans exist only under a sampled parent (no roots)."""
     limit = settings.max_text
     user_limit = os.environ.get("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT") or os.environ.get(
         "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT")
     if user_limit:
         limit = min(limit, int(user_limit))
-    provider = TracerProvider(resource=res, shutdown_on_exit=False,
+    # PresetIds: a sample span takes the id its engine request was given as parent (telemetry/engine_context)
+    sampler = ParentBased(ALWAYS_OFF) if children_only else None  # None: the SDK's, from OTEL_TRACES_SAMPLER
+    provider = TracerProvider(resource=res, shutdown_on_exit=False, id_generator=PresetIds(), sampler=sampler,
                               span_limits=SpanLimits(max_attribute_length=limit))
     exporter, destination = span_exporter(settings, drop)
     provider.add_span_processor(_CountingProcessor(exporter, drop))

@@ -14,6 +14,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from verl_otel import runtime
 from verl_otel import semconv as sc
+from verl_otel.telemetry.engine_context import preset_span_id
 from verl_otel.telemetry.propagation import extract
 from verl_otel.telemetry.rollout import Batch, FinishedSample
 from verl_otel.telemetry.text import mark_failed
@@ -85,8 +86,9 @@ def emit_batch(worker: int | None, batch: Batch, max_sample_spans: int) -> None:
     ws = tel.tracer.start_span(sc.SPAN_ROLLOUT_WORKER, context=parent, attributes=attrs, start_time=batch.start_ns)
     wctx = trace.set_span_in_context(ws)
     for sample in slowest:
-        sp = tel.tracer.start_span(sc.SPAN_ROLLOUT_SAMPLE, context=wctx, attributes=sample_attributes(sample),
-                                   start_time=sample.start_ns)
+        with preset_span_id((sample.trajectory or {}).get(sc.SAMPLE_SPAN_ID_KEY)):
+            sp = tel.tracer.start_span(sc.SPAN_ROLLOUT_SAMPLE, context=wctx, attributes=sample_attributes(sample),
+                                       start_time=sample.start_ns)
         if sample.error is not None:
             mark_failed(sp, sample.error, runtime.current().settings.max_text)
         sp.end(end_time=sample.end_ns)
