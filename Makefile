@@ -55,7 +55,8 @@ prometheus:
 	@command -v promtool >/dev/null 2>&1 && command -v amtool >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null; }
 	@promtool --version 2>&1 | head -1
 
-test: install prometheus
+# install-vllm: tests/test_e2e_vllm.py runs the real vLLM demo from .venv-vllm (about 5 minutes to build, once)
+test: install install-vllm prometheus
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 # everything but the real-verl runs (seconds, for quick iteration)
@@ -77,4 +78,4 @@ dashboards: install
 	$(PY) -m verl_otel.dashboards.build
 
 clean:
-	rm -rf $(VENV) .venv-verl0* verl-otel-data
+	rm -rf $(VENV) $(VLLM_VENV) .venv-verl0* verl-otel-data

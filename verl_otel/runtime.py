@@ -129,7 +129,7 @@ class Runtime:
             warn_once("tracer", f"cannot set up span export ({exc!r}); spans are off in pid {os.getpid()}")
             return trace.NoOpTracer()
 
-    def engine_provider(self) -> Any:
+    def engine_provider(self, span_attributes: dict[str, Any] | None = None) -> Any:
         """A tracer provider for an inference engine running in this process (vLLM's request spans), to the
         same destination as ours; it records only spans whose parent is a sampled context (a request that
         carried one of our samples' contexts), never roots. None when spans are off here."""
@@ -142,7 +142,8 @@ class Runtime:
 
                     res = getattr(self._provider, "resource", None) or providers.resource(*self._role, self._run)
                     self._engine_provider, _ = providers.tracer_provider(self.settings, res, self.drop,
-                                                                         children_only=True)
+                                                                         children_only=True,
+                                                                         span_attributes=span_attributes)
                 except Exception as exc:  # noqa: BLE001 - no engine spans, never raise
                     warn_once("engine-tracer", f"cannot set up the engine's span export ({exc!r}); engine spans "
                               f"are off in pid {os.getpid()}")

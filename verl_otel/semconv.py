@@ -549,6 +549,7 @@ PROPAGATED_ENV_PREFIXES: Final[tuple[str, ...]] = ("VERL_OTEL_", "OTEL_", "VERL_
 ROLE_ROLLOUT_SERVER: Final = "rollout_server"  # file_sd role of a rollout server's own /metrics (vLLM's page)
 LABEL_REPLICA: Final = "replica"  # file_sd label: the rollout replica's rank
 SPAN_ENGINE_REQUEST: Final = "llm_request"  # vLLM's span, one per request
+ATTR_ENGINE_REPLICA: Final = "verl.rollout.replica"  # ours, on vLLM's span: the rollout replica that served it
 #: vLLM's attributes on it (vLLM 0.32, gen_ai.* semantic conventions), seconds
 ENGINE_ATTR_QUEUE: Final = "gen_ai.latency.time_in_queue"
 ENGINE_ATTR_PREFILL: Final = "gen_ai.latency.time_in_model_prefill"

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
@@ -147,8 +147,18 @@ def span_exporter(settings: cfg.Settings, drop: Drop) -> tuple[SpanExporter, str
     return exporter, str(path)
 
 
-def tracer_provider(settings: cfg.Settings, res: Resource, drop: Drop,
-                    children_only: bool = False) -> tuple[TracerProvider, str]:
+class _SpanAttributes(SpanProcessor):
+    """Adds fixed attributes to every span as it starts (the rollout replica on vLLM's spans)."""
+
+    def __init__(self, attributes: Mapping[str, Any]) -> None:
+        self._attributes = dict(attributes)
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        span.set_attributes(self._attributes)
+
+
+def tracer_provider(settings: cfg.Settings, res: Resource, drop: Drop, children_only: bool = False,
+                    span_attributes: Mapping[str, Any] | None = None) -> tuple[TracerProvider, str]:
     """Our provider. Text attributes are cut at VERL_OTEL_MAX_TEXT (or the user's smaller OTEL limit).
     ``children_only``: an engine's provider, whose spans exist only under a sampled parent (no roots)."""
     limit = settings.max_text
@@ -161,6 +171,8 @@ def tracer_provider(settings: cfg.Settings, res: Resource, drop: Drop,
     provider = TracerProvider(resource=res, shutdown_on_exit=False, id_generator=PresetIds(), sampler=sampler,
                               span_limits=SpanLimits(max_attribute_length=limit))
     exporter, destination = span_exporter(settings, drop)
+    if span_attributes:
+        provider.add_span_processor(_SpanAttributes(span_attributes))
     provider.add_span_processor(_CountingProcessor(exporter, drop))
     return provider, destination
 

@@ -65,8 +65,10 @@ def client_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any,
 def _switch_tracing_on(server: Any, ns: Any) -> None:
     rt = runtime.current()
     rt.wire(sc.ROLE_ROLLOUT_SERVER, worker_index=_replica(server))
+    replica = _replica(server)
+    attrs = {} if replica is None else {sc.ATTR_ENGINE_REPLICA: replica}
     if getattr(ns, "otlp_traces_endpoint", None) is None and rt.settings.engine_spans \
-            and not rt.settings.console_only and rt.engine_provider() is not None:
+            and not rt.settings.console_only and rt.engine_provider(attrs) is not None:
         ns.otlp_traces_endpoint = IN_PROCESS_ENDPOINT
     endpoint = getattr(ns, "otlp_traces_endpoint", None)
     if endpoint is None:
