@@ -120,3 +120,29 @@ def _resource():
 
 def _no_drop(_reason: str, _n: int) -> None:
     pass
+
+
+def test_a_rollout_servers_page_is_listed_in_file_sd_on_the_push_path_too(tmp_path, monkeypatch):
+    """vLLM pushes nothing: with a collector configured (no /metrics of ours), the server's own page is still
+    listed for a scraper (the stack's pull agent), and taken out at exit."""
+    import json
+
+    for key in list(__import__("os").environ):
+        if key.startswith(("VERL_OTEL_", "OTEL_")):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv(sc.ENV_DIR, str(tmp_path))
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    runtime.reset_for_tests()
+    try:
+        rt = runtime.current()
+        assert rt.settings.prometheus_port is None and rt.settings.traces_endpoint
+        labels = {sc.LABEL_PROCESS_ROLE: sc.ROLE_ROLLOUT_SERVER, sc.LABEL_REPLICA: "0"}
+        rt.add_scrape_target("127.0.0.1", 40123, labels)
+        assert rt.flusher.wait(rt.flusher.request(), 10)
+        groups = json.loads((tmp_path / sc.PROM_TARGETS_FILE).read_text())
+        assert [(g["targets"], {k: v for k, v in g["labels"].items() if not k.startswith("__")}) for g in groups] \
+            == [(["127.0.0.1:40123"], labels)]
+        rt.finish()
+        assert json.loads((tmp_path / sc.PROM_TARGETS_FILE).read_text()) == []
+    finally:
+        runtime.reset_for_tests()

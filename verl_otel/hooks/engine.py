@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +38,19 @@ _KEY = sc.TRACEPARENT_KEY
 
 
 # -- agent-loop side -------------------------------------------------------------------------------
+_is_vllm: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()  # per client: its config, read once
+
+
+def _talks_to_vllm(client: Any) -> bool:
+    """Only vLLM's server turns sampling_params into SamplingParams (extra_args); SGLang's takes no such key.
+    Read once per client: an OmegaConf lookup costs tens of µs, a request must not pay it."""
+    try:
+        return _is_vllm[client]
+    except KeyError:
+        answer = _is_vllm[client] = str(client.config.actor_rollout_ref.rollout.name) == "vllm"
+        return answer
+
+
 def _carried(client: Any, kwargs: dict[str, Any]) -> dict[str, Any] | None:
     if not runtime.current().settings.engine_spans:
         return None
@@ -44,10 +58,7 @@ def _carried(client: Any, kwargs: dict[str, Any]) -> dict[str, Any] | None:
 
     tp = engine_traceparent()
     params = kwargs.get("sampling_params")
-    if tp is None or not isinstance(params, dict):
-        return None
-    # only vLLM's server turns sampling_params into SamplingParams (extra_args); SGLang's takes no such key
-    if str(client.config.actor_rollout_ref.rollout.name) != "vllm":
+    if tp is None or not isinstance(params, dict) or not _talks_to_vllm(client):
         return None
     extra = params.get("extra_args")
     return {**params, "extra_args": {**(extra if isinstance(extra, dict) else {}), _KEY: tp}}
