@@ -15,6 +15,8 @@ PyPI; no verl or vLLM file changes:
    weight sync (``model.load_weights`` after every step) finds nothing to load into ("'Parameter' object has
    no attribute 'weight_loader'") and a packed lm_head would keep the old weights. The demo's layers compute
    with plain ``torch.nn.functional.linear`` on their live weights (a 64-wide model: speed does not matter).
+4. verl's abort (before a weight sync in the async trainers) calls ``AsyncLLM.pause_generation(
+   wait_for_inflight_requests=False, ...)``, a keyword vLLM 0.32 replaced by ``mode="abort" | "wait"``.
 """
 
 from __future__ import annotations
@@ -106,5 +108,21 @@ def _keep_weights(module: Any) -> None:
     module.dispatch_cpu_unquantized_gemm = _plain_linear  # looked up at each call by vLLM's layers
 
 
+def _pause_generation(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    if "wait_for_inflight_requests" in kwargs and "mode" not in kwargs:
+        kwargs = dict(kwargs)
+        kwargs["mode"] = "wait" if kwargs.pop("wait_for_inflight_requests") else "abort"
+    return wrapped(*args, **kwargs)
+
+
+def _old_pause_keyword(module: Any) -> None:
+    import inspect
+
+    cls = module.AsyncLLM
+    if "wait_for_inflight_requests" not in inspect.signature(cls.pause_generation).parameters:
+        wrapt.wrap_function_wrapper(cls, "pause_generation", _pause_generation)
+
+
 wrapt.register_post_import_hook(_register, "verl.workers.rollout.replica")
+wrapt.register_post_import_hook(_old_pause_keyword, "vllm.v1.engine.async_llm")
 wrapt.register_post_import_hook(_keep_weights, "vllm.model_executor.layers.utils")

@@ -167,7 +167,19 @@ def _trace_headers(engine: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     return {**kwargs, "trace_headers": {"traceparent": str(tp)}}
 
 
+async def _flushed_after(outputs: Any) -> Any:
+    """vLLM ends its span as the request finishes; ask for an export then (not up to a second later on the
+    batch processor's schedule): a rollout server is killed, not shut down, when the run ends."""
+    try:
+        async for output in outputs:
+            yield output
+    finally:
+        safe(runtime.current().flush_soon)
+
+
 def engine_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                     kwargs: dict[str, Any]) -> Any:
     new = safe(_trace_headers, instance, args, kwargs)
-    return wrapped(*args, **(new if new is not None else kwargs))
+    if new is None:
+        return wrapped(*args, **kwargs)
+    return _flushed_after(wrapped(*args, **new))
