@@ -146,3 +146,52 @@ def test_a_rollout_servers_page_is_listed_in_file_sd_on_the_push_path_too(tmp_pa
         assert json.loads((tmp_path / sc.PROM_TARGETS_FILE).read_text()) == []
     finally:
         runtime.reset_for_tests()
+
+
+@pytest.mark.parametrize("engine_spans", ["1", "0"])
+def test_engine_spans_switch(tmp_path, monkeypatch, engine_spans):
+    """VERL_OTEL_ENGINE_SPANS=0: no context leaves the agent loop and vLLM's tracing is left alone (the e2e test
+    runs the real server with it on). With it on, tracing never comes without log stats."""
+    import argparse
+    import os
+
+    from omegaconf import OmegaConf
+
+    from verl_otel.hooks import engine, rollout
+
+    for key in list(os.environ):
+        if key.startswith(("VERL_OTEL_", "OTEL_")):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv(sc.ENV_ENABLED, "1")
+    monkeypatch.setenv(sc.ENV_DIR, str(tmp_path))
+    monkeypatch.setenv(sc.ENV_PROM_PORT, "")
+    monkeypatch.setenv(sc.ENV_ENGINE_SPANS, engine_spans)
+    runtime.reset_for_tests()
+
+    class Client:  # what verl's LLMServerClient carries that the hook reads: its (OmegaConf) config
+        config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"name": "vllm"}}})
+
+    class Server:  # verl's vLLMHttpServer's attributes the hook reads
+        replica_rank, node_rank = 0, 0
+
+    try:
+        token = rollout._SAMPLE.set(rollout._SampleCtx(SAMPLED))
+        params = {"temperature": 1.0}
+        carried = engine._carried(Client(), {"sampling_params": params})
+        rollout._SAMPLE.reset(token)
+        ns = argparse.Namespace(otlp_traces_endpoint=None, disable_log_stats=True)
+        engine._switch_tracing_on(Server(), ns)
+        if engine_spans == "1":
+            tp = carried["extra_args"][sc.TRACEPARENT_KEY]
+            assert tp.split("-")[1] == TRACE and params == {"temperature": 1.0}, "the agent loop's dict is untouched"
+            assert (ns.otlp_traces_endpoint, ns.disable_log_stats) == (engine.IN_PROCESS_ENDPOINT, False)
+            assert os.environ.get(sc.ENV_ENGINE_ENDPOINT) == engine.IN_PROCESS_ENDPOINT
+        else:
+            assert carried is None
+            assert (ns.otlp_traces_endpoint, ns.disable_log_stats) == (None, True)
+        user = argparse.Namespace(otlp_traces_endpoint="http://collector:4317", disable_log_stats=True)
+        engine._switch_tracing_on(Server(), user)  # the user's own vLLM tracing: kept, with the stats it needs
+        assert (user.otlp_traces_endpoint, user.disable_log_stats) == ("http://collector:4317", False)
+    finally:
+        os.environ.pop(sc.ENV_ENGINE_ENDPOINT, None)
+        runtime.reset_for_tests()
