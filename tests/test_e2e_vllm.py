@@ -110,6 +110,7 @@ def test_vllm_request_span_is_a_child_of_its_sample_in_the_step_trace(vllm_run):
     # the demo's batch is small, so every sample is spanned and every request has its sample
     assert len(requests) == len(samples), (len(requests), len(samples))
     by_step = steps(spans)
+    assert set(range(1, STEPS + 1)) <= set(by_step), sorted(by_step)
     for number in range(1, STEPS + 1):
         names = [s["name"] for s in by_step[number]["spans"]]
         assert names.count(sc.SPAN_ENGINE_REQUEST) >= 4 * 2, (number, names)  # batch 4 x n 2 training requests
