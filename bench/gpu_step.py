@@ -57,7 +57,7 @@ def _loop(steps: int, samples: int, device: str, alternate: bool = False) -> tup
         from verl_otel.telemetry.steps import TRACER
 
         hooks.declare_run(trainer)
-        TRACER.fit_started(trainer, "bench")
+        hooks.start_fit(trainer, "bench")
 
     def phase(name: str) -> None:
         if name == "gen":

@@ -32,6 +32,7 @@ def span_us(n: int = 200, rounds: int = 30) -> tuple[float, float]:
     os.environ["VERL_OTEL_DIR"] = tempfile.mkdtemp(prefix="verl-otel-bench-")
     os.environ.setdefault("VERL_OTEL_CONSOLE", "0")
     from verl_otel import runtime
+    from verl_otel.hooks import verl_objects
     from verl_otel.telemetry.steps import StepTracer
 
     runtime.reset_for_tests()
@@ -41,7 +42,8 @@ def span_us(n: int = 200, rounds: int = 30) -> tuple[float, float]:
         global_steps = 1
         config = {"trainer": {"project_name": "p", "experiment_name": "e"}}
 
-    tracer.fit_started(Trainer(), "bench")
+    trainer = Trainer()
+    tracer.fit_started(verl_objects.run_info(trainer, "bench"), verl_objects.global_step_reader(trainer))
     tracer.phase_enter("step")
     rt = runtime.current()
     fg, bg = [], []
@@ -66,6 +68,7 @@ def step_end_us(rounds: int = 200, keys: int = 150) -> float:
     os.environ["VERL_OTEL_DIR"] = tempfile.mkdtemp(prefix="verl-otel-bench-")
     os.environ["VERL_OTEL_CONSOLE"] = "0"
     from verl_otel import runtime
+    from verl_otel.hooks import verl_objects
     from verl_otel.telemetry.steps import StepTracer
     from verl_otel.telemetry.trainer_metrics import TrainerMetrics
 
@@ -79,7 +82,7 @@ def step_end_us(rounds: int = 200, keys: int = 150) -> float:
         config = {"trainer": {"project_name": "p", "experiment_name": "e"}}
 
     trainer = Trainer()
-    tracer.fit_started(trainer, "bench")
+    tracer.fit_started(verl_objects.run_info(trainer, "bench"), verl_objects.global_step_reader(trainer))
     data = {f"actor/metric_{i}": float(i) for i in range(keys)}
     times = []
     for step in range(1, rounds + 1):
@@ -149,7 +152,7 @@ def carry_us(n: int = 20000) -> float:
     """Per worker-group call on the trainer: put the traceparent into a KVBatchMeta and undo it."""
     from transfer_queue.metadata import KVBatchMeta
 
-    from verl_otel.telemetry.propagation import find_batch, put
+    from verl_otel.hooks.verl_batches import find_batch, put
 
     batch = KVBatchMeta(keys=[f"k{i}" for i in range(512)], tags=[{} for _ in range(512)])
     tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"

@@ -40,7 +40,7 @@ def main() -> None:
         from verl_otel.telemetry.steps import TRACER
 
         hooks.declare_run(trainer)
-        TRACER.fit_started(trainer, "bench")
+        hooks.start_fit(trainer, "bench")
     logger = Tracking(project_name="bench", experiment_name="modeled", default_backend=[])
     t0 = time.perf_counter()
     for step in range(1, steps + 1):

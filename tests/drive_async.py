@@ -126,7 +126,7 @@ def make_trainer(client: MessageQueueClient, rollouter):
 
 def async_gauges() -> dict[str, float]:
     return {m.name + (f"{{{','.join(labels)}}}" if labels else ""): v
-            for m, labels, v in runtime.current().state.samples() if m.name.startswith("verl_async_")}
+            for m, labels, v in runtime.current().state.readings() if m.name.startswith("verl_async_")}
 
 
 def own_metrics_page() -> tuple[str, dict]:

@@ -54,7 +54,7 @@ def main() -> None:
     assert "verl.utils.profiler.performance._timer" in registry.installed(), registry.installed()
     trainer = FakeTrainerState()
     trainer_hooks.declare_run(trainer)
-    TRACER.fit_started(trainer, "legacy")
+    trainer_hooks.start_fit(trainer, "legacy")
     logger = Tracking(project_name="proj", experiment_name="exp", default_backend=["console"])
     err = None
     most_threads = 0

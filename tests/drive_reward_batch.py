@@ -61,7 +61,7 @@ def main(asset_dir: str, out_path: str) -> None:
 
     trainer = TrainerState(config)
     trainer_hooks.declare_run(trainer)
-    TRACER.fit_started(trainer, "legacy")
+    trainer_hooks.start_fit(trainer, "legacy")
     timing: dict = {}
     with marked_timer("step", timing):
         with marked_timer("reward", timing):

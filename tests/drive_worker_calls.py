@@ -19,7 +19,7 @@ from verl.utils.profiler import marked_timer
 
 from verl_otel import semconv as sc
 from verl_otel.hooks import trainer as trainer_hooks
-from verl_otel.telemetry.propagation import find_batch
+from verl_otel.hooks.verl_batches import batch_size, find_batch, take
 from verl_otel.telemetry.steps import TRACER
 from verl_otel.telemetry.worker_spans import WorkerSpan
 
@@ -44,12 +44,12 @@ def main() -> None:
     kind = sys.argv[1]
     trainer = FakeTrainerState()
     trainer_hooks.declare_run(trainer)
-    TRACER.fit_started(trainer, "v1")
+    trainer_hooks.start_fit(trainer, "v1")
     seen: dict[str, object] = {}
 
     def execute(method_name, *args, **kwargs):  # the worker process, played here
         batch = find_batch(args, kwargs)
-        with WorkerSpan("update_actor", "actor", 0, batch):
+        with WorkerSpan("update_actor", "actor", 0, take(batch), batch_size(batch)):  # as hooks/update.py does
             seen["worker_saw_key"] = find_batch(args, kwargs) is not None and sc.TRACEPARENT_KEY in str(
                 getattr(batch, "extra_info", None) or getattr(batch, "meta_info", None) or list(batch.keys()))
         return "out"

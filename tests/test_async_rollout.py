@@ -324,7 +324,8 @@ def test_batch_of_mixed_versions():
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from verl_otel.telemetry.async_rollout import TrainerSide
+    from verl_otel.hooks import verl_objects as verl
+    from verl_otel.telemetry.async_trainer import TrainerSide
     from verl_otel.telemetry.propagation import inject
 
     exporter = InMemorySpanExporter()
@@ -335,9 +336,10 @@ def test_batch_of_mixed_versions():
     tags = {v: (inject(trace.set_span_in_context(s)), v) for v, s in windows.items()}
     samples = [SimpleNamespace(**{sc.ROLLOUT_SAMPLE_TRACE_ATTR: tags[v]}) for v in (3, 4, 4)] + [SimpleNamespace()]
     side = TrainerSide()
-    side.samples_assembled(samples)
+    side.samples_assembled([t for t in map(verl.window_tag, samples) if t])  # as the hook reads verl's samples
     step = tracer.start_span("step")
-    side.batch_taken(SimpleNamespace(current_param_version=5), [3, np.int64(4), 4, 5], step)
+    batch = SimpleNamespace(meta_info={"trajectory_param_versions": [3, np.int64(4), 4, 5]})
+    side.batch_taken(5.0, verl.batch_versions(batch), step)
     step.end()
     assert (side.staleness_max, side.staleness_mean) == (2, (2 + 1 + 1 + 0) / 4)
     links = {ln.attributes[sc.ATTR_PARAM_VERSION]: ln for ln in exporter.get_finished_spans()[0].links}
@@ -355,7 +357,7 @@ def test_resumed_rollouter_counts_versions_from_the_checkpoint(tmp_path):
     code = f"""
 from omegaconf import OmegaConf
 from verl.experimental.fully_async_policy.fully_async_rollouter import FullyAsyncRollouter
-from verl_otel.telemetry.async_rollout import WINDOWS
+from verl_otel.telemetry.rollouter import WINDOWS
 r = object.__new__(FullyAsyncRollouter.__ray_metadata__.modified_class)
 r.config = OmegaConf.create({{"trainer": {{"resume_mode": "auto", "default_hdfs_dir": None,
                              "default_local_dir": "{ckpt}", "project_name": "p", "experiment_name": "e"}},

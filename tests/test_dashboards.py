@@ -17,7 +17,7 @@ from prom_server import MetricsEndpoint, PromServer, available
 from synthetic_metrics import exposition
 
 from verl_otel import semconv as sc
-from verl_otel.dashboards import all_expressions, alerts, build, concrete, model, panels
+from verl_otel.dashboards import all_expressions, alerts, build, concrete, grafana, panels
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIABLES = {"datasource", "jaeger", "project", "experiment", "instance", "service"}
@@ -77,7 +77,7 @@ def test_no_template_leftovers():
     for dash in panels.DASHBOARDS:
         text = (ROOT / "grafana" / f"{dash.uid}.json").read_text()
         for ref in re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", text):
-            assert ref in VARIABLES or ref in model.GRAFANA_BUILTINS, f"{dash.uid}: undefined variable ${ref}"
+            assert ref in VARIABLES or ref in grafana.GRAFANA_BUILTINS, f"{dash.uid}: undefined variable ${ref}"
         for t in (t for p in dash.panels for t in p.targets):
             assert not re.search(r"(?<!\{)\{[A-Za-z_][A-Za-z0-9_.]*\}(?!\})", t.expr), t.expr  # {FILTERS}
             assert "None" not in t.expr and "sc." not in t.expr and "  " not in t.expr, t.expr
@@ -91,7 +91,7 @@ def test_every_verl_query_carries_the_dashboard_filters():
                 metrics, _ = _names_and_labels(t.expr)
                 for name in metrics - set(sc.EXTERNAL_METRICS):
                     for sel in re.finditer(rf"(?<![\w\"]){name}\b(\{{[^}}]*\}})?", t.expr):
-                        assert model.FILTERS in (sel[1] or ""), f"{p.title}: {sel[0]} ignores the run filters"
+                        assert grafana.FILTERS in (sel[1] or ""), f"{p.title}: {sel[0]} ignores the run filters"
 
 
 _FUNCTIONS = {
@@ -134,7 +134,7 @@ def test_every_metric_and_label_is_semconv_or_a_listed_external():
 def test_all_expressions_lists_every_query_variable_and_rule():
     exprs = all_expressions()
     n_targets = sum(len(p.targets) for d in panels.DASHBOARDS for p in d.panels)
-    n_vars = len(panels.DASHBOARDS) * sum(1 for v in model.variables() if v["type"] == "query")
+    n_vars = len(panels.DASHBOARDS) * sum(1 for v in grafana.variables() if v["type"] == "query")
     n_annotations = sum(len(d.annotations) for d in panels.DASHBOARDS)
     assert n_annotations and len(exprs) == n_targets + n_vars + n_annotations + len(alerts.rules())
     assert len({w for w, _, _ in exprs}) == len(exprs), "where-names must be unique"
@@ -238,7 +238,7 @@ def test_both_dashboards_annotate_firing_alerts_and_validation_runs(prom_with_da
         doc = _doc(dash.uid)
         ann = {a["name"]: a for a in doc["annotations"]["list"]}
         assert set(ann) == {"Alerts firing", "Validation runs"}
-        assert all(a["datasource"] == model.PROM_DS and a["enable"] for a in ann.values())
+        assert all(a["datasource"] == grafana.PROM_DS and a["enable"] for a in ann.values())
     alerts_expr = next(a.expr for a in panels.ANNOTATIONS if a.name == "Alerts firing")
     rows = prom_with_data.query(concrete(alerts_expr.replace("$experiment", "e2")))
     assert rows == [], "an alert of run e1 is not drawn on run e2"

@@ -23,7 +23,7 @@ from prom_server import MetricsEndpoint, available, prom_factory  # noqa: F401 (
 
 from verl_otel import semconv as sc
 from verl_otel.dashboards import panels
-from verl_otel.dashboards.model import JAEGER_UID, PROM_UID
+from verl_otel.dashboards.grafana import JAEGER_UID, PROM_UID
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"

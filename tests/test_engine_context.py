@@ -16,8 +16,8 @@ from conftest import clean_env
 
 from verl_otel import _env, config, runtime
 from verl_otel import semconv as sc
-from verl_otel.export.providers import tracer_provider
-from verl_otel.telemetry.engine_context import PresetIds, preset_span_id, sample_context
+from verl_otel.export.providers import PresetIds, preset_span_id, tracer_provider
+from verl_otel.telemetry.engine_context import sample_context
 from verl_otel.telemetry.rollout import RolloutTracker
 from verl_otel.telemetry.rollout_spans import BatchSpans
 

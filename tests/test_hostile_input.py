@@ -59,7 +59,7 @@ def test_metric_path_never_raises_and_exports_exactly_the_finite_scalars(data):
     assert scraped.keys() == expected.keys()
     for k, v in expected.items():
         assert scraped[k] == v or math.isclose(scraped[k], v, rel_tol=1e-12)
-    dropped = sum(v for m, labels, v in state.samples() if m is sc.OTEL_DROPPED)
+    dropped = sum(v for m, labels, v in state.readings() if m is sc.OTEL_DROPPED)
     assert recorded + dropped == len(data)
 
 
@@ -73,9 +73,9 @@ def test_key_cap_warns_once_and_counts(caplog):
             record_training_metrics(state, {f"k{j}": 1.0 for j in range(i, i + 1000)})
     finally:
         logger.removeHandler(caplog.handler)
-    values = [s for s in state.samples() if s[0] is sc.TRAINING_METRIC]
+    values = [s for s in state.readings() if s[0] is sc.TRAINING_METRIC]
     assert len(values) == 100
-    dropped = {labels: v for m, labels, v in state.samples() if m is sc.OTEL_DROPPED}
+    dropped = {labels: v for m, labels, v in state.readings() if m is sc.OTEL_DROPPED}
     assert dropped[(sc.DROP_KEY_CAP,)] == 4900
     assert sum("distinct label sets" in r.getMessage() for r in caplog.records) <= 1
 
@@ -124,5 +124,5 @@ def test_bad_keys_never_take_the_pull_path_down():
     assert recorded == 3
     scraped = _scrape(state)
     assert scraped["ok/a"] == 1.0 and scraped["ok/b"] == 4.0 and scraped["bad?"] == 2.0
-    drops = {labels: v for m, labels, v in state.samples() if m is sc.OTEL_DROPPED}
+    drops = {labels: v for m, labels, v in state.readings() if m is sc.OTEL_DROPPED}
     assert drops[(sc.DROP_BAD_KEY,)] == 1.0

@@ -18,7 +18,7 @@ import pytest
 
 from verl_otel import semconv as sc
 from verl_otel.analysis.jaeger import JaegerClient, JaegerError, rfc3339, trace_link
-from verl_otel.analysis.model import build_steps
+from verl_otel.analysis.step_traces import build_steps
 from verl_otel.analysis.slow_steps import rank
 
 FIXTURES = Path("/work/shared/fixtures/jaeger")

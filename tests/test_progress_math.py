@@ -75,7 +75,7 @@ def test_progress_settings_defaults_and_bad_values():
 
 
 def _gauges(tracker):
-    return {(m.name, labels): v for m, labels, v in tracker.samples()}
+    return {(m.name, labels): v for m, labels, v in tracker.readings()}
 
 
 def test_rollout_tracker_counts_and_finishes_once():
@@ -107,7 +107,24 @@ def test_update_tracker_epochs():
     u.begin("actor", expected=6, epochs=3)
     for _ in range(3):
         u.minibatch_done("actor")
-    g = {(m.name, labels): v for m, labels, v in u.samples()}
+    g = {(m.name, labels): v for m, labels, v in u.readings()}
     assert g[(sc.UPDATE_EPOCH.name, ("actor",))] == 2
     assert g[(sc.UPDATE_MINIBATCHES_COMPLETED.name, ("actor",))] == 3
     assert g[(sc.UPDATE_MINIBATCHES_EXPECTED.name, ("actor",))] == 6
+
+
+def test_update_epoch_position_one_formula():
+    """The gauge (epoch running now) and the bar (last finished mini-batch) read the same position()."""
+    from verl_otel.telemetry.update import Update, position
+
+    assert [position(i, 2, 3) for i in range(1, 7)] == [(1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (3, 2)]
+    assert position(9, 2, 3) == (3, 1)  # past the end (a batch larger than announced): capped at the last epoch
+    upd = Update(expected=6, epochs=3)
+    seen = []
+    for _ in range(6):
+        running = upd.epoch
+        upd.completed += 1
+        seen.append((running, upd.last_done()))
+    # the epoch running before a mini-batch is the epoch that mini-batch is counted in once done
+    assert seen == [(1, (1, 1)), (1, (1, 2)), (2, (2, 1)), (2, (2, 2)), (3, (3, 1)), (3, (3, 2))]
+    assert upd.epoch == 3  # done: the last epoch, not 4

@@ -25,7 +25,7 @@ from opentelemetry.trace import Status, StatusCode, set_span_in_context
 from test_jaeger_client import FakeJaeger, closed_port, many_steps, v3_body
 
 from verl_otel import semconv as sc
-from verl_otel.analysis.model import Sample, Span, StepTrace, build_steps
+from verl_otel.analysis.step_traces import Sample, Span, StepTrace, build_steps
 from verl_otel.analysis.otlp_json import parse_request, read_file
 from verl_otel.analysis.slow_steps import Ranking, explain, phase_medians, rank, sample_text, to_json, to_text
 from verl_otel.cli import slow_steps as cli

@@ -15,7 +15,7 @@ from verl import DataProto
 
 from trace_file import load_spans
 from verl_otel import semconv as sc
-from verl_otel.telemetry.propagation import find_batch, put, take
+from verl_otel.hooks.verl_batches import find_batch, put, take
 from conftest import clean_env, run_py
 
 TP = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"

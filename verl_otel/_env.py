@@ -21,7 +21,7 @@ OTLP_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDP
 # (semconv.ENV_ENGINE_ENDPOINT), so neither it nor its children take vLLM's endpoint for the user's collector
 ENGINE_ENDPOINT = "VERL_OTEL_ENGINE_ENDPOINT"
 
-# what a process does: nothing, the seed's console lines only, or telemetry (with the console lines if asked)
+# what a process does: nothing, the [VERL_PROGRESS] console lines only, or telemetry (with the console lines if asked)
 MODE_OFF = "off"
 MODE_CONSOLE = "console"
 MODE_TELEMETRY = "telemetry"
@@ -70,7 +70,7 @@ def enabled(env: Mapping[str, str] | None = None) -> bool:
 
 
 def mode(env: Mapping[str, str] | None = None) -> str:
-    """``telemetry`` when :func:`enabled`; else ``console`` with ``VERL_PROGRESS_LOG`` on (the seed's switch
+    """``telemetry`` when :func:`enabled`; else ``console`` with ``VERL_PROGRESS_LOG`` on (the [VERL_PROGRESS] switch
     on its own: hooks and console lines, no trace file, no port, no exporter); else ``off``."""
     env = os.environ if env is None else env
     if enabled(env):

@@ -1,4 +1,4 @@
-"""Settings from the environment: our VERL_OTEL_* knobs, the seed's VERL_PROGRESS_* knobs and the standard
+"""Settings from the environment: our VERL_OTEL_* knobs, the VERL_PROGRESS_* knobs (README, Console progress) and the standard
 OTEL_* variables the OpenTelemetry SDK reads. Reading is total: any string gives either its value or one
 line naming the variable and the default used (collected in ``Settings.problems`` and logged once).
 
@@ -148,7 +148,7 @@ class Settings:
     max_file_bytes: int = 256 * 2**20
     max_files: int = 4
     role: str = sc.ROLE_OTHER
-    console_only: bool = False  # VERL_PROGRESS_LOG=1 alone: the seed's lines, no span/metric export at all
+    console_only: bool = False  # VERL_PROGRESS_LOG=1 alone: the [VERL_PROGRESS] lines, no span/metric export at all
     engine_spans: bool = True  # the rollout engine's (vLLM's) request spans under our samples
     problems: tuple[str, ...] = field(default=(), compare=False)
 
@@ -185,7 +185,7 @@ def load(env: Mapping[str, str] | None = None, *, report: bool = True) -> Settin
         capture_text=r.flag(sc.ENV_CAPTURE_TEXT, False),
         max_text=r.integer(sc.ENV_MAX_TEXT, 2000, 0, 10_000_000),
         max_metric_keys=r.integer(sc.ENV_MAX_METRIC_KEYS, 2000, 1, 10_000_000),
-        console=r.flag(sc.ENV_CONSOLE, not console_only),  # our step line is not one of the seed's
+        console=r.flag(sc.ENV_CONSOLE, not console_only),  # our step line is not one of the [VERL_PROGRESS]
         shutdown_timeout_s=r.number(sc.ENV_SHUTDOWN_TIMEOUT, 5.0, 0.0, 3600.0),
         max_file_bytes=int(r.number(sc.ENV_MAX_FILE_MB, 256.0, 0.001, 1024.0 * 1024) * 2**20),
         max_files=r.integer(sc.ENV_MAX_FILES, 4, 1, 1000),
@@ -203,7 +203,7 @@ def load(env: Mapping[str, str] | None = None, *, report: bool = True) -> Settin
 
 @dataclass(frozen=True)
 class ProgressSettings:
-    """The seed's console progress knobs (VERL_PROGRESS_*, VERL_ROLLOUT_PROGRESS_*), same defaults."""
+    """The [VERL_PROGRESS] console progress knobs (VERL_PROGRESS_*, VERL_ROLLOUT_PROGRESS_*), same defaults."""
 
     enabled: bool
     log_interval: int  # print a step's lines only when step % interval == 0
@@ -362,7 +362,7 @@ def sanitize_otel_env(env: MutableMapping[str, str] | None = None) -> list[str]:
     return problems
 
 
-#: Our own variables and the seed's, for the totality test (each is read by load() or load_progress()).
+#: Our own variables and VERL_PROGRESS_*, for the totality test (each is read by load() or load_progress()).
 OWN_VARIABLES: tuple[str, ...] = (
     sc.ENV_ENABLED, sc.ENV_DIR, sc.ENV_PROM_PORT, sc.ENV_PROM_HOST, sc.ENV_SAMPLE_SPANS, sc.ENV_CAPTURE_TEXT,
     sc.ENV_MAX_TEXT, sc.ENV_MAX_METRIC_KEYS, sc.ENV_CONSOLE, sc.ENV_ROLE, sc.ENV_SHUTDOWN_TIMEOUT,

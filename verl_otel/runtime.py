@@ -12,10 +12,11 @@ most ``VERL_OTEL_SHUTDOWN_TIMEOUT`` seconds (:meth:`Runtime.flush_wait`).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from opentelemetry import trace
@@ -276,6 +277,21 @@ def _at_exit(rt: Runtime) -> None:
             rt.finish()
     except Exception:  # noqa: BLE001
         pass
+
+
+@contextlib.contextmanager
+def preset_span_id(span_id: int | None) -> Iterator[None]:
+    """The next span this thread starts on our tracer gets ``span_id`` (None: a random one, as always)."""
+    if not span_id:
+        yield
+        return
+    try:
+        from verl_otel.export.providers import preset_span_id as preset
+    except Exception:  # noqa: BLE001 - no SDK: a random id
+        yield
+        return
+    with preset(span_id):
+        yield
 
 
 def configure(tracer_provider: Any = None, meter_provider: Any = None) -> None:

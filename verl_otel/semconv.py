@@ -141,7 +141,7 @@ STEP_METRIC_ATTRS: Final[dict[str, str]] = {
     KEY_ACTOR_GRAD_NORM: "verl.grad_norm",
 }
 
-# Attributes on rollout spans (issue: slow steps)
+# Attributes on rollout spans (README, "What a step trace looks like")
 ATTR_WORKER_INDEX: Final = "verl.rollout.worker"
 ATTR_MODE: Final = "verl.rollout.mode"
 ATTR_SAMPLES: Final = "verl.rollout.samples"
@@ -177,7 +177,7 @@ SAMPLE_SPAN_ID_KEY: Final = "verl_otel_span_id"  # our copy of a sample's trajec
 # fully_async: the rollouter's parameter version, beside the traceparent in a batch's meta_info (console numbering)
 PARAM_VERSION_KEY: Final = "verl_otel_param_version"
 
-# Spans of the training workers' calls, under the trainer's phase span (issue: slow steps).
+# Spans of the training workers' calls, under the trainer's phase span (README, "What a step trace looks like").
 #: worker-group method -> span name; only these calls carry the trainer's context
 WORKER_SPAN_NAMES: Final[dict[str, str]] = {
     "update_actor": "worker.update_actor",
@@ -510,7 +510,7 @@ DROP_REASONS: Final = (DROP_NON_SCALAR, DROP_NON_FINITE, DROP_KEY_CAP, DROP_EXPO
                        DROP_BAD_KEY)
 
 # --------------------------------------------------------------------------------------------
-# Environment variables (ours and the seed's; OTEL_* are the standard ones)
+# Environment variables (ours, VERL_PROGRESS_* and the standard OTEL_* ones)
 # --------------------------------------------------------------------------------------------
 ENV_ENABLED: Final = "VERL_OTEL_ENABLED"
 ENV_DIR: Final = "VERL_OTEL_DIR"

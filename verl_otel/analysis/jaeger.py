@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from verl_otel import semconv as sc
-from verl_otel.analysis.model import Event, Span
+from verl_otel.analysis.step_traces import Event, Span
 from verl_otel.analysis.otlp_json import MALFORMED, MalformedError, hex_id, parse_request
 
 DEFAULT_UI: str = "http://localhost:16686"

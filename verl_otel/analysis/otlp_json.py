@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from verl_otel.analysis.model import Event, Span
+from verl_otel.analysis.step_traces import Event, Span
 
 _STATUS_ERROR = (2, "2", "STATUS_CODE_ERROR")
 _HEX = frozenset("0123456789abcdef")

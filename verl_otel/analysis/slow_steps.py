@@ -11,7 +11,7 @@ from typing import Any
 
 from verl_otel import semconv as sc
 from verl_otel.analysis.jaeger import rfc3339, trace_link
-from verl_otel.analysis.model import Sample, StepTrace
+from verl_otel.analysis.step_traces import Sample, StepTrace
 
 #: A phase median below max(NEAR_ZERO_FLOOR_S, NEAR_ZERO_OF_STEP x median step) is "~0": a ratio
 #: against it is noise (adv at 3 ms vs 12 ms is "4×" and means nothing).

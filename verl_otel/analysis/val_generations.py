@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from verl_otel import semconv as sc
-from verl_otel.analysis.model import Span, as_int
+from verl_otel.analysis.step_traces import Span, as_int
 
 VALIDATE_SPANS = (sc.PHASE_VALIDATE, sc.SPAN_ROLLOUTER_VALIDATE)
 

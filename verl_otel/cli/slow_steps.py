@@ -9,7 +9,7 @@ from typing import Any
 
 from verl_otel import semconv as sc
 from verl_otel.analysis import slow_steps
-from verl_otel.analysis.model import build_steps
+from verl_otel.analysis.step_traces import build_steps
 from verl_otel.cli.argtypes import positive_int
 from verl_otel.cli.spans import SourceError, add_source_args, default_file, fail, human, parse_since, read_spans
 

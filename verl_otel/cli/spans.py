@@ -13,7 +13,7 @@ from pathlib import Path
 
 from verl_otel import semconv as sc
 from verl_otel.analysis.jaeger import DEFAULT_LIMIT, JaegerClient, JaegerError
-from verl_otel.analysis.model import Span
+from verl_otel.analysis.step_traces import Span
 from verl_otel.analysis.otlp_json import read_file
 
 DEFAULT_DIR = "./verl-otel-data"

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.text import Text
 
     from verl_otel.live.health import signals
-    from verl_otel.live.model import HISTORY_KEYS, History, build_view
+    from verl_otel.live.run_view import HISTORY_KEYS, History, build_view
     from verl_otel.live.sources import PrometheusQuery, SourceError
     from verl_otel.live.view import frame
 

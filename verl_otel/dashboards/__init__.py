@@ -18,7 +18,7 @@ _LABEL_VALUES = re.compile(r"^label_values\((?P<selector>.+),\s*[a-zA-Z_][a-zA-Z
 
 def concrete(expr: str) -> str:
     """``expr`` as Grafana sends it with every variable at "All" (and a 1m rate interval)."""
-    from verl_otel.dashboards.model import ALL_VALUES
+    from verl_otel.dashboards.grafana import ALL_VALUES
 
     for var, value in ALL_VALUES.items():
         expr = expr.replace(var, value)
@@ -28,11 +28,11 @@ def concrete(expr: str) -> str:
 def all_expressions() -> list[tuple[str, str, str | None]]:
     """(where, PromQL, reason it may be empty on a CPU run or None) of every dashboard query and annotation, every
     template variable's series selector and every alert rule. Expressions keep Grafana's variables: see concrete()."""
-    from verl_otel.dashboards import alerts, model, panels
+    from verl_otel.dashboards import alerts, grafana, panels
 
     out: list[tuple[str, str, str | None]] = []
     for dash in panels.DASHBOARDS:
-        for var in model.variables():
+        for var in grafana.variables():
             match = _LABEL_VALUES.match(var.get("definition", ""))
             if match:
                 out.append((f"{dash.uid}/var/{var['name']}", match["selector"], None))

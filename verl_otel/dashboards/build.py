@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from verl_otel.dashboards import alerts, model, panels
+from verl_otel.dashboards import alerts, grafana, panels
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = Path("deploy/prometheus/rules/verl-alerts.yml")
@@ -61,7 +61,7 @@ def splice(readme: str, generated: str) -> str:
 
 
 def outputs(root: Path = ROOT, thresholds: alerts.Thresholds = alerts.Thresholds()) -> dict[Path, str]:
-    files = {Path("grafana") / f"{d.uid}.json": json.dumps(model.render(d), indent=2, ensure_ascii=False) + "\n"
+    files = {Path("grafana") / f"{d.uid}.json": json.dumps(grafana.render(d), indent=2, ensure_ascii=False) + "\n"
              for d in panels.DASHBOARDS}
     files[RULES] = _HEADER + yaml.safe_dump(alerts.rule_groups(thresholds), sort_keys=False, width=120,
                                             allow_unicode=True)

@@ -47,8 +47,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--linger", type=float, default=0.0, metavar="SECONDS",
                    help="keep the run's processes (and their /metrics) up this long after training")
     p.add_argument("--telemetry", choices=list(TELEMETRY), default="embedded",
-                   help="console: VERL_PROGRESS_LOG=1 alone (the seed's lines; no trace file, no port); embedded: "
-                        "VERL_OTEL_ENABLED=1 (trace file and local /metrics); otlp: to --otlp-endpoint. The seed's "
+                   help="console: VERL_PROGRESS_LOG=1 alone (the [VERL_PROGRESS] lines; no trace file, no port); embedded: "
+                        "VERL_OTEL_ENABLED=1 (trace file and local /metrics); otlp: to --otlp-endpoint. The [VERL_PROGRESS] "
                         "lines are printed in every mode when VERL_PROGRESS_LOG=1 is set")
     p.add_argument("--verbose", action="store_true",
                    help="show all of verl's output here (it always goes to OUT/demo.log); by default only "

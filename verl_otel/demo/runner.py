@@ -143,7 +143,7 @@ def _fully_async(ov: list[str], steps: int) -> list[str]:
 
 def telemetry_env(mode: str, otlp_endpoint: str | None = None) -> dict[str, str]:
     """What a user sets for each way of running (``verl-otel demo --telemetry``)."""
-    if mode == "console":  # the seed's switch alone; an empty VERL_OTEL_ENABLED reads as unset
+    if mode == "console":  # the [VERL_PROGRESS] switch alone; an empty VERL_OTEL_ENABLED reads as unset
         return {sc.ENV_PROGRESS_LOG: "1", sc.ENV_ENABLED: ""}
     if mode == "otlp":
         return {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp_endpoint or "", sc.ENV_ENABLED: "1"}
@@ -195,7 +195,7 @@ def _ray_start_timed_out(log_path: Path, offset: int) -> bool:
 
 
 #: What the demo shows of verl's output by default (all of it goes to demo.log; --verbose shows all here):
-#: our own lines, the seed's progress lines and verl's per-step metrics line (a failed run's log tail is
+#: our own lines, the [VERL_PROGRESS] progress lines and verl's per-step metrics line (a failed run's log tail is
 #: printed at its end).
 _OURS = re.compile(r"\[verl-otel|\[VERL_PROGRESS\]|(?:^|\s)step:\d+ - ")
 

@@ -9,11 +9,14 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
@@ -25,10 +28,34 @@ from verl_otel import config as cfg
 from verl_otel import semconv as sc
 from verl_otel._log import warn_once
 from verl_otel.export.otlp_json import OtlpJsonFileExporter
-from verl_otel.telemetry.engine_context import PresetIds
 from verl_otel.telemetry.metrics import MetricsState
 
 Drop = Callable[[str, int], None]
+
+
+_preset = threading.local()
+
+
+@contextmanager
+def preset_span_id(span_id: int | None) -> Iterator[None]:
+    """The next span this thread starts on one of our providers gets ``span_id`` (a sample span whose engine
+    requests named it as their parent before it existed)."""
+    _preset.span_id = span_id
+    try:
+        yield
+    finally:
+        _preset.span_id = None
+
+
+class PresetIds(RandomIdGenerator):
+    """Random ids, except a span id set by :func:`preset_span_id` (used once)."""
+
+    def generate_span_id(self) -> int:
+        preset = getattr(_preset, "span_id", None)
+        if preset:
+            _preset.span_id = None
+            return int(preset)
+        return super().generate_span_id()
 
 
 def resource(role: str, worker_index: int | None, run: Mapping[str, str]) -> Resource:

@@ -22,25 +22,27 @@ from typing import Any
 
 from verl_otel import runtime
 from verl_otel import semconv as sc
-from verl_otel.hooks._safe import safe
-from verl_otel.hooks._verl_config import run_names
-from verl_otel.telemetry.async_rollout import SUBMITS, TRAINER_SIDE, WINDOWS
+from verl_otel.hooks import verl_objects as verl
+from verl_otel.hooks._safe import on_exit, safe
+from verl_otel.telemetry.async_trainer import SUBMITS, TRAINER_SIDE
+from verl_otel.telemetry.rollouter import WINDOWS
 
 
 def _rollouter_setup(rt: runtime.Runtime) -> None:
-    rt.state.add_source(WINDOWS.samples)
+    rt.state.add_source(WINDOWS.readings)
 
 
 def _wire_rollouter(rollouter: Any) -> None:
     """First hook in the rollouter actor: this process is the rollouter service."""
-    WINDOWS.rollouter = rollouter
-    runtime.current().wire(sc.ROLE_ROLLOUTER, setup=_rollouter_setup, **run_names(rollouter))
+    if WINDOWS.read is None:  # this process is the rollouter from its first hooked call on, fit() or not
+        WINDOWS.read = verl.rollouter_reader(rollouter)
+    runtime.current().wire(sc.ROLE_ROLLOUTER, setup=_rollouter_setup, **verl.run_names(rollouter))
 
 
 def _trainer_setup(rt: runtime.Runtime) -> None:
     from verl_otel.telemetry.console import STEP_NOTES
 
-    rt.state.add_source(TRAINER_SIDE.samples)
+    rt.state.add_source(TRAINER_SIDE.readings)
     STEP_NOTES.append(TRAINER_SIDE.console_note)
 
 
@@ -52,15 +54,9 @@ def _wire_trainer() -> None:
 async def rollouter_fit(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                          kwargs: dict[str, Any]) -> Any:
     safe(_wire_rollouter, instance)
-    safe(WINDOWS.fit_started, instance)
-    exc: BaseException | None = None
-    try:
+    safe(WINDOWS.fit_started, verl.rollouter_reader(instance))
+    with on_exit(WINDOWS.fit_ended):
         return await wrapped(*args, **kwargs)
-    except BaseException as err:
-        exc = err
-        raise
-    finally:
-        safe(WINDOWS.fit_ended, exc)
 
 
 def _tag_sample(sample: Any) -> None:
@@ -81,29 +77,30 @@ async def process_sample(wrapped: Callable[..., Any], instance: Any, args: tuple
                           kwargs: dict[str, Any]) -> Any:
     sample = args[0] if args else kwargs.get("rollout_sample")
     safe(_tag_sample, sample)
-    start_ns, error = time.time_ns(), None
-    try:
+    with on_exit(_sample_finished, sample, time.time_ns()):
         return await wrapped(*args, **kwargs)
-    except BaseException as err:
-        error = err
-        raise
-    finally:
-        safe(WINDOWS.sample_finished, sample, start_ns, error)
+
+
+def _sample_finished(sample: Any, start_ns: int, error: BaseException | None) -> None:
+    tag = verl.window_tag(sample)
+    if tag is not None:
+        WINDOWS.sample_finished(tag, start_ns, verl.rollouter_sample_attributes(sample), error)
 
 
 async def reset_staleness(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                            kwargs: dict[str, Any]) -> Any:
     safe(_wire_rollouter, instance)
     result = await wrapped(*args, **kwargs)
-    safe(WINDOWS.param_synced, result if isinstance(result, dict) else None)
+    safe(lambda: WINDOWS.param_synced(verl.idle_ratio(result)))
     return result
 
 
 async def statistics(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                       kwargs: dict[str, Any]) -> Any:
     result = await wrapped(*args, **kwargs)
-    if isinstance(result, dict):
-        safe(WINDOWS.statistics, result)
+    depth = safe(verl.queue_size, result)
+    if depth is not None:
+        WINDOWS.queue_depth = depth
     return result
 
 
@@ -111,30 +108,24 @@ def load_checkpoint(wrapped: Callable[..., Any], instance: Any, args: tuple[Any,
                      kwargs: dict[str, Any]) -> Any:
     safe(_wire_rollouter, instance)
     result = wrapped(*args, **kwargs)
-    safe(WINDOWS.resumed_from, instance)
+    version = safe(verl.resumed_version, instance)
+    if version is not None:
+        WINDOWS.resumed_at(version)
     return result
 
 
 def do_validate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                  kwargs: dict[str, Any]) -> Any:
     safe(_wire_rollouter, instance)
-    span = safe(WINDOWS.validate_span)
-    exc: BaseException | None = None
-    try:
+    with on_exit(WINDOWS.validate_ended, safe(WINDOWS.validate_span)):
         return wrapped(*args, **kwargs)
-    except BaseException as err:
-        exc = err
-        raise
-    finally:
-        if span is not None:
-            safe(WINDOWS.validate_ended, span, exc)
 
 
 # -- trainer --------------------------------------------------------------------------------------
 async def get_samples(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                        kwargs: dict[str, Any]) -> Any:
     safe(_wire_trainer)
-    safe(TRAINER_SIDE.wait_started, instance)
+    safe(TRAINER_SIDE.wait_started, _param_version_reader(instance))
     try:
         return await wrapped(*args, **kwargs)
     finally:
@@ -147,17 +138,20 @@ def assemble_batch_from_rollout_samples(rollout_samples: Any, *args: Any, **kwar
     from verl.experimental.fully_async_policy import detach_utils
 
     if isinstance(rollout_samples, (list, tuple)):
-        safe(TRAINER_SIDE.samples_assembled, rollout_samples)
+        safe(lambda: TRAINER_SIDE.samples_assembled([t for t in map(verl.window_tag, rollout_samples) if t]))
     return detach_utils.assemble_batch_from_rollout_samples(rollout_samples, *args, **kwargs)
 
 
 def _batch_taken(trainer: Any, batch: Any) -> None:
     from verl_otel.telemetry.steps import TRACER
 
-    meta = getattr(batch, "meta_info", None) or {}
-    versions = meta.get("trajectory_param_versions")
-    versions = list(versions) if versions is not None else []
-    TRAINER_SIDE.batch_taken(trainer, versions, TRACER.innermost_span(sc.SPAN_STEP))
+    reader = _param_version_reader(trainer)
+    TRAINER_SIDE.param_version = reader
+    TRAINER_SIDE.batch_taken(reader(), verl.batch_versions(batch), TRACER.innermost_span(sc.SPAN_STEP))
+
+
+def _param_version_reader(trainer: Any) -> Callable[[], float | None]:
+    return lambda: verl.as_float(trainer, "current_param_version")
 
 
 def collect_metrics(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
@@ -172,7 +166,7 @@ async def queue_get(wrapped: Callable[..., Any], instance: Any, args: tuple[Any,
                      kwargs: dict[str, Any]) -> Any:
     result = await wrapped(*args, **kwargs)
     if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], int):
-        TRAINER_SIDE.queue_depth = float(result[1])  # verl's (sample, queue length after the take)
+        TRAINER_SIDE.queue_taken(float(result[1]))  # verl's (sample, queue length after the take)
     return result
 
 
@@ -192,7 +186,7 @@ def v1_step(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], k
     from verl_otel.telemetry.steps import TRACER
 
     batch = wrapped(*args, **kwargs)
-    safe(lambda: SUBMITS.consumed(_step_number(instance), list(getattr(batch, "tags", None) or ()),
+    safe(lambda: SUBMITS.consumed(_step_number(instance), verl.consumed_samples(getattr(batch, "tags", None) or ()),
                                   TRACER.innermost_span(sc.SPAN_STEP)))
     return batch
 

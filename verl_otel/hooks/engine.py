@@ -31,6 +31,7 @@ from verl_otel import runtime
 from verl_otel import semconv as sc
 from verl_otel._log import warn_once
 from verl_otel.hooks._safe import safe
+from verl_otel.hooks.verl_objects import rollout_engine, rollout_server
 
 #: what we give vLLM as ``otlp_traces_endpoint``: not a URL; our init_tracer hook knows it
 IN_PROCESS_ENDPOINT = "verl-otel:in-process"
@@ -47,7 +48,7 @@ def _talks_to_vllm(client: Any) -> bool:
     try:
         return _is_vllm[client]
     except KeyError:
-        answer = _is_vllm[client] = str(client.config.actor_rollout_ref.rollout.name) == "vllm"
+        answer = _is_vllm[client] = rollout_engine(client) == "vllm"
         return answer
 
 
@@ -93,20 +94,18 @@ def _switch_tracing_on(server: Any, ns: Any) -> None:
 
 
 def _replica(server: Any) -> int | None:
-    rank = getattr(server, "replica_rank", None)
-    return int(rank) if isinstance(rank, int) else None
+    return rollout_server(server)[0]
 
 
 def _list_metrics_page(server: Any) -> None:
-    host, port = getattr(server, "_server_address", None), getattr(server, "_server_port", None)
-    if not host or not isinstance(port, int) or getattr(server, "node_rank", 0) != 0:
+    replica, node_rank, host, port = rollout_server(server)
+    if host is None or port is None or node_rank not in (0, None):  # one page per replica: its first node's
         return
     rt = runtime.current()
     labels = {**rt.run_labels(), sc.LABEL_PROCESS_ROLE: sc.ROLE_ROLLOUT_SERVER}
-    replica = _replica(server)
     if replica is not None:
         labels[sc.LABEL_REPLICA] = str(replica)
-    rt.add_scrape_target(str(host), port, labels)
+    rt.add_scrape_target(host, port, labels)
 
 
 async def run_server(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],

@@ -1,8 +1,8 @@
 """Make the telemetry settings travel with the Ray job.
 
 A local ``ray.init`` starts workers that inherit the driver's environment, but on a ``ray start``
-cluster they inherit the raylet's. So ``ray.init`` gets our variables (VERL_OTEL_*, OTEL_*, the
-seed's VERL_PROGRESS_*) added to ``runtime_env.env_vars``, never overriding what the user set.
+cluster they inherit the raylet's. So ``ray.init`` gets our variables (VERL_OTEL_*, OTEL_* and
+VERL_PROGRESS_*) added to ``runtime_env.env_vars``, never overriding what the user set.
 """
 
 from __future__ import annotations

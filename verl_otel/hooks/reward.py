@@ -15,12 +15,11 @@ from typing import Any
 
 from verl_otel import runtime
 from verl_otel import semconv as sc
-from verl_otel.hooks._safe import safe
-from verl_otel.hooks._verl_config import run_names
+from verl_otel.hooks._safe import on_exit, safe
+from verl_otel.hooks.verl_objects import reward_call_attributes, run_names
 from verl_otel.telemetry.propagation import inject
 from verl_otel.telemetry.reward_spans import RewardSpans
 from verl_otel.telemetry.steps import TRACER
-from verl_otel.telemetry.values import to_scalar
 
 _SPANS: list[RewardSpans] = []
 
@@ -46,40 +45,16 @@ def _take_parent(worker: Any, data: Any) -> str | None:
     return str(values[0]) if len(values) else None
 
 
-def _first(non_tensor: dict[str, Any], key: str) -> Any:
-    values = non_tensor.get(key)
-    try:
-        return values[0] if values is not None and len(values) else None
-    except TypeError:
-        return None
-
-
-def _record(parent: str, data: Any, start_ns: int, result: Any, error: BaseException | None) -> None:
-    non_tensor = getattr(data, "non_tensor_batch", None) or {}
-    attrs: dict[str, Any] = {}
-    source = _first(non_tensor, "data_source")
-    if source is not None:
-        attrs[sc.ATTR_REWARD_DATA_SOURCE] = str(source)[:256]
-    for key, attr in (("global_steps", sc.ATTR_GLOBAL_STEP), ("index", sc.ATTR_SAMPLE_INDEX)):
-        value, _ = to_scalar(_first(non_tensor, key))
-        if value is not None:
-            attrs[attr] = int(value)
-    score, _ = to_scalar(result.get("reward_score") if isinstance(result, dict) else None)
-    if score is not None:
-        attrs[sc.ATTR_SAMPLE_SCORE] = score
+def _record(parent: str, data: Any, start_ns: int, results: list[Any], error: BaseException | None) -> None:
+    attrs = reward_call_attributes(data, results[0] if results else None)
     _SPANS[0].record(parent, start_ns, time.time_ns(), attrs, error)
 
 
 async def _timed(coro: Coroutine[Any, Any, Any], parent: str, data: Any) -> Any:
-    start_ns, result, error = time.time_ns(), None, None
-    try:
-        result = await coro
-        return result
-    except BaseException as exc:
-        error = exc
-        raise
-    finally:
-        safe(_record, parent, data, start_ns, result, error)
+    results: list[Any] = []
+    with on_exit(_record, parent, data, time.time_ns(), results):
+        results.append(await coro)
+        return results[0]
 
 
 def compute_score(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -21,8 +21,8 @@ from typing import Any
 
 from verl_otel import runtime
 from verl_otel import semconv as sc
-from verl_otel.hooks._safe import safe
-from verl_otel.hooks._verl_config import run_names
+from verl_otel.hooks._safe import on_exit, safe
+from verl_otel.hooks.verl_objects import run_names, sample_attributes
 from verl_otel.telemetry.rollout import TRACKER
 
 
@@ -39,15 +39,15 @@ def _worker_index() -> int | None:
 
 
 def _wire_agent_loop(rt: runtime.Runtime) -> None:
-    """First batch in this process: it is an agent-loop worker (gauges, sample spans, the seed's bar)."""
+    """First batch in this process: it is an agent-loop worker (gauges, sample spans, the [VERL_PROGRESS] bar)."""
     import time
 
     from verl_otel import config
     from verl_otel.telemetry.progress_console import rollout_line
     from verl_otel.telemetry.rollout_spans import BatchSpans
 
-    rt.state.add_source(TRACKER.samples)
-    spans = BatchSpans(rt.settings.sample_spans)
+    rt.state.add_source(TRACKER.readings)
+    spans = BatchSpans(rt.settings.sample_spans, describe=sample_attributes)
     TRACKER.on_batch_done.append(spans.done)
     TRACKER.on_dispatch.append(spans.adopt)
     rt.every_tick(spans.expire)
@@ -79,8 +79,8 @@ def _mode(validate: Any) -> str:
 
 def _current_traceparent() -> str | None:
     """The trainer's open span; in fully_async's rollouter (no trainer there), its open validation."""
-    from verl_otel.telemetry.async_rollout import WINDOWS
     from verl_otel.telemetry.propagation import inject
+    from verl_otel.telemetry.rollouter import WINDOWS
     from verl_otel.telemetry.steps import TRACER
 
     return inject(TRACER.current_context() or WINDOWS.validate_context())
@@ -89,7 +89,7 @@ def _current_traceparent() -> str | None:
 # -- trainer side ------------------------------------------------------------------------------
 def _dispatched(manager: Any, mode: str, step: int, prompts: int, samples: int, shape: tuple[int, ...],
                 meta_keys: list[Any]) -> None:
-    """The seed's lines of a dispatch in the fit() process: the rollout start details and the total bar."""
+    """The [VERL_PROGRESS] lines of a dispatch in the fit() process: the rollout start details and the total bar."""
     from verl_otel.hooks.rollout_total import bar_for
     from verl_otel.telemetry import progress_console as pc
     from verl_otel.telemetry.steps import TRACER
@@ -120,13 +120,13 @@ def _returned(mode: str, step: int) -> None:
 
 
 def _on_legacy_dispatch(manager: Any, prompts: Any) -> tuple[str, int]:
-    from verl_otel.telemetry.async_rollout import WINDOWS
+    from verl_otel.telemetry.rollouter import WINDOWS
 
     tp = _current_traceparent()
     meta = getattr(prompts, "meta_info", None)
     if tp and isinstance(meta, dict):
         meta[sc.TRACEPARENT_KEY] = tp
-    if WINDOWS.rollouter is not None and isinstance(meta, dict):  # fully_async rollouter: lines by version
+    if WINDOWS.active and isinstance(meta, dict):  # fully_async rollouter: lines by version
         meta[sc.PARAM_VERSION_KEY] = WINDOWS.version
     meta = meta if isinstance(meta, dict) else {}
     validate = bool(meta.get("validate", False))
@@ -171,7 +171,7 @@ def _on_tq_dispatch(manager: Any, batch: Any) -> None:
     """v1: a TensorDict of prompts (each runs n sessions in the worker); its non-tensor entries are the meta."""
     from tensordict import NonTensorData
 
-    from verl_otel.telemetry.propagation import nontensor
+    from verl_otel.hooks.verl_batches import nontensor
 
     keys = list(batch.keys())
     validate = bool(nontensor(batch["validate"])) if "validate" in keys else False
@@ -243,22 +243,22 @@ def _batch_parent(mode: str) -> str | None:
 
 
 async def _timed_sample(coro: Coroutine[Any, Any, Any], mode: str, token: int, trajectory: dict[str, Any]) -> Any:
-    out = err = None
     ctx = _SampleCtx(safe(_batch_parent, mode))
     reset = _SAMPLE.set(ctx)
-    try:
+    with on_exit(_sample_done, ctx, reset, mode, token, trajectory):
         out = await coro
+        if out is not None:  # v1's run_agent_loop returns nothing: its output is what tq_postprocess saw
+            ctx.outputs.append(out)
         return out
-    except BaseException as exc:
-        err = exc
-        raise
-    finally:
-        safe(_SAMPLE.reset, reset)
-        if out is None and ctx.outputs:
-            out = ctx.outputs[-1]
-        if ctx.engine is not None and ctx.engine[1]:  # its span, if it gets one, takes the id its requests named
-            trajectory = {**trajectory, sc.SAMPLE_SPAN_ID_KEY: ctx.engine[1]}
-        safe(TRACKER.sample_finished, mode, token, trajectory, out, err)
+
+
+def _sample_done(ctx: _SampleCtx, reset: contextvars.Token[Any], mode: str, token: int, trajectory: dict[str, Any],
+                 err: BaseException | None) -> None:
+    safe(_SAMPLE.reset, reset)
+    if ctx.engine is not None and ctx.engine[1]:  # its span, if it gets one, takes the id its requests named
+        trajectory = {**trajectory, sc.SAMPLE_SPAN_ID_KEY: ctx.engine[1]}
+    # the call's result, or (when it raised) the last object verl was filling in
+    TRACKER.sample_finished(mode, token, trajectory, ctx.outputs[-1] if ctx.outputs else None, err)
 
 
 def tq_postprocess(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -296,7 +296,7 @@ def run_agent_loop(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, 
 
 
 def _on_tq_batch(instance: Any, batch: Any) -> None:
-    from verl_otel.telemetry.propagation import nontensor
+    from verl_otel.hooks.verl_batches import nontensor
 
     _wire(instance)
     tp = None

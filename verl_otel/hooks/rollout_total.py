@@ -1,4 +1,4 @@
-"""The seed's manager-level rollout bar: the samples finished by all agent-loop workers of one dispatch.
+"""The [VERL_PROGRESS] manager-level rollout bar: the samples finished by all agent-loop workers of one dispatch.
 
 The dispatching process (the trainer) asks each worker actor for its counts through Ray's own
 ``__ray_call__`` with :func:`worker_counts` (a module function, pickled by reference): no port of ours, so

@@ -13,7 +13,8 @@ from typing import Any
 
 from verl_otel import runtime
 from verl_otel import semconv as sc
-from verl_otel.hooks._safe import safe
+from verl_otel.hooks import verl_objects as verl
+from verl_otel.hooks._safe import on_exit, safe
 from verl_otel.telemetry.steps import TRACER
 
 
@@ -35,27 +36,21 @@ def _wire_trainer(rt: runtime.Runtime) -> None:
 
 
 def declare_run(trainer: Any) -> None:
-    from verl_otel.telemetry.steps import run_info_from_trainer
-
-    info = run_info_from_trainer(trainer, "")
+    info = verl.run_info(trainer, "")
     runtime.current().wire(sc.ROLE_TRAINER, project=info.project, experiment=info.experiment, setup=_wire_trainer)
+
+
+def start_fit(trainer: Any, kind: str) -> None:
+    """verl's trainer ``trainer`` (a ``kind`` trainer) entered fit()."""
+    TRACER.fit_started(verl.run_info(trainer, kind), verl.global_step_reader(trainer))
 
 
 _WATCHED_TIMERS = frozenset((sc.VERL_TIMER_STEP, *sc.VERL_TIMER_TO_PHASE))
 
 
 def _phase_generator(gen: Generator[Any, Any, Any], name: str) -> Generator[Any, Any, Any]:
-    token = safe(TRACER.phase_enter, name)
-    exc: BaseException | None = None
-    try:
+    with on_exit(TRACER.phase_exit, safe(TRACER.phase_enter, name)):
         return (yield from gen)
-    except GeneratorExit:
-        raise
-    except BaseException as err:
-        exc = err
-        raise
-    finally:
-        safe(TRACER.phase_exit, token, exc)
 
 
 def timer_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -72,48 +67,34 @@ def _fit_wrapper(kind: str) -> Callable[..., Any]:
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         safe(declare_run, instance)
-        safe(TRACER.fit_started, instance, kind)
+        safe(start_fit, instance, kind)
         if inspect.iscoroutinefunction(wrapped):
             return _fit_async(wrapped(*args, **kwargs))
-        exc: BaseException | None = None
-        try:
+        with on_exit(TRACER.fit_ended):
             return wrapped(*args, **kwargs)
-        except BaseException as err:
-            exc = err
-            raise
-        finally:
-            safe(TRACER.fit_ended, exc)
 
     return wrapper
 
 
 async def _fit_async(coro: Any) -> Any:
-    exc: BaseException | None = None
-    try:
+    with on_exit(TRACER.fit_ended):
         return await coro
-    except BaseException as err:
-        exc = err
-        raise
-    finally:
-        safe(TRACER.fit_ended, exc)
 
 
 def validate_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     token = safe(TRACER.validate_enter) if TRACER.active else None
-    exc: BaseException | None = None
-    try:
+    with on_exit(_validate_exit, token):
         result = wrapped(*args, **kwargs)
         if TRACER.active:  # the validation's metric keys name its data sources (its samples do not)
             from verl_otel.telemetry import val_generations
 
             safe(val_generations.record_data_sources, result)
         return result
-    except BaseException as err:
-        exc = err
-        raise
-    finally:
-        if token is not None:
-            safe(TRACER.validate_exit, token, exc)
+
+
+def _validate_exit(token: Any, exc: BaseException | None) -> None:
+    if token is not None:
+        TRACER.validate_exit(token, exc)
 
 
 def log_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -128,7 +109,7 @@ def log_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...
 
 def extract_reward_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                            kwargs: dict[str, Any]) -> Any:
-    """verl's ``extract_reward(batch)`` inside the ``reward`` phase: its extra-info keys end the seed's
+    """verl's ``extract_reward(batch)`` inside the ``reward`` phase: its extra-info keys end the [VERL_PROGRESS]
     ``reward done`` line."""
     result = wrapped(*args, **kwargs)
     safe(_note_reward_keys, result)
@@ -178,14 +159,8 @@ def fit_step_fully_async(wrapped: Callable[..., Any], instance: Any, args: tuple
 
 async def _scoped_step(coro: Any) -> Any:
     safe(TRACER.step_scope_enter)
-    exc: BaseException | None = None
-    try:
+    with on_exit(TRACER.step_scope_exit):
         return await coro
-    except BaseException as err:
-        exc = err
-        raise
-    finally:
-        safe(TRACER.step_scope_exit, exc)
 
 
 def fit_validate_fully_async(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],

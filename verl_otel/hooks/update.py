@@ -1,7 +1,7 @@
 """Training-worker hooks (verl's engine path, ≥ 0.8): actor/critic update progress from
 ``TrainingWorker.train_mini_batch`` (the total) and ``train_batch`` (one optimizer mini-batch),
 a span per worker call that carries the trainer's context (see hooks/worker_group.py), and
-per-phase peak accelerator memory where torch.cuda is available."""
+per-phase peak accelerator memory (telemetry/memory.py)."""
 
 from __future__ import annotations
 
@@ -13,32 +13,22 @@ from typing import Any
 from verl_otel import runtime
 from verl_otel import semconv as sc
 from verl_otel.hooks._safe import safe
-from verl_otel.telemetry.update import TRACKER
+from verl_otel.telemetry.memory import PeakMemory
+from verl_otel.telemetry.update import TRACKER, UpdateBar
 
 
 def _wire_worker(rt: runtime.Runtime) -> None:
-    """A training worker: update-progress gauges and the seed's actor/critic bar."""
+    """A training worker: update-progress gauges and the [VERL_PROGRESS] actor/critic bar."""
     from verl_otel import config
-    from verl_otel.telemetry.progress_console import update_line
 
-    rt.state.add_source(TRACKER.samples)
+    rt.state.add_source(TRACKER.readings)
     progress = config.load_progress()
     if progress.enabled:
         _PROGRESS[:] = [progress]
-
-        def _bar(role: str, upd: Any) -> None:
-            if not progress.step_selected(upd.step):
-                return
-            if upd.completed % progress.bar_interval == 0 or upd.completed >= upd.expected:
-                mini = (upd.completed - 1) % upd.per_epoch + 1
-                epoch = min(upd.epochs, (upd.completed - 1) // upd.per_epoch + 1)
-                print(update_line(role, upd.label, upd.completed, upd.expected, time.monotonic() - upd.start,
-                                  epoch, upd.epochs, mini, upd.per_epoch), flush=True)
-
-        TRACKER.on_progress.append(_bar)
+        TRACKER.on_progress.append(UpdateBar(progress))
 
 
-_PROGRESS: list[Any] = []  # the seed's settings, in a worker where VERL_PROGRESS_LOG is on
+_PROGRESS: list[Any] = []  # the [VERL_PROGRESS] settings, in a worker where VERL_PROGRESS_LOG is on
 _CALLS: dict[str, int] = {}  # calls per role/method in this worker: the step when the batch does not say it
 
 
@@ -98,11 +88,15 @@ def _data(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 def _span(method: str, role: str, worker: Any, data: Any) -> contextlib.AbstractContextManager[Any]:
     """The worker call's span when its batch carries the trainer's context (else a no-op)."""
+    from verl_otel.hooks.verl_batches import batch_size, take
     from verl_otel.telemetry.worker_spans import WorkerSpan
 
     _wire()
     rank = int(getattr(worker, "rank", 0) or 0)
-    return safe(WorkerSpan, method, role, rank, data) or contextlib.nullcontext()
+    traceparent = safe(take, data) if data is not None else None  # out of the batch before verl's code sees it
+    if traceparent is None:
+        return contextlib.nullcontext()
+    return safe(WorkerSpan, method, role, rank, traceparent, safe(batch_size, data)) or contextlib.nullcontext()
 
 
 def train_mini_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -112,7 +106,7 @@ def train_mini_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any
     with _span("train_mini_batch", role, instance, data):
         if rank0:  # read the totals before verl pops them from the batch
             safe(_begin, instance, data)
-        with _peak_memory(sc.PHASE_UPDATE_CRITIC if role == "critic" else None, "critic"):
+        with PeakMemory(sc.PHASE_UPDATE_CRITIC if role == "critic" else None, "critic"):
             return wrapped(*args, **kwargs)
 
 
@@ -128,36 +122,8 @@ def train_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...
     return out
 
 
-class _peak_memory:  # noqa: N801 - used as a context manager
-    """Peak torch.cuda memory of one phase, as verl_phase_peak_memory_bytes{phase,role}."""
-
-    def __init__(self, phase: str | None, role: str) -> None:
-        self.phase, self.role = phase, role
-        self.cuda: Any = None
-        if phase is not None:
-            try:
-                import torch
-
-                if torch.cuda.is_available():
-                    self.cuda = torch.cuda
-            except Exception:  # noqa: BLE001
-                pass
-
-    def __enter__(self) -> None:
-        if self.cuda is not None:
-            safe(self.cuda.reset_peak_memory_stats)
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.cuda is None:
-            return
-        peak = safe(self.cuda.max_memory_allocated)
-        if peak is not None:
-            _wire()
-            runtime.current().state.set(sc.PHASE_PEAK_MEMORY, (self.phase or "", self.role), float(peak))
-
-
 class _rank0_lines:  # noqa: N801 - used as a context manager
-    """The seed's rank-0 start/done lines of a training worker's call (VERL_PROGRESS_LOG=1)."""
+    """The [VERL_PROGRESS] rank-0 start/done lines of a training worker's call (VERL_PROGRESS_LOG=1)."""
 
     def __init__(self, method: str, role: str, worker: Any, data: Any) -> None:
         self.line: Callable[[float | None], str] | None = None
@@ -187,7 +153,7 @@ class _rank0_lines:  # noqa: N801 - used as a context manager
 def _phase_method(method: str, phase: str, role: str) -> Callable[..., Any]:
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         data = _data(args, kwargs)
-        with _span(method, role, instance, data), _peak_memory(phase, role), _rank0_lines(method, role, instance,
+        with _span(method, role, instance, data), PeakMemory(phase, role), _rank0_lines(method, role, instance,
                                                                                             data):
             return wrapped(*args, **kwargs)
 

@@ -13,7 +13,8 @@ from verl_otel.hooks._safe import safe
 
 
 def _attach(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], None] | None:
-    from verl_otel.telemetry.propagation import find_batch, inject, put
+    from verl_otel.hooks.verl_batches import find_batch, put
+    from verl_otel.telemetry.propagation import inject
     from verl_otel.telemetry.steps import TRACER
 
     traceparent = inject(TRACER.current_context())

@@ -12,7 +12,7 @@ from typing import Literal
 
 from verl_otel import semconv as sc
 from verl_otel.dashboards.alerts import Thresholds, duration_seconds
-from verl_otel.live.model import TIMING_PREFIX, History, RunView
+from verl_otel.live.run_view import TIMING_PREFIX, History, RunView
 
 State = Literal["ok", "tripped", "no data"]
 

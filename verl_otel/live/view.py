@@ -12,7 +12,7 @@ from rich.text import Text
 
 from verl_otel import semconv as sc
 from verl_otel.live.health import Signal
-from verl_otel.live.model import STEP_KEY, History, RunView, WorkerProgress, step_row
+from verl_otel.live.run_view import STEP_KEY, History, RunView, WorkerProgress, step_row
 from verl_otel.telemetry.eta import bar
 
 BAR_WIDTH = 24
@@ -39,7 +39,7 @@ def _n(x: float) -> str:
 
 
 def _bar(done: float, total: float) -> Text:
-    """The seed's ``[######------]`` (readable without colour: logs, ``--once`` in scripts), coloured."""
+    """The [VERL_PROGRESS] ``[######------]`` (readable without colour: logs, ``--once`` in scripts), coloured."""
     text = bar(int(done), int(total), BAR_WIDTH)
     filled = text.count("#")
     return Text.assemble("[", ("#" * filled, "green"), ("-" * (BAR_WIDTH - filled), "dim"), "]")

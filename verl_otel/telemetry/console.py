@@ -4,10 +4,10 @@ a trainer kind adds: fully_async's parameter version and staleness)."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
-from typing import Any, TextIO
+from collections.abc import Callable
+from typing import TextIO
 
-from verl_otel.telemetry.steps import RunInfo, StepResult
+from verl_otel.telemetry.steps import RunInfo, StepObserver, StepResult
 
 #: Notes appended to the step line (``" | note"``) when they return text; registered by trainer kinds.
 STEP_NOTES: list[Callable[[], str | None]] = []
@@ -32,7 +32,7 @@ def step_line(result: StepResult, planned: int | None) -> str:
     return line
 
 
-class StepConsole:
+class StepConsole(StepObserver):
     """Prints :func:`step_line` at each step end."""
 
     def __init__(self, stream: TextIO | None = None) -> None:
@@ -42,14 +42,5 @@ class StepConsole:
     def on_fit_start(self, run: RunInfo) -> None:
         self._planned = run.steps_planned
 
-    def on_phase_start(self, phase: str, global_step: int) -> None:
-        pass
-
-    def on_phase_end(self, phase: str, global_step: int, seconds: float, trace_id: str) -> None:
-        pass
-
     def on_step_end(self, result: StepResult) -> None:
         print(step_line(result, self._planned), file=self._stream or sys.stdout, flush=True)
-
-    def on_metrics(self, data: Mapping[str, Any], global_step: int) -> None:
-        pass

@@ -1,4 +1,4 @@
-"""ETA arithmetic and the seed's text progress bar."""
+"""ETA arithmetic and the [VERL_PROGRESS] text progress bar."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ class RunEta:
 
 
 def bar(done: int, total: int, width: int = 24) -> str:
-    """``[########------------]`` for done/total (the seed's format)."""
+    """``[########------------]`` for done/total (the [VERL_PROGRESS] format)."""
     width = max(1, width)
     filled = 0 if total <= 0 else min(width, int(width * min(done, total) / total))
     return "[" + "#" * filled + "-" * (width - filled) + "]"

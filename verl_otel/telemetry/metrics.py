@@ -19,8 +19,9 @@ from verl_otel import semconv as sc
 from verl_otel._log import warn_once
 
 Labels = tuple[str, ...]
-Sample = tuple[sc.MetricDef, Labels, float]
-Source = Callable[[], Iterable[Sample]]
+#: one gauge value: (metric, label values, value); "reading", not "sample" (a rollout sample is another thing)
+Reading = tuple[sc.MetricDef, Labels, float]
+Source = Callable[[], Iterable[Reading]]
 
 
 @dataclass
@@ -103,14 +104,14 @@ class MetricsState:
                 warn_once("hist-hook", f"histogram export failed: {exc!r}")
 
     def add_source(self, source: Source) -> None:
-        """Register a callback producing live samples at read time (e.g. rollout progress)."""
+        """Register a callback producing live readings at read time (e.g. rollout progress)."""
         with self._lock:
             self._sources.append(source)
 
     # -- readers --------------------------------------------------------------------------------
-    def samples(self) -> list[Sample]:
+    def readings(self) -> list[Reading]:
         with self._lock:
-            out: list[Sample] = [(m, labels, v) for (m, labels), v in self._values.items()]
+            out: list[Reading] = [(m, labels, v) for (m, labels), v in self._values.items()]
             sources = list(self._sources)
         for source in sources:
             try:

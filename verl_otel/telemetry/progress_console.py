@@ -1,4 +1,4 @@
-"""The seed's console progress lines (VERL_PROGRESS_LOG=1), as an observer of the step model and as line
+"""The [VERL_PROGRESS] console progress lines (VERL_PROGRESS_LOG=1), as an observer of the step model and as line
 formats the worker-side hooks print with:
 
     [VERL_PROGRESS][step=8] rollout start: prompts_shape=(128, 1024), rollout_n=4, meta_keys=['global_steps']
@@ -18,19 +18,19 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 from verl_otel import semconv as sc
 from verl_otel.config import ProgressSettings
 from verl_otel.telemetry.eta import bar, fmt_s, rate_eta
-from verl_otel.telemetry.steps import RunInfo, StepResult
+from verl_otel.telemetry.steps import StepObserver
 
 PREFIX = "[VERL_PROGRESS]"
-#: the seed's heartbeat names the rollout wait "rollout gen" (verl's timer is "gen")
+#: the [VERL_PROGRESS] heartbeat names the rollout wait "rollout gen" (verl's timer is "gen")
 HEARTBEAT_LABEL: dict[str, str] = {sc.PHASE_ROLLOUT: "rollout gen"}
-#: verl's engine strategies, as the seed's bar labels them
+#: verl's engine strategies, as the [VERL_PROGRESS] bar labels them
 STRATEGY_LABEL: dict[str, str] = {"fsdp": "dp", "fsdp2": "dp", "megatron": "megatron"}
 
 
@@ -57,8 +57,8 @@ def strategy_label(strategy: Any) -> str:
 
 def update_line(role: str, strategy: str, done: int, total: int, elapsed: float, epoch: int | None = None,
                 epochs: int | None = None, mini: int | None = None, minis: int | None = None, width: int = 22) -> str:
-    """The actor/critic bar; ``(epoch e/E, mini m/M)`` when the split is known (the seed's dp actor), without it
-    as the seed's megatron actor prints."""
+    """The actor/critic bar; ``(epoch e/E, mini m/M)`` when the split is known (the [VERL_PROGRESS] dp actor), without it
+    as the [VERL_PROGRESS] megatron actor prints."""
     split = f" (epoch {epoch}/{epochs}, mini {mini}/{minis})" if epoch and epochs and mini and minis else ""
     return (f"{PREFIX}[{role}={strategy}][phase=update_policy] {bar(done, total, width)} {done}/{total}{split} "
             f"elapsed={fmt_s(elapsed)} eta={fmt_s(rate_eta(elapsed, done, total))}")
@@ -91,8 +91,8 @@ class _Running:
     due: float  # monotonic time of its next heartbeat line
 
 
-class ProgressConsole:
-    """Phase start/done lines with the seed's details and one heartbeat per running phase, in the fit() process.
+class ProgressConsole(StepObserver):
+    """Phase start/done lines with the [VERL_PROGRESS] details and one heartbeat per running phase, in the fit() process.
 
     A phase's start line waits for its details when they come from a hook called inside the phase (legacy:
     the rollout manager's call opens after verl's ``gen`` timer): it is printed when they arrive, or plainly
@@ -123,9 +123,6 @@ class ProgressConsole:
         self._print(f"{step_tag(step)} {phase} start: {details}", flush_held=False)
 
     # -- observer ----------------------------------------------------------------------------------------
-    def on_fit_start(self, run: RunInfo) -> None:
-        pass
-
     def on_phase_start(self, phase: str, global_step: int) -> None:
         now = time.monotonic()
         with self._lock:
@@ -152,17 +149,11 @@ class ProgressConsole:
             details = self._details.pop((phase, global_step), None)
         if not self._s.step_selected(global_step):
             return
-        if phase == sc.PHASE_REWARD:  # the seed's reward line names its time and the extra keys verl returned
+        if phase == sc.PHASE_REWARD:  # the [VERL_PROGRESS] reward line names its time and the extra keys verl returned
             self._print(f"{step_tag(global_step)} reward done: reward_time={seconds:.2f}s, "
                         f"reward_extra_keys={details or '[]'}")
         else:
             self._print(f"{step_tag(global_step)} {phase} done: {seconds:.2f}s")
-
-    def on_step_end(self, result: StepResult) -> None:
-        pass
-
-    def on_metrics(self, data: Mapping[str, Any], global_step: int) -> None:
-        pass
 
     # -- output ------------------------------------------------------------------------------------------
     def _flush_held(self) -> None:

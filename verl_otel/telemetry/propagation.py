@@ -1,25 +1,12 @@
-"""The trainer's trace context in verl's own batch objects, so Ray workers can join the step trace.
-
-verl sends its work to Ray actors as one of three batch types; each has a place for batch-level
-extras that survives verl's chunking (dispatch copies it into every chunk):
-``DataProto.meta_info``, ``KVBatchMeta.extra_info`` (v1, TransferQueue) and a non-tensor entry of a
-``TensorDict``. The caller puts the W3C traceparent there for the duration of one call
-(:func:`put`, undone afterwards so the trainer's batch is left as it was) and the worker takes it
-out again before verl's code sees the batch (:func:`take`).
-"""
+"""The trainer's trace context as a W3C ``traceparent`` string: what travels to other processes (in
+verl's batches, hooks/verl_batches.py; in RolloutSample tags) and back into an OTel context."""
 
 from __future__ import annotations
-
-from collections.abc import Callable
-from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from verl_otel import semconv as sc
-
 _PROPAGATOR = TraceContextTextMapPropagator()
-_KEY = sc.TRACEPARENT_KEY
 
 
 def inject(ctx: otel_context.Context | None) -> str | None:
@@ -35,79 +22,3 @@ def extract(traceparent: str | None) -> otel_context.Context:
     if not traceparent:
         return otel_context.Context()
     return _PROPAGATOR.extract({"traceparent": str(traceparent)}, context=otel_context.Context())
-
-
-def nontensor(value: Any) -> Any:
-    """The plain value of a TensorDict non-tensor entry (NonTensorData / a stack of them)."""
-    data = getattr(value, "data", value)
-    if isinstance(data, (list, tuple)):
-        return data[0] if data else None
-    return data
-
-
-def _is_tensordict(obj: Any) -> bool:
-    try:
-        from tensordict import TensorDictBase
-    except ImportError:  # pragma: no cover - verl always brings tensordict
-        return False
-    return isinstance(obj, TensorDictBase)
-
-
-def _meta_dict(batch: Any) -> dict[str, Any] | None:
-    """The batch's dict of batch-level extras (DataProto / KVBatchMeta), if it has one."""
-    for attr in ("meta_info", "extra_info"):
-        meta = getattr(batch, attr, None)
-        if isinstance(meta, dict):
-            return meta
-    return None
-
-
-def find_batch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The first argument that can carry a traceparent."""
-    for value in (*args, *kwargs.values()):
-        if _is_tensordict(value) or _meta_dict(value) is not None:
-            return value
-    return None
-
-
-def put(batch: Any, traceparent: str) -> Callable[[], None] | None:
-    """Put ``traceparent`` into ``batch``; returns the undo, or None when the batch has no place."""
-    meta = _meta_dict(batch)
-    if meta is not None:
-        had, old = _KEY in meta, meta.get(_KEY)
-        meta[_KEY] = traceparent
-
-        def undo_meta() -> None:
-            if had:
-                meta[_KEY] = old
-            else:
-                meta.pop(_KEY, None)
-
-        return undo_meta
-    if _is_tensordict(batch):
-        from verl.utils import tensordict_utils as tu
-
-        had_td = _KEY in batch.keys()
-        old_td = batch.get(_KEY) if had_td else None
-        tu.assign_non_tensor(batch, **{_KEY: traceparent})
-
-        def undo_td() -> None:
-            if had_td:
-                batch.set(_KEY, old_td)
-            else:
-                batch.pop(_KEY, None)
-
-        return undo_td
-    return None
-
-
-def take(batch: Any) -> str | None:
-    """Remove and return the traceparent carried by ``batch`` (None if it carries none)."""
-    meta = _meta_dict(batch)
-    if meta is not None:
-        value = meta.pop(_KEY, None)
-        return str(value) if value else None
-    if _is_tensordict(batch) and _KEY in batch.keys():
-        value = nontensor(batch.pop(_KEY))
-        return str(value) if value else None
-    return None

@@ -2,7 +2,7 @@
 
 The per-sample path (:meth:`RolloutTracker.sample_started` / :meth:`sample_finished`) only touches
 ints, a dict and a list; gauges are computed when read. When a worker's batch is done, the finished
-samples are handed to the span emitter, which keeps the slowest ones (issue: slow steps).
+samples are handed to the span emitter, which keeps the slowest ones (README, "What a step trace looks like").
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from verl_otel import semconv as sc
 from verl_otel.telemetry.eta import rate_eta
-from verl_otel.telemetry.metrics import Sample
+from verl_otel.telemetry.metrics import Reading
 
 
 @dataclass
@@ -24,8 +24,8 @@ class FinishedSample:
     start_ns: int
     end_ns: int
     seconds: float
-    trajectory: dict[str, Any]
-    output: Any  # verl's per-sample output; fields are read only for samples that get a span
+    trajectory: Any  # verl's per-sample trajectory and output: opaque here, described (by the hooks'
+    output: Any  # reader) only for the samples that get a span
     error: BaseException | None = None
 
 
@@ -92,7 +92,7 @@ class RolloutTracker:
             batch.active[token] = time.monotonic()
         return token
 
-    def sample_finished(self, mode: str, token: int, trajectory: dict[str, Any], output: Any,
+    def sample_finished(self, mode: str, token: int, trajectory: Any, output: Any,
                         error: BaseException | None = None) -> None:
         now = time.monotonic()
         with self._lock:
@@ -127,7 +127,7 @@ class RolloutTracker:
             cb(self.worker, snapshot)
 
     # -- gauges -------------------------------------------------------------------------------------
-    def samples(self) -> Iterable[Sample]:
+    def readings(self) -> Iterable[Reading]:
         now = time.monotonic()
         worker = "" if self.worker is None else str(self.worker)
         with self._lock:

@@ -8,10 +8,16 @@ import heapq
 import itertools
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Span, Status, StatusCode
+
 from verl_otel import runtime
+from verl_otel.telemetry.text import mark_failed
 
 
 @dataclass
@@ -20,6 +26,7 @@ class Call:
     end_ns: int
     attributes: dict[str, Any]
     error: BaseException | None
+    span_id: int | None = None  # the id its span must have (a sample whose engine requests named it)
 
 
 @dataclass
@@ -81,3 +88,28 @@ class SlowestCalls:
     def _emit(self, parent: str, group: Group) -> None:
         """Export one idle group (subclasses: the span shape)."""
         raise NotImplementedError
+
+
+def emit_calls(name: str, parent: Context, calls: Iterable[Call]) -> None:
+    """One ``name`` span per call under ``parent``, in start order; a failed call's span is marked failed.
+    The one way the K slowest calls of a group (reward calls, rollout samples) become spans."""
+    tel = runtime.current()
+    for call in sorted(calls, key=lambda c: c.start_ns):
+        with runtime.preset_span_id(call.span_id):
+            span = tel.tracer.start_span(name, context=parent, attributes=call.attributes,
+                                         start_time=call.start_ns)
+        if call.error is not None:
+            mark_failed(span, call.error, tel.settings.max_text)
+        span.end(end_time=call.end_ns)
+
+
+def emit_group(name: str, parent: Context, attributes: dict[str, Any], start_ns: int, end_ns: int,
+               child: str, calls: Iterable[Call], errors: int, what: str) -> None:
+    """A group span from ``start_ns`` to ``end_ns`` with its calls as ``child`` spans under it; ERROR with
+    "N <what> failed" when any call of the group failed (spanned or not)."""
+    group: Span = runtime.current().tracer.start_span(name, context=parent, attributes=attributes,
+                                                      start_time=start_ns)
+    emit_calls(child, trace.set_span_in_context(group), calls)
+    if errors:
+        group.set_status(Status(StatusCode.ERROR, f"{errors} {what} failed"))
+    group.end(end_time=end_ns)

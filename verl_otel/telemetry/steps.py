@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -49,14 +49,24 @@ class StepResult:
     error: bool
 
 
-class StepObserver(Protocol):
-    """Receives the model's events; implementations must be cheap and must not raise."""
+class StepObserver:
+    """Receives the step tracer's events; every method is a no-op here, so an observer overrides only
+    what it uses. Implementations must be cheap (they run on the training thread) and must not raise."""
 
-    def on_fit_start(self, run: RunInfo) -> None: ...
-    def on_phase_start(self, phase: str, global_step: int) -> None: ...
-    def on_phase_end(self, phase: str, global_step: int, seconds: float, trace_id: str) -> None: ...
-    def on_step_end(self, result: StepResult) -> None: ...
-    def on_metrics(self, data: Mapping[str, Any], global_step: int) -> None: ...
+    def on_fit_start(self, run: RunInfo) -> None:
+        """fit() started a run."""
+
+    def on_phase_start(self, phase: str, global_step: int) -> None:
+        """A phase (semconv PHASE_*) of ``global_step`` started."""
+
+    def on_phase_end(self, phase: str, global_step: int, seconds: float, trace_id: str) -> None:
+        """The phase ended after ``seconds``; ``trace_id`` is its step's trace."""
+
+    def on_step_end(self, result: StepResult) -> None:
+        """The step ended (its metrics were logged)."""
+
+    def on_metrics(self, data: Mapping[str, Any], global_step: int) -> None:
+        """verl logged the step's metrics dict."""
 
 
 @dataclass
@@ -86,54 +96,12 @@ def is_stop(exc: BaseException | None) -> bool:
     return exc is not None and type(exc).__name__ in sc.VERL_STOP_EXCEPTIONS
 
 
-def _cfg(config: Any, path: str, default: Any = None) -> Any:
-    node = config
-    for part in path.split("."):
-        try:
-            node = node[part] if isinstance(node, Mapping) or hasattr(node, "__getitem__") else getattr(node, part)
-        except Exception:  # noqa: BLE001 - missing keys in other verl versions
-            try:
-                node = getattr(node, part)
-            except Exception:  # noqa: BLE001
-                return default
-        if node is None:
-            return default
-    return node
-
-
-def _str(v: Any) -> str | None:
-    return None if v is None else str(v)
-
-
-def run_info_from_trainer(trainer: Any, kind: str) -> RunInfo:
-    config = getattr(trainer, "config", None)
-
-    def _int(v: Any) -> int | None:
-        try:
-            return int(v)
-        except (TypeError, ValueError):
-            return None
-
-    planned = _int(getattr(trainer, "total_training_steps", None)) or _int(
-        _cfg(config, "trainer.total_training_steps")
-    )
-    return RunInfo(
-        trainer=kind,
-        project=str(_cfg(config, "trainer.project_name", "")),
-        experiment=str(_cfg(config, "trainer.experiment_name", "")),
-        steps_planned=planned,
-        rollout_n=_int(_cfg(config, "actor_rollout_ref.rollout.n")),
-        batch_size=_int(_cfg(config, "data.train_batch_size")),
-        mode=_str(_cfg(config, "trainer.v1.trainer_mode")) if kind == sc.TRAINER_V1 else None,
-    )
-
-
 class StepTracer:
     """State machine of the fit() process. Thread-safe; never raises into the caller."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
-        self._trainer: Any = None
+        self._global_step: Callable[[], int] | None = None  # reads verl's trainer.global_steps while fit() runs
         self._run: RunInfo | None = None
         self._step: _Step | None = None
         self._scoped_run = False  # steps are fit_step() calls (fully_async)
@@ -141,10 +109,11 @@ class StepTracer:
         self.observers: list[StepObserver] = []
 
     # -- inputs from the hooks ----------------------------------------------------------------
-    def fit_started(self, trainer: Any, kind: str) -> None:
+    def fit_started(self, run: RunInfo, global_step: Callable[[], int]) -> None:
+        """fit() started a run; ``global_step()`` reads the trainer's step counter (hooks/verl_objects.py)."""
         with self._lock:
-            self._trainer = trainer
-            self._run = run_info_from_trainer(trainer, kind)
+            self._global_step = global_step
+            self._run = run
             self._scoped_run, self._last_number = False, -1
             runtime.current().declare(sc.ROLE_TRAINER)
         self._notify("on_fit_start", self._run)
@@ -157,7 +126,7 @@ class StepTracer:
                 elif exc is not None:
                     self._fail(self._step, exc)
                 self._end_step(metrics=self._step.metrics or None)
-            self._trainer = None
+            self._global_step = None
         runtime.current().flush_wait()
 
     def phase_enter(self, verl_name: str) -> _Open | None:
@@ -297,20 +266,18 @@ class StepTracer:
     @property
     def active(self) -> bool:
         """True while a fit() runs in this process (timers elsewhere, e.g. agent loops, are ignored)."""
-        return self._trainer is not None
+        return self._global_step is not None
 
     # -- internals --------------------------------------------------------------------------
-    def _global_step(self) -> int:
-        try:
-            return int(getattr(self._trainer, "global_steps", -1))
-        except (TypeError, ValueError):
-            return -1
+    def _step_counter(self) -> int:
+        read = self._global_step
+        return -1 if read is None else read()
 
     def _ensure_step(self, scope: bool = False) -> _Step:
         if self._step is not None:
             return self._step
         tel = runtime.current()
-        number = self._global_step()
+        number = self._step_counter()
         # a phase outside fit_step() in a scoped run: verl's work after the last step (ended by fit_ended)
         tail = self._scoped_run and not scope
         if tail:

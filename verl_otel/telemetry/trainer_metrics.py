@@ -11,16 +11,16 @@ from typing import Any
 
 from verl_otel import semconv as sc
 from verl_otel.telemetry.eta import RunEta
-from verl_otel.telemetry.metrics import MetricsState, Sample
-from verl_otel.telemetry.steps import RunInfo, StepResult
+from verl_otel.telemetry.metrics import MetricsState, Reading
+from verl_otel.telemetry.steps import RunInfo, StepObserver, StepResult
 from verl_otel.telemetry.text import as_text
 from verl_otel.telemetry.values import to_scalar
 
 MAX_KEY_CHARS = 200
 
 
-class TrainerMetrics:
-    """A :class:`~verl_otel.telemetry.steps.StepObserver` writing into a :class:`MetricsState`."""
+class TrainerMetrics(StepObserver):
+    """The step tracer's events as metrics in a :class:`MetricsState`."""
 
     def __init__(self, state: MetricsState, eta_window: int = 5) -> None:
         self._state = state
@@ -30,7 +30,7 @@ class TrainerMetrics:
         self._eta = RunEta(eta_window)
         state.add_source(self._live)
 
-    def _live(self) -> Iterable[Sample]:
+    def _live(self) -> Iterable[Reading]:
         now = time.monotonic()
         with self._lock:
             running = dict(self._running)

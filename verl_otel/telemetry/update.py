@@ -7,10 +7,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from verl_otel import semconv as sc
 from verl_otel.telemetry.eta import rate_eta
-from verl_otel.telemetry.metrics import Sample
+from verl_otel.telemetry.metrics import Reading
 
 
 @dataclass
@@ -18,7 +19,7 @@ class Update:
     expected: int
     epochs: int
     step: int = -1  # the trainer's step when the batch says it, else this role's update count
-    label: str = ""  # the seed's bar label (the engine strategy: dp, megatron)
+    label: str = ""  # the [VERL_PROGRESS] bar label (the engine strategy: dp, megatron)
     completed: int = 0
     start: float = field(default_factory=time.monotonic)
     end: float | None = None
@@ -30,7 +31,36 @@ class Update:
     @property
     def epoch(self) -> int:
         """1-based PPO epoch of the mini-batch running now (or the last one, when done)."""
-        return min(self.epochs, self.completed // self.per_epoch + 1)
+        return position(min(self.completed + 1, max(1, self.expected)), self.per_epoch, self.epochs)[0]
+
+    def last_done(self) -> tuple[int, int]:
+        """(epoch, mini-batch within it) of the last finished mini-batch, both 1-based: the bar's text."""
+        return position(max(1, self.completed), self.per_epoch, self.epochs)
+
+
+def position(index: int, per_epoch: int, epochs: int) -> tuple[int, int]:
+    """(epoch, mini-batch within the epoch) of the ``index``-th optimizer mini-batch (1-based) of an
+    update of ``epochs`` PPO epochs with ``per_epoch`` mini-batches each: the one formula for both."""
+    per_epoch = max(1, per_epoch)
+    return min(max(1, epochs), (index - 1) // per_epoch + 1), (index - 1) % per_epoch + 1
+
+
+class UpdateBar:
+    """The [VERL_PROGRESS] actor/critic bar (VERL_PROGRESS_LOG): a line every ``bar_interval`` mini-batches and at
+    the end, for the selected steps. An ``UpdateTracker.on_progress`` callback."""
+
+    def __init__(self, progress: Any) -> None:
+        self.progress = progress
+
+    def __call__(self, role: str, upd: Update) -> None:
+        from verl_otel.telemetry.progress_console import update_line
+
+        if not self.progress.step_selected(upd.step):
+            return
+        if upd.completed % self.progress.bar_interval == 0 or upd.completed >= upd.expected:
+            epoch, mini = upd.last_done()
+            print(update_line(role, upd.label, upd.completed, upd.expected, time.monotonic() - upd.start,
+                              epoch, upd.epochs, mini, upd.per_epoch), flush=True)
 
 
 class UpdateTracker:
@@ -54,7 +84,7 @@ class UpdateTracker:
         for cb in self.on_progress:
             cb(role, upd)
 
-    def samples(self) -> Iterable[Sample]:
+    def readings(self) -> Iterable[Reading]:
         now = time.monotonic()
         with self._lock:
             rows = [(r, u.expected, u.completed, u.epoch, (u.end or now) - u.start) for r, u in self._updates.items()]

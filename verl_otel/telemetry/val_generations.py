@@ -19,7 +19,6 @@ from verl_otel import semconv as sc
 from verl_otel.telemetry.steps import TRACER
 from verl_otel.telemetry.values import to_scalar
 
-
 #: verl's validation metric keys: ``val-core/<data source>/<variable>/<metric>`` with metrics such as
 #: ``mean@4`` or ``best@4/std`` (process_validation_metrics); a data source may itself hold slashes
 _VAL_KEY = re.compile(rf"^{sc.VERL_VAL_METRIC_PREFIX}[a-z]+/(?P<source>.+)/[^/]+/"
@@ -52,7 +51,7 @@ def event_attributes(sample: Sequence[Any], capture_text: bool, max_text: int) -
 
 
 def _rollouter_validation() -> Span | None:
-    from verl_otel.telemetry.async_rollout import WINDOWS
+    from verl_otel.telemetry.rollouter import WINDOWS
 
     return WINDOWS.validating
 

@@ -14,31 +14,21 @@ from opentelemetry.trace import Span
 
 from verl_otel import runtime
 from verl_otel import semconv as sc
-from verl_otel.telemetry.propagation import extract, take
+from verl_otel.telemetry.propagation import extract
 from verl_otel.telemetry.text import mark_failed
 
 
-def batch_size(batch: Any) -> int | None:
-    for probe in (lambda b: len(b), lambda b: int(b.shape[0]), lambda b: len(b.keys)):
-        try:
-            return int(probe(batch))
-        except Exception:  # noqa: BLE001 - each batch type knows its size differently
-            continue
-    return None
-
-
 class WorkerSpan:
-    """``with WorkerSpan(method, role, rank, batch):`` around one worker call."""
+    """``with WorkerSpan(method, role, rank, traceparent, size):`` around one worker call; a no-op without
+    the trainer's ``traceparent`` (the hooks take it out of verl's batch, with the batch's ``size``)."""
 
-    def __init__(self, method: str, role: str, rank: int, batch: Any) -> None:
+    def __init__(self, method: str, role: str, rank: int, traceparent: str | None, size: int | None) -> None:
         self.span: Span | None = None
-        traceparent = take(batch) if batch is not None else None
         name = sc.WORKER_SPAN_NAMES.get(method)
         if traceparent is None or name is None:
             return
         attrs: dict[str, Any] = {sc.ATTR_WORKER_METHOD: method, sc.ATTR_WORKER_ROLE: role,
                                  sc.ATTR_WORKER_RANK: rank}
-        size = batch_size(batch)
         if size is not None:
             attrs[sc.ATTR_WORKER_BATCH] = size
         self.span = runtime.current().tracer.start_span(name, context=extract(traceparent), attributes=attrs)

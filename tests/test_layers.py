@@ -1,0 +1,69 @@
+"""The data path's layering (docs/architecture.md): each folder of verl_otel imports only the layers in its
+row. The model in telemetry/ never touches verl or Ray; only the runtime reaches the exporters; the readers
+(analysis/, dashboards/) stand alone, so the CLI works without verl or the SDK's exporters."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent / "verl_otel"
+
+#: folder -> our modules it may import (besides itself); verl_otel.semconv is open to all
+OURS = {
+    "semconv": (),
+    "hooks": ("telemetry", "runtime", "config", "_log", "_env"),
+    "telemetry": ("runtime", "config", "_log"),
+    "export": ("config", "_log", "telemetry.metrics", "telemetry.text"),
+    "analysis": (),
+    "dashboards": (),
+    "live": ("analysis", "dashboards", "telemetry.eta"),
+}
+#: folder -> third-party top-level packages it must not import
+FORBIDDEN = {
+    "telemetry": ("verl", "ray", "wrapt", "prometheus_client"),
+    "export": ("verl", "ray", "wrapt"),
+    "analysis": ("verl", "ray", "torch", "wrapt"),
+    "dashboards": ("verl", "ray", "torch", "opentelemetry"),
+    "semconv": ("verl", "ray", "torch", "opentelemetry"),
+}
+
+
+def _imports(path: Path) -> list[str]:
+    names: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names += [node.module] + [f"{node.module}.{a.name}" for a in node.names if node.module == "verl_otel"]
+    return names
+
+
+def _files(folder: str) -> list[Path]:
+    single = ROOT / f"{folder}.py"
+    return [single] if single.exists() else sorted((ROOT / folder).rglob("*.py"))
+
+
+def test_layers_import_only_what_they_may():
+    offenders = []
+    for folder, allowed in OURS.items():
+        files = _files(folder)
+        assert files, folder
+        ok = ("verl_otel." + folder, "verl_otel.semconv", *("verl_otel." + a for a in allowed))
+        for path in files:
+            for name in _imports(path):
+                if name == "verl_otel":
+                    continue
+                if name.startswith("verl_otel.") and not any(name == o or name.startswith(o + ".") for o in ok):
+                    offenders.append(f"{path.relative_to(ROOT)}: {name}")
+                top = name.split(".")[0]
+                if top in FORBIDDEN.get(folder, ()):
+                    offenders.append(f"{path.relative_to(ROOT)}: {name}")
+    assert offenders == []
+
+
+def test_the_check_sees_a_violation(tmp_path, monkeypatch):
+    """The walker finds both kinds of import it polices (so an empty result above means something)."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("import verl.utils\nfrom verl_otel.export import flusher\nfrom verl_otel import runtime\n")
+    assert _imports(bad) == ["verl.utils", "verl_otel.export", "verl_otel", "verl_otel.runtime"]

@@ -1,0 +1,302 @@
+"""verl's objects, read into the plain values the telemetry model takes. Every attribute name and
+dict key of verl's that the hooks read lives here (or in the hook that reads it once); the model in
+telemetry/ never touches a verl object. Each reader tolerates other verl versions: a missing field
+reads as None, never an exception."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from verl_otel import semconv as sc
+from verl_otel.telemetry.rollouter import RollouterReadings
+from verl_otel.telemetry.steps import RunInfo
+from verl_otel.telemetry.values import to_scalar
+
+#: verl's keys, read off the dicts it returns
+ROLLOUTER_IDLE_RATIO_KEY = "fully_async/rollouter/idle_ratio"  # reset_staleness()'s timing dict
+ROLLOUTER_QUEUE_SIZE_KEY = "monitor/queue/mq_queue_size"  # get_statistics()'s dict
+
+
+# -- numbers ----------------------------------------------------------------------------------------
+def as_int(value: Any) -> int | None:
+    """An integer from verl's tags (int, numpy or 0-d tensor), else None."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def as_float(obj: Any, name: str) -> float | None:
+    """``obj.<name>`` as a float; None when absent or not a number."""
+    try:
+        value = getattr(obj, name)
+        return None if value is None else float(value)
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def _max_int(values: Any) -> int | None:
+    numbers = [v for v in (as_int(x) for x in (values if values is not None else ())) if v is not None]
+    return max(numbers) if numbers else None
+
+
+def _min_int(values: Any) -> int | None:
+    numbers = [v for v in (as_int(x) for x in (values if values is not None else ())) if v is not None]
+    return min(numbers) if numbers else None
+
+
+# -- config -----------------------------------------------------------------------------------------
+def config_value(config: Any, path: str, default: Any = None) -> Any:
+    """``config.a.b.c`` for ``path="a.b.c"`` through mappings or attributes; ``default`` when missing."""
+    node = config
+    for part in path.split("."):
+        try:
+            node = node[part] if isinstance(node, Mapping) or hasattr(node, "__getitem__") else getattr(node, part)
+        except Exception:  # noqa: BLE001 - missing keys in other verl versions
+            try:
+                node = getattr(node, part)
+            except Exception:  # noqa: BLE001 - nor as an attribute
+                return default
+        if node is None:
+            return default
+    return node
+
+
+def run_names(obj: Any) -> dict[str, Any]:
+    """``project``/``experiment`` of the run ``obj`` belongs to (``obj.config.trainer``), as
+    :meth:`verl_otel.runtime.Runtime.wire` takes them; None where verl's config does not say."""
+    trainer_cfg = getattr(getattr(obj, "config", None), "trainer", None)
+    get = getattr(trainer_cfg, "get", None)
+    if get is None:
+        return {"project": None, "experiment": None}
+    return {"project": get("project_name"), "experiment": get("experiment_name")}
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def run_info(trainer: Any, kind: str) -> RunInfo:
+    """What the step tracer knows of a run, from verl's trainer object and its config."""
+    config = getattr(trainer, "config", None)
+    planned = _int(getattr(trainer, "total_training_steps", None)) or _int(
+        config_value(config, "trainer.total_training_steps"))
+    mode = config_value(config, "trainer.v1.trainer_mode") if kind == sc.TRAINER_V1 else None
+    return RunInfo(
+        trainer=kind,
+        project=str(config_value(config, "trainer.project_name", "")),
+        experiment=str(config_value(config, "trainer.experiment_name", "")),
+        steps_planned=planned,
+        rollout_n=_int(config_value(config, "actor_rollout_ref.rollout.n")),
+        batch_size=_int(config_value(config, "data.train_batch_size")),
+        mode=None if mode is None else str(mode),
+    )
+
+
+def global_step_reader(trainer: Any) -> Callable[[], int]:
+    """Reads the trainer's ``global_steps`` when called (-1 when it has none)."""
+
+    def read() -> int:
+        value = _int(getattr(trainer, "global_steps", -1))
+        return -1 if value is None else value
+
+    return read
+
+
+# -- agent-loop samples -----------------------------------------------------------------------------
+def _tokens(output: Any) -> tuple[int | None, int | None]:
+    """(prompt, response) token counts of verl's padded per-sample output."""
+    try:
+        mask = output.attention_mask
+        plen = output.prompt_ids.shape[-1]
+        return int(mask[..., :plen].sum()), int(mask[..., plen:].sum())
+    except Exception:  # noqa: BLE001 - other verl versions, other shapes
+        try:
+            return len(output.prompt_ids), len(output.response_ids)
+        except Exception:  # noqa: BLE001 - no token fields at all
+            return None, None
+
+
+def sample_attributes(trajectory: Mapping[str, Any] | None, output: Any) -> dict[str, Any]:
+    """``rollout.sample`` attributes of one agent-loop sample: verl's trajectory dict (step, index, n)
+    and its per-sample output (tokens, turns, tool calls, score, vLLM/SGLang timings)."""
+    traj = trajectory or {}
+    attrs: dict[str, Any] = {}
+    for key, attr in (("step", sc.ATTR_GLOBAL_STEP), ("sample_index", sc.ATTR_SAMPLE_INDEX),
+                      ("rollout_n", sc.ATTR_SAMPLE_ROLLOUT_N)):
+        if traj.get(key) is not None:
+            value = _int(traj[key])
+            if value is not None:
+                attrs[attr] = value
+    if output is None:
+        return attrs
+    prompt, response = _tokens(output)
+    if prompt is not None:
+        attrs[sc.ATTR_SAMPLE_PROMPT_TOKENS] = prompt
+    if response is not None:
+        attrs[sc.ATTR_SAMPLE_RESPONSE_TOKENS] = response
+    turns = getattr(output, "num_turns", None)
+    if isinstance(turns, int):
+        attrs[sc.ATTR_SAMPLE_TURNS] = turns
+    extra = getattr(output, "extra_fields", None) or {}
+    for key in ("num_tool_calls", "tool_calls"):
+        if isinstance(extra.get(key), int):
+            attrs[sc.ATTR_SAMPLE_TOOL_CALLS] = extra[key]
+            break
+    score, _ = to_scalar(getattr(output, "reward_score", None))
+    if score is not None:
+        attrs[sc.ATTR_SAMPLE_SCORE] = score
+    metrics = getattr(output, "metrics", None)
+    for field, attr in sc.SAMPLE_TIMING_ATTRS.items():
+        val, _ = to_scalar(getattr(metrics, field, None) if metrics is not None else None)
+        if val is not None and val >= 0:
+            attrs[attr] = int(val) if field == "num_preempted" else val
+    return attrs
+
+
+# -- reward loop ------------------------------------------------------------------------------------
+def _first(non_tensor: Mapping[str, Any], key: str) -> Any:
+    values = non_tensor.get(key)
+    try:
+        return values[0] if values is not None and len(values) else None
+    except TypeError:
+        return None
+
+
+def reward_call_attributes(data: Any, result: Any) -> dict[str, Any]:
+    """``reward.compute_score`` attributes of one reward-loop call: its sample's data source, step and
+    index (the call's non-tensor batch) and the score verl's reward manager returned."""
+    non_tensor = getattr(data, "non_tensor_batch", None) or {}
+    attrs: dict[str, Any] = {}
+    source = _first(non_tensor, "data_source")
+    if source is not None:
+        attrs[sc.ATTR_REWARD_DATA_SOURCE] = str(source)[:256]
+    for key, attr in (("global_steps", sc.ATTR_GLOBAL_STEP), ("index", sc.ATTR_SAMPLE_INDEX)):
+        value, _ = to_scalar(_first(non_tensor, key))
+        if value is not None:
+            attrs[attr] = int(value)
+    score, _ = to_scalar(result.get("reward_score") if isinstance(result, dict) else None)
+    if score is not None:
+        attrs[sc.ATTR_SAMPLE_SCORE] = score
+    return attrs
+
+
+# -- fully_async's rollouter ------------------------------------------------------------------------
+def rollouter_reader(rollouter: Any) -> Callable[[], RollouterReadings]:
+    """Reads verl's FullyAsyncRollouter counters when called (at scrape time and at window edges)."""
+
+    def read() -> RollouterReadings:
+        try:
+            inflight: float | None = float(len(rollouter.active_tasks))
+        except (AttributeError, TypeError):
+            inflight = None
+        return RollouterReadings(
+            produced=as_float(rollouter, "total_generated_samples"),
+            dropped=as_float(rollouter, "dropped_stale_samples"),
+            capacity=as_float(rollouter, "max_queue_size"),
+            paused=bool(getattr(rollouter, "paused", False)),
+            inflight=inflight,
+            window_start=as_float(rollouter, "step_start_time"),
+            idle_start=as_float(rollouter, "idle_start_time"),
+        )
+
+    return read
+
+
+def resumed_version(rollouter: Any) -> int | None:
+    """The parameter version a resumed rollouter starts at: verl's ``load_checkpoint`` set ``global_steps``
+    to version x samples per sync x trigger steps + 1."""
+    per_sync = as_float(rollouter, "required_samples") or 0
+    trigger = as_float(getattr(getattr(rollouter, "config", None), "async_training", None),
+                       "trigger_parameter_sync_step") or 1
+    steps = as_float(rollouter, "global_steps") or 1
+    return int((steps - 1) // (per_sync * trigger)) if per_sync > 0 and steps > 1 else None
+
+
+def idle_ratio(timing: Any) -> float | None:
+    """verl's idle ratio of the window that ``reset_staleness`` closed (its returned timing dict)."""
+    idle = timing.get(ROLLOUTER_IDLE_RATIO_KEY) if isinstance(timing, Mapping) else None
+    return float(idle) if isinstance(idle, (int, float)) else None
+
+
+def queue_size(stats: Any) -> float | None:
+    """The message queue's length in the rollouter's ``get_statistics()`` dict."""
+    depth = stats.get(ROLLOUTER_QUEUE_SIZE_KEY) if isinstance(stats, Mapping) else None
+    return float(depth) if isinstance(depth, (int, float)) else None
+
+
+def window_tag(rollout_sample: Any) -> tuple[str, int] | None:
+    """The (traceparent, version) tag our hook put on verl's RolloutSample, if any."""
+    tag = getattr(rollout_sample, sc.ROLLOUT_SAMPLE_TRACE_ATTR, None)
+    return tag if isinstance(tag, tuple) and len(tag) == 2 and tag[0] else None
+
+
+def rollouter_sample_attributes(rollout_sample: Any) -> dict[str, Any]:
+    """Attributes of one finished rollouter sample (verl's RolloutSample after generation: its
+    ``full_batch`` holds the n responses)."""
+    attrs: dict[str, Any] = {}
+    sample_id = getattr(rollout_sample, "sample_id", None)
+    if sample_id is not None:
+        attrs[sc.ATTR_SAMPLE_ID] = str(sample_id)[:128]
+    batch = getattr(rollout_sample, "full_batch", None)
+    non_tensor = getattr(batch, "non_tensor_batch", None) or {}
+    start, end = _min_int(non_tensor.get("min_global_steps")), _max_int(non_tensor.get("max_global_steps"))
+    if start is not None:
+        attrs[sc.ATTR_PARAM_VERSION] = start
+    if end is not None:
+        attrs[sc.ATTR_PARAM_VERSION_END] = end
+    tensors = getattr(batch, "batch", None)
+    try:
+        mask = tensors["response_mask"] if "response_mask" in tensors.keys() else None
+        attrs[sc.ATTR_SAMPLES] = int(len(batch))
+        if mask is not None:
+            attrs[sc.ATTR_SAMPLE_RESPONSE_TOKENS] = int(mask.sum(dim=-1).max())
+    except (AttributeError, TypeError, KeyError, RuntimeError, ValueError):
+        pass
+    metrics = (getattr(batch, "meta_info", None) or {}).get("metrics")
+    if isinstance(metrics, list):
+        for field_name, attr in sc.SAMPLE_TIMING_ATTRS.items():
+            values = [to_scalar(m.get(field_name))[0] for m in metrics if isinstance(m, Mapping)]
+            values = [v for v in values if v is not None]
+            if values:
+                attrs[attr] = max(values)  # the slowest of the n responses
+    return attrs
+
+
+# -- async trainers' batches ------------------------------------------------------------------------
+def batch_versions(batch: Any) -> list[int]:
+    """The parameter versions the samples of a fully_async trainer batch were generated with."""
+    meta = getattr(batch, "meta_info", None) or {}
+    versions = meta.get("trajectory_param_versions") if isinstance(meta, Mapping) else None
+    numbers = (as_int(v) for v in (versions if versions is not None else ()))  # python or numpy ints
+    return [v for v in numbers if v is not None]
+
+
+def consumed_samples(tags: Sequence[Any]) -> list[tuple[int, int | None]]:
+    """(submitting step, finishing weights version) of each real sample in v1's TransferQueue tags."""
+    out = []
+    for tag in tags:
+        if isinstance(tag, Mapping) and not tag.get("is_padding", False):
+            submit = as_int(tag.get("global_steps"))
+            if submit is not None:
+                out.append((submit, as_int(tag.get("max_global_steps"))))
+    return out
+
+
+# -- the rollout engine (verl's LLM server client and vLLM server) -----------------------------------
+def rollout_engine(client: Any) -> str | None:
+    """``actor_rollout_ref.rollout.name`` of the run an ``LLMServerClient`` belongs to ("vllm", "sglang")."""
+    name = config_value(getattr(client, "config", None), "actor_rollout_ref.rollout.name")
+    return None if name is None else str(name)
+
+
+def rollout_server(server: Any) -> tuple[int | None, int | None, str | None, int | None]:
+    """(replica rank, node rank, address, port) of verl's vLLM server actor; the address once it serves."""
+    host, port = getattr(server, "_server_address", None), getattr(server, "_server_port", None)
+    return (_int(getattr(server, "replica_rank", None)), _int(getattr(server, "node_rank", None)),
+            str(host) if host else None, port if isinstance(port, int) else None)
