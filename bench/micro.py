@@ -197,10 +197,13 @@ def engine_carry_us(n: int = 20000) -> tuple[float, float | None]:
     extra = engine._carried(client, {"sampling_params": params})["extra_args"]
     rollout._SAMPLE.reset(token)
 
-    class Engine:  # vLLM's AsyncLLM.generate signature is what the hook inspects
-        from vllm.v1.engine.async_llm import AsyncLLM
+    from types import SimpleNamespace
 
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    class Engine:  # what the hook reads of vLLM's AsyncLLM: generate's signature, whether tracing is on
         generate = AsyncLLM.generate
+        observability_config = SimpleNamespace(otlp_traces_endpoint="verl-otel:in-process")
 
     eng = Engine()
 

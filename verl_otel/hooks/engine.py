@@ -154,6 +154,8 @@ def _trace_headers(engine: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -
         params.extra_args = None
     if kwargs.get("trace_headers") is not None or not tp:
         return None
+    if getattr(getattr(engine, "observability_config", None), "otlp_traces_endpoint", None) is None:
+        return None  # this engine's tracing is off (vLLM would warn about the headers)
     fn = type(engine).generate
     takes = _takes_trace_headers.get(fn)
     if takes is None:
