@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from typing import Any
 
@@ -61,6 +62,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     if args.telemetry == "otlp" and not args.otlp_endpoint:  # before verl's imports, as argparse errors are
         print("verl-otel demo: error: argument --otlp-endpoint: required with --telemetry otlp", file=sys.stderr)
+        return 2
+    if args.rollout == "vllm" and importlib.util.find_spec("vllm") is None:  # found without importing it
+        print("verl-otel demo: error: --rollout vllm needs vLLM in this Python environment: run `make install-vllm` "
+              "and use .venv-vllm/bin/verl-otel (or `make demo ROLLOUT=vllm`, which does both)", file=sys.stderr)
         return 2
     from verl_otel.demo.runner import run_demo, telemetry_env
 
