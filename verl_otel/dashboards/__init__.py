@@ -33,7 +33,9 @@ def all_expressions() -> list[tuple[str, str, str | None]]:
     out: list[tuple[str, str, str | None]] = []
     for dash in panels.DASHBOARDS:
         for var in grafana.variables():
-            match = _LABEL_VALUES.match(var.get("definition", ""))
+            # a Prometheus query variable keeps its label_values() in query.query (the SDK's model has no definition)
+            query = var.get("query")
+            match = _LABEL_VALUES.match(query.get("query", "") if isinstance(query, dict) else "")
             if match:
                 out.append((f"{dash.uid}/var/{var['name']}", match["selector"], None))
         for panel in dash.panels:

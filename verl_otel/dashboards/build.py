@@ -13,6 +13,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from dataclasses import fields
@@ -77,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="override an alert threshold (see alerts.Thresholds); needs --rules-out")
     ap.add_argument("--rules-out", type=Path, help="write the alert rules with --threshold overrides here")
     args = ap.parse_args(argv)
+    if importlib.util.find_spec("grafana_foundation_sdk") is None:  # the JSON is the SDK's (builders.py)
+        ap.error("needs grafana-foundation-sdk: pip install 'verl-otel[dashboards]' (`make install` has it)")
     if args.threshold or args.rules_out:
         if not (args.threshold and args.rules_out):
             ap.error("--threshold and --rules-out go together (the committed rules keep the documented defaults)")

@@ -1,5 +1,6 @@
-"""Dashboard building blocks: panels as module-level constants, rendered to Grafana JSON (schema 39,
-importable into Grafana 10-12). Every query gets the dashboard's filters."""
+"""Dashboard building blocks: panels as module-level constants, declared here as plain dataclasses and rendered to
+Grafana JSON (schema 39, importable into Grafana 10-12) by grafana-foundation-sdk's builders (builders.py, imported
+only when rendering: declaring panels needs no SDK). Every query gets the dashboard's filters."""
 
 from __future__ import annotations
 
@@ -55,7 +56,8 @@ class Panel:
     kind: str  # timeseries | stat | bargauge | table | traces-table
     targets: tuple[Target, ...]
     unit: str = "short"
-    grid: tuple[int, int, int, int] = (0, 0, 12, 8)  # x, y, w, h
+    # x, y, w, h; a later panel left at x=y=0 is placed by the SDK's dashboard builder after the one before it
+    grid: tuple[int, int, int, int] = (0, 0, 12, 8)
     stacked: bool = False
     max: float | None = None
     cpu_empty: str | None = None  # why this may show nothing in the CPU demo
@@ -84,6 +86,7 @@ class Dashboard:
     panels: tuple[Panel, ...]
     tags: tuple[str, ...] = ("verl", "verl-otel")
     refresh: str = "10s"
+    # more variables as Grafana JSON, read into the SDK's VariableModel (a key it has no field for is an error)
     extra_vars: tuple[dict[str, Any], ...] = field(default=())
     annotations: tuple[Annotation, ...] = ()
 
@@ -92,42 +95,17 @@ class Dashboard:
         assert len(ids) == len(set(ids)), f"{self.uid}: duplicate panel ids"
 
 
-def _datasource_variable(name: str, label: str, kind: str, uid: str) -> dict[str, Any]:
-    return {"name": name, "label": label, "type": "datasource", "query": kind, "regex": "", "hide": 0,
-            "includeAll": False, "multi": False, "refresh": 1,
-            "current": {"selected": True, "text": label, "value": uid}}  # label = the provisioned name
-
-
-def _variable(name: str, label: str, query: str) -> dict[str, Any]:
-    return {
-        "name": name, "label": label, "type": "query", "datasource": PROM_DS,
-        "query": {"query": query, "refId": f"var-{name}"}, "definition": query, "refresh": 2,
-        "includeAll": True, "multi": True, "allValue": ".*",
-        "current": {"selected": True, "text": ["All"], "value": ["$__all"]}, "sort": 1,
-    }
-
-
 def variables() -> list[dict[str, Any]]:
-    step = sc.TRAINING_STEP.name
-    run = f'{sc.LABEL_PROJECT}=~"$project", {sc.LABEL_EXPERIMENT}=~"$experiment"'
-    return [
-        _datasource_variable("datasource", "Prometheus", "prometheus", PROM_UID),
-        _datasource_variable("jaeger", "Jaeger", "jaeger", JAEGER_UID),
-        _variable("project", "project", f"label_values({step}, {sc.LABEL_PROJECT})"),
-        _variable("experiment", "experiment", f'label_values({step}{{{sc.LABEL_PROJECT}=~"$project"}}, '
-                                              f"{sc.LABEL_EXPERIMENT})"),
-        # every verl process of the selected runs (trainer, agent-loop workers, ...), not one kind only
-        _variable("instance", "instance", f'label_values({{__name__=~"verl_.+", {run}}}, instance)'),
-        # the run's OTEL_SERVICE_NAME, for the Jaeger searches: no metric label carries it on the pull path
-        {"name": "service", "label": "Jaeger service", "type": "textbox", "query": sc.SERVICE_NAME_DEFAULT,
-         "hide": 0, "current": {"text": sc.SERVICE_NAME_DEFAULT, "value": sc.SERVICE_NAME_DEFAULT},
-         "description": "OTEL_SERVICE_NAME of the runs (verl-otel's default: verl)"},
-    ]
+    """The template variables every dashboard gets, as Grafana JSON (built by the SDK: builders.py)."""
+    from verl_otel.dashboards import builders
+
+    return [builders.plain(v.build()) for v in builders.variable_builders()]
 
 
 def jaeger_step_search(experiment: str, project: str | None = None) -> dict[str, Any]:
     """A Jaeger search (tags in logfmt) for one run's step spans under ``$service``; ``experiment`` and ``project``
-    are single values: a repeated variable or a field-label reference."""
+    are single values: a repeated variable or a field-label reference. A raw dict: grafana-foundation-sdk has no
+    Jaeger query model (builders.RawQuery passes it through)."""
     tags = f'{sc.ATTR_EXPERIMENT}="{experiment}"'
     if project is not None:
         tags = f'{sc.ATTR_PROJECT}="{project}" {tags}'
@@ -141,81 +119,14 @@ def explore_link(title: str, queries: list[dict[str, Any]], datasource: str) -> 
     return {"title": title, "url": "/explore?schemaVersion=1&panes=" + json.dumps(pane, separators=(",", ":"))}
 
 
-def _field_config(p: Panel) -> dict[str, Any]:
-    defaults: dict[str, Any] = {"unit": p.unit, "color": {"mode": "palette-classic"}}
-    if p.kind == "timeseries":
-        defaults["custom"] = {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 30 if p.stacked else 0,
-                              "showPoints": "auto", "stacking": {"mode": "normal" if p.stacked else "none"}}
-    if p.kind == "bargauge":
-        defaults["min"] = 0
-        defaults["color"] = {"mode": "continuous-GrYlRd"} if p.unit != "percentunit" else {"mode": "thresholds"}
-        defaults["thresholds"] = {"mode": "absolute", "steps": [{"color": "blue", "value": None}]}
-    if p.max is not None:
-        defaults["max"] = p.max
-    if p.links:
-        defaults["links"] = list(p.links)
-    overrides = [{"matcher": {"id": "byFrameRefID", "options": _ref_id(i)},
-                  "properties": [{"id": "unit", "value": t.unit}]}
-                 for i, t in enumerate(p.targets) if t.unit is not None]
-    return {"defaults": defaults, "overrides": overrides}
-
-
-def _ref_id(index: int) -> str:
+def ref_id(index: int) -> str:
+    """The refId Grafana gives a panel's ``index``-th query (A, B, ...); per-query overrides match on it."""
     return chr(ord("A") + index)
 
 
-def _options(p: Panel) -> dict[str, Any]:
-    if p.kind == "bargauge":
-        return {"orientation": "horizontal", "displayMode": "gradient", "showUnfilled": True,
-                "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}}
-    if p.kind == "stat":
-        return {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-                "textMode": "value_and_name", "colorMode": "value", "graphMode": "none"}
-    if p.kind == "timeseries":
-        return {"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
-                "tooltip": {"mode": "multi", "sort": "desc"}}
-    return {"showHeader": True}
-
-
-def render_panel(p: Panel) -> dict[str, Any]:
-    x, y, w, h = p.grid
-    repeat = {"repeat": p.repeat, "repeatDirection": "v"} if p.repeat else {}
-    if p.kind == "traces-table":  # a Jaeger search: the slowest recent step traces, each a link
-        # Jaeger's tag search takes no regex: with a repeat on $experiment each copy has one concrete value
-        assert p.repeat == "experiment", "a Jaeger search needs one experiment per panel"
-        return {
-            "id": p.id, "type": "table", "title": p.title, "description": p.description,
-            "gridPos": {"x": x, "y": y, "w": w, "h": h},
-            "datasource": JAEGER_DS,
-            "targets": [jaeger_step_search("$experiment")],
-            "options": {"showHeader": True, "sortBy": [{"displayName": "Duration", "desc": True}]},
-            "fieldConfig": {"defaults": {}, "overrides": []}, **repeat,
-        }
-    targets = []
-    for i, t in enumerate(p.targets):
-        targets.append({"refId": _ref_id(i), "datasource": PROM_DS,
-                        "expr": t.expr, "legendFormat": t.legend or "__auto", "exemplar": t.exemplar,
-                        "instant": t.instant or p.kind in ("bargauge", "stat", "table"),
-                        "range": not (t.instant or p.kind in ("bargauge", "stat", "table"))})
-    return {
-        "id": p.id, "type": "table" if p.kind == "table" else p.kind, "title": p.title, "description": p.description,
-        "gridPos": {"x": x, "y": y, "w": w, "h": h}, "datasource": PROM_DS,
-        "targets": targets, "fieldConfig": _field_config(p), "options": _options(p), **repeat,
-    }
-
-
-def render_annotation(a: Annotation) -> dict[str, Any]:
-    return {"name": a.name, "datasource": PROM_DS, "enable": True, "iconColor": a.color, "expr": a.expr,
-            "step": "30s", "titleFormat": a.title, "textFormat": a.text, "useValueForTime": False}
-
-
 def render(d: Dashboard) -> dict[str, Any]:
-    return {
-        "uid": d.uid, "title": d.title, "description": d.description, "tags": list(d.tags),
-        "schemaVersion": 39, "version": 1, "editable": True, "graphTooltip": 1, "refresh": d.refresh,
-        "time": {"from": "now-3h", "to": "now"}, "timezone": "browser",
-        "templating": {"list": variables() + list(d.extra_vars)},
-        "annotations": {"list": [render_annotation(a) for a in d.annotations]},
-        "links": [{"title": "verl-otel dashboards", "type": "dashboards", "tags": ["verl-otel"], "asDropdown": True}],
-        "panels": [render_panel(p) for p in d.panels],
-    }
+    """``d`` as Grafana JSON, produced by grafana-foundation-sdk's typed builders (see builders.py for the parts
+    the SDK cannot type)."""
+    from verl_otel.dashboards import builders
+
+    return builders.plain(builders.dashboard_builder(d).build())
