@@ -148,11 +148,12 @@ def main() -> None:
         _in_process(args)
         return
 
-    from otlp_receiver import OtlpReceiver, free_port
     from run import (  # first: it puts tests/ (the OTLP receiver) on the path
         bench_env,
         worker_wall,
     )
+
+    from helpers.otlp_receiver import OtlpReceiver, free_port
 
     tmp = Path(tempfile.mkdtemp(prefix="verl-otel-gpu-bench-"))
     worker = [__file__, "--worker", "--steps", str(args.steps), "--samples", str(args.samples), "--device", args.device]

@@ -57,7 +57,7 @@ def blackhole_run(steps: int = 60) -> dict[str, float]:
     """tests/drive_hooks.py (verl's real timer and Tracking.log) against a never-answering collector."""
     import json
 
-    from bad_collectors import BadCollector
+    from helpers.bad_collectors import BadCollector
 
     with BadCollector("blackhole") as bad:
         out = subprocess.run([sys.executable, str(HERE.parent / "tests" / "drive_hooks.py"), str(steps)],
@@ -79,7 +79,7 @@ def main() -> None:
     ap.add_argument("--demo", action="store_true", help="also compare the CPU demo's fit() off vs on (minutes)")
     args = ap.parse_args()
 
-    from otlp_receiver import OtlpReceiver, free_port
+    from helpers.otlp_receiver import OtlpReceiver, free_port
 
     tmp = Path(tempfile.mkdtemp(prefix="verl-otel-bench-"))
     results: dict[str, list[float]] = {"off": [], "embedded": [], "otlp": [], "all": [], "dead": [], "slow": []}

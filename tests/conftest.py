@@ -1,122 +1,74 @@
-import os
+"""Fixtures only; what the tests share besides them lives in tests/helpers/."""
+
+import logging
 import subprocess
 import sys
-import threading
-import time
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # `helpers` for the test modules
 
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """The test process' environment without any telemetry settings, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("VERL_OTEL_", "OTEL_", "VERL_PROGRESS_", "VERL_ROLLOUT_PROGRESS_"))}
-    env.update(extra)
-    return env
-
-
-def run_py(args: list[str], env: dict[str, str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], env=env, cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
+from helpers.logs import OtelLog  # noqa: E402
+from helpers.procs import TESTS, clean_env, run_py  # noqa: E402
+from helpers.prom import PromServer, available  # noqa: E402
+from helpers.verl_runs import PROGRESS_LOG, start_demo  # noqa: E402
 
 
 @pytest.fixture
 def drive(tmp_path: Path):
     def _run(steps: int = 2, fail_phase: str | None = None, **env: str) -> subprocess.CompletedProcess:
-        args = [str(Path(__file__).parent / "drive_hooks.py"), str(steps)] + ([fail_phase] if fail_phase else [])
+        args = [str(TESTS / "drive_hooks.py"), str(steps)] + ([fail_phase] if fail_phase else [])
         return run_py(args, clean_env(**env), tmp_path)
     return _run
 
 
-# -- real-verl demo runs, shared by the e2e tests (each takes a minute or two on 2 cores) ---------
-LINGER_S = 12.0
-PROGRESS_LOG = {"VERL_PROGRESS_LOG": "1"}  # the seed's lines beside the telemetry (tests/test_e2e_console.py)
+@pytest.fixture
+def otel_log() -> Iterator[OtelLog]:
+    """verl-otel's log lines during the test (``otel_log.warnings()``), with warn-once's memory emptied first:
+    a warning the code under test owes is logged even when an earlier test in this process logged the same
+    one (``verl_otel._log._seen`` is process-wide). Captured at every level, whatever VERL_OTEL_LOG_LEVEL."""
+    from verl_otel import _log
 
-
-@dataclass
-class DemoRun:
-    out: Path
-    rc: int
-    steps: int
-    trainer: str
-    prom: Any = None
-    query_time: float | None = None
-    extra: dict = field(default_factory=dict)
-
-    def log_tail(self, n: int = 4000) -> str:
-        return (self.out / "demo.log").read_text(errors="replace")[-n:]
-
-    def series(self) -> set:
-        """Label sets of every series of the run, without the per-process identities."""
-        data = self.prom.api("series", **{"match[]": '{job="verl"}', "start": self.query_time - 600,
-                                          "end": self.query_time})
-        return {frozenset((k, v) for k, v in s.items() if k not in ("instance",)) for s in data}
-
-
-def _settled(prom, steps: int) -> bool:
+    capture = OtelLog()
+    with _log._lock:
+        seen = set(_log._seen)
+        _log._seen.clear()
+    level = _log.logger.level
+    _log.logger.setLevel(logging.DEBUG)
+    _log.logger.addHandler(capture)
     try:
-        step = prom.scalar_by("max(verl_training_step)")
-        active = prom.scalar_by("sum(verl_phase_active)")
-    except (OSError, ValueError):
-        return False
-    return step.get((), -1.0) >= float(steps) and active.get((), 1.0) == 0.0
-
-
-def start_demo(out: Path, trainer: str, steps: int, slow: list[str], scrape: bool, probe: Any = None,
-               **kw: Any) -> DemoRun:
-    """``probe(out)``, if given, is called every half second while the run is up (e.g. `verl-otel top`)."""
-    from prom_server import PromServer
-
-    from verl_otel.demo.runner import run_demo
-
-    out.mkdir(parents=True, exist_ok=True)
-    prom = PromServer(out / "prom", out / "prometheus_targets.json").start() if scrape else None
-    result: dict[str, int] = {}
-    env = {k: v for k, v in clean_env().items()}
-    th = threading.Thread(target=lambda: result.update(rc=run_demo(
-        steps=steps, out=out, trainer=trainer, slow=slow, linger=LINGER_S if scrape else 0.0, quiet=True,
-        extra_env=kw.pop("extra_env", None), **kw)))
-    old = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(env)  # the demo's environment: no telemetry settings leak from the test process
-    try:
-        th.start()
-        query_time = None
-        settled_since = None
-        targets: list = []
-        while th.is_alive():
-            if probe is not None:
-                probe(out)
-            if prom is not None and query_time is None:
-                if _settled(prom, steps):
-                    settled_since = settled_since or time.time()
-                    if time.time() - settled_since >= 3.0:  # a few scrapes of the final state
-                        query_time = time.time()
-                        # the run's processes take their file_sd entries out at exit: targets as they were
-                        targets = prom.targets()
-                else:
-                    settled_since = None
-            time.sleep(0.5)
-        th.join()
+        yield capture
     finally:
-        os.environ.clear()
-        os.environ.update(old)
-    run = DemoRun(out=out, rc=result.get("rc", -1), steps=steps, trainer=trainer, prom=prom, query_time=query_time,
-                  extra={"targets": targets})
-    if prom is not None:
-        prom.at = query_time
-    return run
+        _log.logger.removeHandler(capture)
+        _log.logger.setLevel(level)
+        with _log._lock:
+            _log._seen.update(seen)
+
+
+@pytest.fixture
+def prom_factory(tmp_path: Path) -> Iterator[Callable[..., PromServer]]:
+    """Start real Prometheus servers: ``prom_factory(config=..., args=..., agent=...)`` or ``prom_factory(file_sd=...)``;
+    all are stopped when the test ends. Skips when the binary is absent."""
+    if not available():
+        pytest.skip("prometheus/promtool not installed (`make prometheus` or apt-get install prometheus)")
+    started: list[PromServer] = []
+
+    def start(**kw: Any) -> PromServer:
+        server = PromServer(tmp_path / f"prom{len(started)}", **kw)
+        started.append(server)
+        return server.start()
+
+    yield start
+    for server in reversed(started):  # an agent stops before the server it flushes its remote-write queue to
+        server.stop()
 
 
 @pytest.fixture(scope="session")
 def v1_run(tmp_path_factory):
-    from top_probe import TopProbe
+    from helpers.top_probe import TopProbe
 
     probe = TopProbe()  # `verl-otel top` watching the run while it runs (tests/test_e2e_top.py)
     run = start_demo(tmp_path_factory.mktemp("demo-v1"), "v1", 3, ["update_actor@3=3", "rollout_sample@3=2"],

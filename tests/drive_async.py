@@ -37,7 +37,7 @@ from verl.experimental.fully_async_policy.message_queue import MessageQueue, Mes
 from verl.utils.profiler import marked_timer
 from verl.utils.tracking import Tracking, ValidationGenerationsLogger
 
-from ray_start import ray_init
+from helpers.ray import ray_init
 from verl_otel import runtime
 
 PROMPTS, N, PER_STEP, STALENESS = 8, 2, 2, 1

@@ -22,7 +22,7 @@ import verl_otel.hooks.registry as registry
 from verl import DataProto
 from verl.experimental.reward_loop.reward_loop import RewardLoopManager
 from verl.utils.profiler import marked_timer
-from ray_start import ray_init
+from helpers.ray import ray_init
 from verl_otel.hooks import trainer as trainer_hooks
 from verl_otel.telemetry.steps import TRACER
 

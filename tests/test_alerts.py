@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from prom_server import MetricsEndpoint, available, prom_factory  # noqa: F401 (prom_factory is a fixture)
-from synthetic_metrics import exposition
+from helpers.prom import MetricsEndpoint, available
+from helpers.synthetic_metrics import exposition
 
 from verl_otel import semconv as sc
 from verl_otel.dashboards import alerts, build

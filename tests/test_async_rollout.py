@@ -15,33 +15,13 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import clean_env, run_py
-from prom_server import prom_factory  # noqa: F401 (a fixture)
+from helpers.procs import clean_env, run_py
+from helpers.traces import event_names, load_spans
 
 from verl_otel import semconv as sc
+from verl_otel.analysis.step_traces import Span
 
 HERE = Path(__file__).resolve().parent
-
-
-def _attrs(items: list[dict]) -> dict:
-    out = {}
-    for a in items or []:
-        (kind, val), = a["value"].items()
-        out[a["key"]] = int(val) if kind == "intValue" else val
-    return out
-
-
-def _spans(path: Path) -> list[dict]:
-    out = []
-    for line in path.read_text().splitlines():
-        for rs in json.loads(line)["resourceSpans"]:
-            res = _attrs(rs["resource"]["attributes"])
-            for ss in rs["scopeSpans"]:
-                for sp in ss["spans"]:
-                    out.append({**sp, "attrs": _attrs(sp.get("attributes")), "res": res,
-                                "link_list": [{**ln, "attrs": _attrs(ln.get("attributes"))}
-                                              for ln in sp.get("links", [])]})
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -53,12 +33,12 @@ def run(tmp_path_factory):
     record = json.loads((out / "record.json").read_text())
     assert record["errors"] == [], record["errors"]
     record["stdout"] = proc.stdout
-    return record, _spans(out / "traces.jsonl")
+    return record, load_spans(out / "traces.jsonl")
 
 
-def _windows(spans: list[dict]) -> dict[int, dict]:
-    wins = [s for s in spans if s["name"] == sc.SPAN_ROLLOUTER_GENERATE]
-    by_version = {s["attrs"][sc.ATTR_PARAM_VERSION]: s for s in wins}
+def _windows(spans: list[Span]) -> dict[int, Span]:
+    wins = [s for s in spans if s.name == sc.SPAN_ROLLOUTER_GENERATE]
+    by_version = {s.attributes[sc.ATTR_PARAM_VERSION]: s for s in wins}
     assert len(by_version) == len(wins), "one rollouter.generate span per parameter version"
     return by_version
 
@@ -70,27 +50,27 @@ def test_rollouter_has_one_window_span_per_parameter_version(run):
     # the sync before fit() opens version 0; every later sync closes a window and opens the next
     assert sorted(windows) == syncs == list(range(len(syncs)))
     for span in windows.values():
-        assert not span.get("parentSpanId") and span["res"][sc.RES_ROLE] == sc.ROLE_ROLLOUTER
-    assert sum(s["attrs"].get(sc.ATTR_ASYNC_SAMPLES, 0) for s in windows.values()) == record["produced"] == 8
-    assert len({s["traceId"] for s in windows.values()}) == len(windows)
+        assert not span.parent_id and span.resource[sc.RES_ROLE] == sc.ROLE_ROLLOUTER
+    assert sum(s.attributes.get(sc.ATTR_ASYNC_SAMPLES, 0) for s in windows.values()) == record["produced"] == 8
+    assert len({s.trace_id for s in windows.values()}) == len(windows)
 
 
 def test_step_links_lead_to_the_windows_that_fed_it(run):
     record, spans = run
     windows = _windows(spans)
-    steps = {s["attrs"][sc.ATTR_GLOBAL_STEP]: s for s in spans if s["name"] == sc.SPAN_STEP}
+    steps = {s.attributes[sc.ATTR_GLOBAL_STEP]: s for s in spans if s.name == sc.SPAN_STEP}
     assert record["steps"], "the trainer took no batch"
     for taken in record["steps"]:
         step = steps[taken["global_step"]]
-        links = step["link_list"]
+        links = step.links
         # each sample's window = the weights version its generation started with (verl's min_global_steps)
-        assert Counter({ln["attrs"][sc.ATTR_PARAM_VERSION]: ln["attrs"][sc.ATTR_ASYNC_SAMPLES] for ln in links}) \
+        assert Counter({ln.attributes[sc.ATTR_PARAM_VERSION]: ln.attributes[sc.ATTR_ASYNC_SAMPLES] for ln in links}) \
             == Counter(taken["start_versions"]), (taken, links)
         for ln in links:
-            window = windows[ln["attrs"][sc.ATTR_PARAM_VERSION]]
-            assert (ln["traceId"], ln["spanId"]) == (window["traceId"], window["spanId"])
-            assert ln["attrs"][sc.ATTR_STALENESS] == taken["param_version"] - ln["attrs"][sc.ATTR_PARAM_VERSION]
-    assert any(ln["attrs"][sc.ATTR_STALENESS] > 0 for s in steps.values() for ln in s["link_list"]), \
+            window = windows[ln.attributes[sc.ATTR_PARAM_VERSION]]
+            assert (ln.trace_id, ln.span_id) == (window.trace_id, window.span_id)
+            assert ln.attributes[sc.ATTR_STALENESS] == taken["param_version"] - ln.attributes[sc.ATTR_PARAM_VERSION]
+    assert any(ln.attributes[sc.ATTR_STALENESS] > 0 for s in steps.values() for ln in s.links), \
         "the scenario must train on stale samples for the staleness checks to mean anything"
 
 
@@ -136,7 +116,7 @@ def test_gauges_on_the_metrics_page(run):
 def test_async_panels_show_the_run_in_real_prometheus(run, prom_factory):  # noqa: F811 (pytest fixture)
     """The dashboard's fully_async panels, as Grafana sends them, on a real Prometheus scraping the rollouter
     process' real /metrics page (as served at the run's end, with its file_sd labels): every query has data."""
-    from prom_server import MetricsEndpoint
+    from helpers.prom import MetricsEndpoint
 
     from verl_otel.dashboards import all_expressions, concrete
     from verl_otel.dashboards.panels import _ASYNC_ONLY
@@ -172,17 +152,17 @@ def test_idle_ratios(run):
 
 def test_rollouter_validation_span(run):
     record, spans = run
-    vals = sorted((s for s in spans if s["name"] == sc.SPAN_ROLLOUTER_VALIDATE),
-                  key=lambda s: s["attrs"][sc.ATTR_PARAM_VERSION])
+    vals = sorted((s for s in spans if s.name == sc.SPAN_ROLLOUTER_VALIDATE),
+                  key=lambda s: s.attributes[sc.ATTR_PARAM_VERSION])
     # before training, then every test_freq=2 versions as the trainer asks
-    assert [s["attrs"][sc.ATTR_PARAM_VERSION] for s in vals] == [0, 2, 4]
-    assert all(not s.get("parentSpanId") and s["res"][sc.RES_ROLE] == sc.ROLE_ROLLOUTER for s in vals)
+    assert [s.attributes[sc.ATTR_PARAM_VERSION] for s in vals] == [0, 2, 4]
+    assert all(not s.parent_id and s.resource[sc.RES_ROLE] == sc.ROLE_ROLLOUTER for s in vals)
     # the generations verl picks for log_val_generations (seed 001's gap) are events on that span, not elsewhere
     for span in vals:
-        assert span["attrs"][sc.ATTR_VAL_GENERATIONS] == 2
-        assert [e["name"] for e in span.get("events", [])] == [sc.EVENT_VAL_GENERATION] * 2
+        assert span.attributes[sc.ATTR_VAL_GENERATIONS] == 2
+        assert event_names(span) == [sc.EVENT_VAL_GENERATION] * 2
     # (the drive runs both sides in one process: the trainer's validate phases are there too, inside steps)
-    assert not [s for s in spans if s["name"] == sc.PHASE_VALIDATE and not s.get("parentSpanId")]
+    assert not [s for s in spans if s.name == sc.PHASE_VALIDATE and not s.parent_id]
     assert record["validate"]["val-core/score/mean"] == 1.0  # verl's result passes through unchanged
 
 
@@ -190,53 +170,53 @@ def test_rollouter_samples_are_spans_of_their_window(run):
     """Each prompt group the rollouter generated (here all 8: fewer than VERL_OTEL_SAMPLE_SPANS per window)
     is a rollout.sample span under the window it started in, with verl's versions and timings."""
     _, spans = run
-    windows = {s["spanId"]: s for s in _windows(spans).values()}
-    samples = [s for s in spans if s["name"] == sc.SPAN_ROLLOUT_SAMPLE]
-    assert len(samples) == 8 and len({s["attrs"][sc.ATTR_SAMPLE_ID] for s in samples}) == 8
+    windows = {s.span_id: s for s in _windows(spans).values()}
+    samples = [s for s in spans if s.name == sc.SPAN_ROLLOUT_SAMPLE]
+    assert len(samples) == 8 and len({s.attributes[sc.ATTR_SAMPLE_ID] for s in samples}) == 8
     for sample in samples:
-        window = windows[sample["parentSpanId"]]
-        attrs = sample["attrs"]
-        assert sample["traceId"] == window["traceId"] and sample["res"][sc.RES_ROLE] == sc.ROLE_ROLLOUTER
-        assert attrs[sc.ATTR_PARAM_VERSION] == window["attrs"][sc.ATTR_PARAM_VERSION] <= attrs[sc.ATTR_PARAM_VERSION_END]
+        window = windows[sample.parent_id]
+        attrs = sample.attributes
+        assert sample.trace_id == window.trace_id and sample.resource[sc.RES_ROLE] == sc.ROLE_ROLLOUTER
+        assert attrs[sc.ATTR_PARAM_VERSION] == window.attributes[sc.ATTR_PARAM_VERSION] <= attrs[sc.ATTR_PARAM_VERSION_END]
         assert attrs[sc.ATTR_SAMPLES] == 2 and attrs[sc.ATTR_SAMPLE_RESPONSE_TOKENS] == 2
         assert attrs[sc.SAMPLE_TIMING_ATTRS["generate_sequences"]] == 0.05
-        assert int(sample["endTimeUnixNano"]) - int(sample["startTimeUnixNano"]) >= 50_000_000
+        assert sample.end_ns - sample.start_ns >= 50_000_000
 
 
-def _children(spans: list[dict], parent: dict) -> dict[str, dict]:
-    return {s["name"]: s for s in spans if s.get("parentSpanId") == parent["spanId"]
-            and s["traceId"] == parent["traceId"]}
+def _children(spans: list[Span], parent: Span) -> dict[str, Span]:
+    return {s.name: s for s in spans if s.parent_id == parent.span_id
+            and s.trace_id == parent.trace_id}
 
 
 def test_each_fit_step_is_one_trace_with_its_validation(run):
     """verl logs inside fully_async's step timer and validates after it: the trace still spans the
     whole fit_step, one per step, with the validation the trainer asked for as its ``validate`` phase."""
     record, spans = run
-    steps = [s for s in spans if s["name"] == sc.SPAN_STEP and not s["attrs"].get(sc.ATTR_STOPPED)]
-    numbers = [s["attrs"][sc.ATTR_GLOBAL_STEP] for s in steps]
+    steps = [s for s in spans if s.name == sc.SPAN_STEP and not s.attributes.get(sc.ATTR_STOPPED)]
+    numbers = [s.attributes[sc.ATTR_GLOBAL_STEP] for s in steps]
     assert sorted(numbers) == [t["global_step"] for t in record["steps"]] == [1, 2, 3, 4]
     for step in steps:
         kids = _children(spans, step)
         assert {sc.PHASE_ROLLOUT, sc.PHASE_UPDATE_ACTOR, "param_sync"} <= set(kids), kids.keys()
-        version = step["attrs"][sc.ATTR_GLOBAL_STEP]  # one step per version here (trigger_parameter_sync_step=1)
+        version = step.attributes[sc.ATTR_GLOBAL_STEP]  # one step per version here (trigger_parameter_sync_step=1)
         if version % 2 == 0:
             val = kids[sc.PHASE_VALIDATE]
-            assert int(step["startTimeUnixNano"]) <= int(val["startTimeUnixNano"])
-            assert int(val["endTimeUnixNano"]) <= int(step["endTimeUnixNano"])
-            assert int(val["startTimeUnixNano"]) >= int(kids["param_sync"]["endTimeUnixNano"])
+            assert step.start_ns <= val.start_ns
+            assert val.end_ns <= step.end_ns
+            assert val.start_ns >= kids["param_sync"].end_ns
         else:
             assert sc.PHASE_VALIDATE not in kids
-        assert step.get("status", {}).get("code") != 2  # ERROR
+        assert not step.status_error
 
 
 def test_queue_end_is_a_stop_not_an_error(run):
     """fully_async ends by raising TrainingStopException inside the last fit_step's ``gen`` timer."""
     _, spans = run
-    (stopped,) = [s for s in spans if s["name"] == sc.SPAN_STEP and s["attrs"].get(sc.ATTR_STOPPED)]
-    assert stopped["attrs"][sc.ATTR_GLOBAL_STEP] == 5
+    (stopped,) = [s for s in spans if s.name == sc.SPAN_STEP and s.attributes.get(sc.ATTR_STOPPED)]
+    assert stopped.attributes[sc.ATTR_GLOBAL_STEP] == 5
     gen = _children(spans, stopped)[sc.PHASE_ROLLOUT]
-    assert gen["attrs"][sc.ATTR_STOPPED] is True
-    assert not [s for s in spans if s.get("status", {}).get("code") == 2]  # ERROR
+    assert gen.attributes[sc.ATTR_STOPPED] is True
+    assert not [s for s in spans if s.status_error]
 
 
 def _rollout_samples(tagged: bool):
@@ -305,13 +285,13 @@ def test_v1_colocate_async_step_links_to_the_step_that_submitted_its_prompts(col
     both tag theirs with global step 1), so its step span links to step 1's span."""
     run = colocate_async_run
     assert run.rc == 0, run.log_tail()
-    steps = {s["attrs"][sc.ATTR_GLOBAL_STEP]: s for s in _spans(run.out / "traces.jsonl")
-             if s["name"] == sc.SPAN_STEP and not s.get("parentSpanId")}
-    (link,) = steps[2]["link_list"]
-    assert (link["traceId"], link["spanId"]) == (steps[1]["traceId"], steps[1]["spanId"])
-    assert link["attrs"][sc.ATTR_GLOBAL_STEP] == 1 and link["attrs"][sc.ATTR_ASYNC_SAMPLES] > 0
-    assert link["attrs"][sc.ATTR_STALENESS] == 1 - link["attrs"][sc.ATTR_PARAM_VERSION]
-    assert not steps[1]["link_list"]  # step 1's prompts were its own (no earlier step to link to)
+    steps = {s.attributes[sc.ATTR_GLOBAL_STEP]: s for s in load_spans(run.out / "traces.jsonl")
+             if s.name == sc.SPAN_STEP and not s.parent_id}
+    (link,) = steps[2].links
+    assert (link.trace_id, link.span_id) == (steps[1].trace_id, steps[1].span_id)
+    assert link.attributes[sc.ATTR_GLOBAL_STEP] == 1 and link.attributes[sc.ATTR_ASYNC_SAMPLES] > 0
+    assert link.attributes[sc.ATTR_STALENESS] == 1 - link.attributes[sc.ATTR_PARAM_VERSION]
+    assert not steps[1].links  # step 1's prompts were its own (no earlier step to link to)
 
 
 def test_batch_of_mixed_versions():

@@ -64,8 +64,8 @@ def test_with_telemetry_the_same_lines_and_the_exports(drive, tmp_path):
 def test_real_console_only_output_is_in_the_seeds_formats():
     """A real `verl-otel demo --telemetry console --trainer v1 --steps 3` (tests/fixtures): every line in one of
     the seed's formats, each step's rollout start with its details and the manager's total bar at 8/8."""
-    from console_lines import PATTERNS, kind, progress_lines
-    from conftest import ROOT
+    from helpers.console_lines import PATTERNS, kind, progress_lines
+    from helpers.procs import ROOT
 
     lines = progress_lines(ROOT / "tests" / "fixtures" / "console_v1_console_only.log")
     assert [x for x in lines if kind(x) is None] == []

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from prom_server import MetricsEndpoint, PromServer, available
-from synthetic_metrics import exposition
+from helpers.prom import MetricsEndpoint, PromServer, available
+from helpers.synthetic_metrics import exposition
 
 from verl_otel import semconv as sc
 from verl_otel.dashboards import all_expressions, alerts, build, concrete, grafana, panels

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_log import step_metrics
+from helpers.verl_log import step_metrics
 
 pytestmark = pytest.mark.verl
 

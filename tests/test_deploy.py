@@ -18,8 +18,8 @@ import jsonschema
 import pytest
 import yaml
 
-from otlp_receiver import free_port
-from prom_server import MetricsEndpoint, available, prom_factory  # noqa: F401 (prom_factory is a fixture)
+from helpers.otlp_receiver import free_port
+from helpers.prom import MetricsEndpoint, available
 
 from verl_otel import semconv as sc
 from verl_otel.dashboards import panels

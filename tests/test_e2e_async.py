@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from trace_file import load_spans, parent_chain, steps
+from helpers.traces import event_names, load_spans, parent_chain, steps
 
 pytestmark = pytest.mark.verl
 
@@ -23,7 +23,7 @@ PHASE_SPANS = {*PER_SYNC, "update_weights", "switch_to_trainer", "validate", "sa
 
 
 def _phases(tree):
-    return Counter(s["name"] for s in tree["spans"] if s["name"] in PHASE_SPANS)
+    return Counter(s.name for s in tree.spans if s.name in PHASE_SPANS)
 
 
 def _spans(run):
@@ -49,17 +49,17 @@ def test_each_step_is_one_trace_with_a_phase_run_per_mini_batch(separate_async_r
         if number == run.steps:
             want["save_checkpoint"] = 1
         assert _phases(tree) == want, (number, _phases(tree))
-        root = tree["root"]
-        assert root["attributes"]["verl.trainer"] == "v1"
-        assert root["attributes"]["verl.trainer_mode"] == "separate_async"
-        assert not root["error"]
-        for s in tree["spans"]:
-            assert parent_chain(s, tree["spans"])[-1] == "step", parent_chain(s, tree["spans"])
+        root = tree.root
+        assert root.attributes["verl.trainer"] == "v1"
+        assert root.attributes["verl.trainer_mode"] == "separate_async"
+        assert not root.status_error
+        for s in tree.spans:
+            assert parent_chain(s, tree.spans)[-1] == "step", parent_chain(s, tree.spans)
         # separate runs, one per mini-batch, in verl's order (not one span stretched over both)
-        runs = sorted((s for s in tree["spans"] if s["name"] in PER_SYNC), key=lambda s: s["start"])
-        assert [s["name"] for s in runs] == list(PER_SYNC) * SYNCS
-        sync = [s for s in tree["spans"] if s["name"] == "update_weights"][0]
-        assert sync["start"] >= runs[-1]["end"]
+        runs = sorted((s for s in tree.spans if s.name in PER_SYNC), key=lambda s: s.start_ns)
+        assert [s.name for s in runs] == list(PER_SYNC) * SYNCS
+        sync = [s for s in tree.spans if s.name == "update_weights"][0]
+        assert sync.start_ns >= runs[-1].end_ns
 
 
 def test_rollout_spans_cross_ray_into_the_step_traces(separate_async_run):
@@ -68,18 +68,18 @@ def test_rollout_spans_cross_ray_into_the_step_traces(separate_async_run):
     by_step = steps(spans)
     total = 0
     for number in range(1, run.steps + 1):
-        workers = [s for s in by_step[number]["spans"]
-                   if s["name"] == "rollout.worker" and s["attributes"]["verl.rollout.mode"] == "train"]
-        assert {w["attributes"]["verl.rollout.worker"] for w in workers} == {0, 1}, number
-        assert all(w["resource"]["verl.process.role"] == "agent_loop_worker" for w in workers)
-        assert all(parent_chain(w, by_step[number]["spans"])[-1] == "step" for w in workers)
-        samples = sum(w["attributes"]["verl.rollout.samples"] for w in workers)
+        workers = [s for s in by_step[number].spans
+                   if s.name == "rollout.worker" and s.attributes["verl.rollout.mode"] == "train"]
+        assert {w.attributes["verl.rollout.worker"] for w in workers} == {0, 1}, number
+        assert all(w.resource["verl.process.role"] == "agent_loop_worker" for w in workers)
+        assert all(parent_chain(w, by_step[number].spans)[-1] == "step" for w in workers)
+        samples = sum(w.attributes["verl.rollout.samples"] for w in workers)
         assert samples >= BATCH, (number, samples)
         total += samples
     # each batch is spanned once: one submitted per step (prepare_step) plus verl's warm-up batch
     # (num_warmup_batches=1); the batch the last step submits may still be running when fit() ends
     assert BATCH * run.steps <= total <= BATCH * (run.steps + 1), total
-    samples = [s for s in spans if s["name"] == "rollout.sample"]
+    samples = [s for s in spans if s.name == "rollout.sample"]
     assert samples
     for s in samples:
         chain = parent_chain(s, spans)
@@ -89,14 +89,14 @@ def test_rollout_spans_cross_ray_into_the_step_traces(separate_async_run):
 def test_validation_generations_are_events_of_each_validate_span(separate_async_run):
     by_step = steps(_spans(separate_async_run))
     for number in (0, *VALIDATED):
-        validate = [s for s in by_step[number]["spans"] if s["name"] == "validate"]
+        validate = [s for s in by_step[number].spans if s.name == "validate"]
         assert len(validate) == 1, number
         # the demo sets trainer.log_val_generations=2: counted, no text by default
-        assert validate[0]["attributes"]["verl.val_generations.count"] == 2
-        assert validate[0]["events"].count("verl.val_generation") == 2
-        workers = [s for s in by_step[number]["spans"] if s["name"] == "rollout.worker"
-                   and s["attributes"]["verl.rollout.mode"] == "validate"]
-        assert workers and all(parent_chain(w, by_step[number]["spans"])[1] == "validate" for w in workers)
+        assert validate[0].attributes["verl.val_generations.count"] == 2
+        assert event_names(validate[0]).count("verl.val_generation") == 2
+        workers = [s for s in by_step[number].spans if s.name == "rollout.worker"
+                   and s.attributes["verl.rollout.mode"] == "validate"]
+        assert workers and all(parent_chain(w, by_step[number].spans)[1] == "validate" for w in workers)
 
 
 def _model_bytes(model_dir: Path) -> int:
@@ -113,7 +113,7 @@ def test_prometheus_counts_every_phase_run_and_the_weight_sync_payload(separate_
     prom, at = run.prom, run.query_time
     assert at is not None, "the run never settled at its last step in Prometheus"
     spans = _spans(run)
-    in_traces = Counter(s["name"] for s in spans if s["name"] in PHASE_SPANS)
+    in_traces = Counter(s.name for s in spans if s.name in PHASE_SPANS)
     assert in_traces["rollout"] == SYNCS * run.steps
     counted = {k: round(v) for k, v in
                prom.scalar_by("sum by (phase) (verl_phase_duration_seconds_count)", "phase").items()}

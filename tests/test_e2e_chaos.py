@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from bad_collectors import BadCollector
-from conftest import clean_env
-from verl_log import step_metrics
+from helpers.bad_collectors import BadCollector
+from helpers.procs import clean_env
+from helpers.verl_log import step_metrics
 
 from verl_otel.demo.slow import ENV_FIT_TIMES
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from console_lines import PATTERNS, SEED_EXAMPLES, kind, progress_lines, shape_of
-from conftest import ROOT
+from helpers.console_lines import PATTERNS, SEED_EXAMPLES, kind, progress_lines, shape_of
+from helpers.procs import ROOT
 
 pytestmark = pytest.mark.verl
 

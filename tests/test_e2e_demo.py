@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from trace_file import load_spans, parent_chain, steps
+from helpers.traces import event_names, load_spans, parent_chain, steps
 
 from verl_otel import semconv as sc
 
@@ -19,7 +19,7 @@ SYNC_PHASES = {"rollout", "old_log_prob", "ref", "adv", "update_actor", "update_
 
 
 def _phase_names(tree):
-    return Counter(s["name"] for s in tree["spans"] if s["name"] not in sc.NON_PHASE_SPANS)
+    return Counter(s.name for s in tree.spans if s.name not in sc.NON_PHASE_SPANS)
 
 
 @pytest.mark.parametrize("run_name", ["v1_run", "legacy_run"])
@@ -41,16 +41,16 @@ def test_one_trace_per_step_with_phase_children(request, run_name):
         if number == run.steps:
             want.add("save_checkpoint")
         assert set(names) == want, (number, names)
-        root = tree["root"]
-        attrs = root["attributes"]
+        root = tree.root
+        attrs = root.attributes
         assert attrs["verl.trainer"] == run.trainer and attrs["verl.project"] == "verl-otel-demo"
         assert attrs["verl.rollout_n"] == 2 and attrs["verl.batch_size"] == 4
         for key in ("verl.score_mean", "verl.response_length_mean", "verl.step_time_s", "verl.throughput"):
             assert key in attrs, (number, key)
-        assert not root["error"]
-        for s in tree["spans"]:  # every span of the step hangs off its root
-            assert parent_chain(s, tree["spans"])[-1] == "step", parent_chain(s, tree["spans"])
-    roles = {s["resource"]["verl.process.role"] for s in spans}
+        assert not root.status_error
+        for s in tree.spans:  # every span of the step hangs off its root
+            assert parent_chain(s, tree.spans)[-1] == "step", parent_chain(s, tree.spans)
+    roles = {s.resource["verl.process.role"] for s in spans}
     assert {"trainer", "agent_loop_worker"} <= roles
 
 
@@ -58,12 +58,12 @@ def test_rollout_spans_cross_ray_into_the_step_trace(v1_run):
     spans = load_spans(v1_run.out / "traces.jsonl")
     by_step = steps(spans)
     for number in range(1, v1_run.steps + 1):
-        workers = [s for s in by_step[number]["spans"] if s["name"] == "rollout.worker"
-                   and s["attributes"]["verl.rollout.mode"] == "train"]
-        assert {w["attributes"]["verl.rollout.worker"] for w in workers} == {0, 1}
-        assert sum(w["attributes"]["verl.rollout.samples"] for w in workers) == 4 * 2  # batch 4 x n 2
-        assert all(w["resource"]["verl.process.role"] == "agent_loop_worker" for w in workers)
-    samples = [s for s in spans if s["name"] == "rollout.sample"]
+        workers = [s for s in by_step[number].spans if s.name == "rollout.worker"
+                   and s.attributes["verl.rollout.mode"] == "train"]
+        assert {w.attributes["verl.rollout.worker"] for w in workers} == {0, 1}
+        assert sum(w.attributes["verl.rollout.samples"] for w in workers) == 4 * 2  # batch 4 x n 2
+        assert all(w.resource["verl.process.role"] == "agent_loop_worker" for w in workers)
+    samples = [s for s in spans if s.name == "rollout.sample"]
     assert samples and all(parent_chain(s, spans)[-1] == "step" for s in samples)
 
 
@@ -72,14 +72,14 @@ def test_sample_spans_carry_tokens_score_and_timings(request, run_name):
     """v1 puts its samples into TransferQueue (its agent loop returns nothing): the counts still come
     from verl's AgentLoopOutput, as in the legacy loop."""
     run = request.getfixturevalue(run_name)
-    samples = [s for s in load_spans(run.out / "traces.jsonl") if s["name"] == "rollout.sample"]
+    samples = [s for s in load_spans(run.out / "traces.jsonl") if s.name == "rollout.sample"]
     assert samples
     for s in samples:
-        attrs = s["attributes"]
+        attrs = s.attributes
         assert 0 < attrs["verl.sample.prompt_tokens"] <= 32 and 0 < attrs["verl.sample.response_tokens"] <= 16, attrs
         assert "verl.sample.reward_score" in attrs and attrs["verl.sample.generate_s"] >= 0, attrs
         assert attrs["verl.sample.turns"] >= 1 and attrs["verl.sample.index"] >= 0, attrs
-    assert {s["attributes"]["verl.sample.rollout_n"] for s in samples} == {0, 1}, "n=2: both sessions are seen"
+    assert {s.attributes["verl.sample.rollout_n"] for s in samples} == {0, 1}, "n=2: both sessions are seen"
 
 
 @pytest.mark.parametrize("run_name", ["v1_run", "legacy_run"])
@@ -91,17 +91,17 @@ def test_reward_loop_calls_join_the_step_trace(request, run_name):
     run = request.getfixturevalue(run_name)
     by_step = steps(load_spans(run.out / "traces.jsonl"))
     for number in range(1, run.steps + 1):
-        spans = by_step[number]["spans"]
-        by_id = {s["span_id"]: s for s in spans}
-        rollout_parents = {s["parent_id"] for s in spans if s["name"] == "rollout.worker"
-                           and s["attributes"]["verl.rollout.mode"] == "train"}
+        spans = by_step[number].spans
+        by_id = {s.span_id: s for s in spans}
+        rollout_parents = {s.parent_id for s in spans if s.name == "rollout.worker"
+                           and s.attributes["verl.rollout.mode"] == "train"}
         assert len(rollout_parents) == 1
-        groups = [s for s in spans if s["name"] == "reward.worker" and s["parent_id"] in rollout_parents]
-        assert groups and all(g["resource"]["verl.process.role"] == "reward_worker" for g in groups)
-        assert sum(g["attributes"]["verl.reward.calls"] for g in groups) == 4 * 2, (number, groups)
-        calls = [s for s in spans if s["name"] == "reward.compute_score" and by_id[s["parent_id"]] in groups]
-        assert len(calls) == sum(g["attributes"]["verl.reward.calls_spanned"] for g in groups) > 0
-        assert all(c["attributes"]["verl.reward.data_source"] == "openai/gsm8k" for c in calls)
+        groups = [s for s in spans if s.name == "reward.worker" and s.parent_id in rollout_parents]
+        assert groups and all(g.resource["verl.process.role"] == "reward_worker" for g in groups)
+        assert sum(g.attributes["verl.reward.calls"] for g in groups) == 4 * 2, (number, groups)
+        calls = [s for s in spans if s.name == "reward.compute_score" and by_id[s.parent_id] in groups]
+        assert len(calls) == sum(g.attributes["verl.reward.calls_spanned"] for g in groups) > 0
+        assert all(c.attributes["verl.reward.data_source"] == "openai/gsm8k" for c in calls)
 
 
 #: worker-group call -> the trainer phase it runs under
@@ -120,25 +120,25 @@ def test_training_worker_calls_join_the_step_trace(request, run_name):
     if run.trainer == "legacy":
         want |= {"worker.infer_batch", "worker.train_mini_batch"}
     for number in range(1, run.steps + 1):
-        spans = by_step[number]["spans"]
-        by_id = {s["span_id"]: s for s in spans}
-        calls = [s for s in spans if s["name"].startswith("worker.")]
-        assert {s["name"] for s in calls} == want, (number, [s["name"] for s in calls])
+        spans = by_step[number].spans
+        by_id = {s.span_id: s for s in spans}
+        calls = [s for s in spans if s.name.startswith("worker.")]
+        assert {s.name for s in calls} == want, (number, [s.name for s in calls])
         for s in calls:
-            assert s["resource"]["verl.process.role"] == "train_worker"
-            assert by_id[s["parent_id"]]["name"] == WORKER_PARENT[s["name"]]
-            assert s["attributes"]["verl.worker.batch_size"] == 8 and s["attributes"]["verl.worker.rank"] == 0
+            assert s.resource["verl.process.role"] == "train_worker"
+            assert by_id[s.parent_id].name == WORKER_PARENT[s.name]
+            assert s.attributes["verl.worker.batch_size"] == 8 and s.attributes["verl.worker.rank"] == 0
     # step 3's update_actor was slowed inside the worker: the worker's span shows it
-    slow = [s for s in by_step[3]["spans"] if s["name"] == "worker.update_actor"]
-    assert (slow[0]["end"] - slow[0]["start"]) / 1e9 >= 3.0
+    slow = [s for s in by_step[3].spans if s.name == "worker.update_actor"]
+    assert (slow[0].end_ns - slow[0].start_ns) / 1e9 >= 3.0
 
 
 def test_slow_phase_shows_in_its_step(v1_run):
     by_step = steps(load_spans(v1_run.out / "traces.jsonl"))
-    actor = {n: [s for s in t["spans"] if s["name"] == "update_actor"][0] for n, t in by_step.items() if n > 0}
-    dur = {n: (s["end"] - s["start"]) / 1e9 for n, s in actor.items()}
+    actor = {n: [s for s in t.spans if s.name == "update_actor"][0] for n, t in by_step.items() if n > 0}
+    dur = {n: (s.end_ns - s.start_ns) / 1e9 for n, s in actor.items()}
     assert dur[3] >= 3.0 and dur[3] > 2 * max(dur[1], dur[2]), dur
-    assert by_step[3]["root"]["attributes"]["verl.slowest_phase"] in ("update_actor", "rollout")
+    assert by_step[3].root.attributes["verl.slowest_phase"] in ("update_actor", "rollout")
 
 
 def test_prometheus_sees_progress_of_every_process(v1_run):
@@ -207,8 +207,8 @@ def test_slow_steps_cli_names_step_and_phase(v1_run, capsys):
     # the slow sample injected into the stand-in server is the slowest rollout.sample of step 3
     assert top["slowest_samples"][0]["duration_s"] >= 2.0
     spans = load_spans(v1_run.out / "traces.jsonl")
-    slow = max((s for s in spans if s["name"] == "rollout.sample"), key=lambda s: s["end"] - s["start"])
-    assert slow["attributes"]["verl.global_step"] == 3 and slow["trace_id"] == top["trace_id"]
+    slow = max((s for s in spans if s.name == "rollout.sample"), key=lambda s: s.end_ns - s.start_ns)
+    assert slow.attributes["verl.global_step"] == 3 and slow.trace_id == top["trace_id"]
     assert parent_chain(slow, spans) == ["rollout.sample", "rollout.worker", "step"] or \
         parent_chain(slow, spans) == ["rollout.sample", "rollout.worker", "rollout", "step"]
 
@@ -219,11 +219,11 @@ def test_v1_colocate_async_steps_are_traces(colocate_async_run):
     by_step = steps(load_spans(run.out / "traces.jsonl"))
     assert sorted(by_step) == [0, 1, 2]
     for number in (1, 2):
-        root = by_step[number]["root"]
-        assert root["attributes"]["verl.trainer"] == "v1"
-        assert root["attributes"]["verl.trainer_mode"] == "colocate_async"
+        root = by_step[number].root
+        assert root.attributes["verl.trainer"] == "v1"
+        assert root.attributes["verl.trainer_mode"] == "colocate_async"
         assert SYNC_PHASES <= set(_phase_names(by_step[number])), _phase_names(by_step[number])
     # validation generations (the demo sets trainer.log_val_generations=2): counted, no text by default
-    validate = [s for s in by_step[2]["spans"] if s["name"] == "validate"][0]
-    assert validate["attributes"]["verl.val_generations.count"] == 2
-    assert validate["events"].count("verl.val_generation") == 2
+    validate = [s for s in by_step[2].spans if s.name == "validate"][0]
+    assert validate.attributes["verl.val_generations.count"] == 2
+    assert event_names(validate).count("verl.val_generation") == 2

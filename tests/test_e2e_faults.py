@@ -15,10 +15,10 @@ from collections import Counter
 
 import pytest
 
-from conftest import start_demo
-from otlp_receiver import OtlpReceiver, free_port
-from trace_file import load_spans, steps
-from verl_log import step_metrics
+from helpers.otlp_receiver import OtlpReceiver, free_port
+from helpers.traces import load_spans, steps
+from helpers.verl_log import step_metrics
+from helpers.verl_runs import start_demo
 
 pytestmark = pytest.mark.verl
 
@@ -49,7 +49,7 @@ def test_collector_goes_away_mid_run_and_comes_back(tmp_path):
     events: list[str] = []
 
     def chaos() -> None:
-        got_first = rx.wait_for(lambda r: any(s["name"] == "step" for s in r.spans), timeout=400)
+        got_first = rx.wait_for(lambda r: any(s.name == "step" for s in r.spans), timeout=400)
         events.append(f"first step seen: {got_first}")
         rx.stop()
         time.sleep(8)
@@ -68,7 +68,7 @@ def test_collector_goes_away_mid_run_and_comes_back(tmp_path):
         assert _steps_logged(log) == {0, 1, 2, 3}
         assert events == ["first step seen: True", "restarted"], events
         # after the collector came back, the run's last step still arrived (flushed at fit end)
-        assert rx.wait_for(lambda r: any(s["name"] == "step" and s["attributes"].get("verl.global_step") == 3
+        assert rx.wait_for(lambda r: any(s.name == "step" and s.attributes.get("verl.global_step") == 3
                                          for s in r.spans), timeout=20)
         _assert_quiet(log)
     finally:
@@ -84,15 +84,15 @@ def test_collector_answering_slowly(tmp_path):
         log = run.log_tail(10**7)
         assert run.rc == 0, log[-3000:]
         assert _steps_logged(log) == {0, 1, 2}
-        assert rx.wait_for(lambda r: {s["attributes"].get("verl.global_step") for s in r.spans
-                                      if s["name"] == "step"} >= {1, 2}, timeout=30)
+        assert rx.wait_for(lambda r: {s.attributes.get("verl.global_step") for s in r.spans
+                                      if s.name == "step"} >= {1, 2}, timeout=30)
         _assert_quiet(log)
 
 
 def test_worker_killed_mid_step_ends_trace_and_expires_gauges(tmp_path):
     """An agent-loop worker dies during step 2's rollout: verl fails the run, the step's trace still ends
     (ERROR), and the dead worker's gauges go stale instead of freezing."""
-    from prom_server import PromServer
+    from helpers.prom import PromServer
 
     targets = tmp_path / "prometheus_targets.json"
     prom = PromServer(tmp_path / "prom", targets).start()
@@ -126,10 +126,10 @@ def test_worker_killed_mid_step_ends_trace_and_expires_gauges(tmp_path):
         assert "at" in killed, "never saw step 2's rollout running"
         assert run.rc != 0, "verl fails the run when an agent-loop worker dies"
         by_step = steps(load_spans(tmp_path / "traces.jsonl"))
-        assert by_step[1]["root"]["error"] is False
-        assert by_step[2]["root"]["error"] is True, "the interrupted step's trace ends, marked ERROR"
-        rollout = [s for s in by_step[2]["spans"] if s["name"] == "rollout"][0]
-        assert rollout["error"]
+        assert by_step[1].root.status_error is False
+        assert by_step[2].root.status_error is True, "the interrupted step's trace ends, marked ERROR"
+        rollout = [s for s in by_step[2].spans if s.name == "rollout"][0]
+        assert rollout.status_error
         assert killed["before"], "the worker's gauges were there before the kill"
         after = prom.query(f'verl_rollout_samples_expected{{instance="{killed["instance"]}"}}', killed["at"] + 6)
         assert after == [], "a dead worker's gauges expire (stale), they do not freeze"

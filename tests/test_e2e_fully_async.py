@@ -6,72 +6,55 @@ parameter versions. The run is shared by this module's tests (conftest fixture, 
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-from trace_file import load_spans, parent_chain, steps
+from helpers.traces import event_names, load_spans, parent_chain, steps
+
 from verl_otel import semconv as sc
+from verl_otel.analysis.step_traces import Span
 
 pytestmark = pytest.mark.verl
 
 TRAIN_PHASES = {sc.PHASE_ROLLOUT, sc.PHASE_REWARD, sc.PHASE_REF, sc.PHASE_ADV, sc.PHASE_UPDATE_ACTOR, "param_sync"}
 
 
-def _spans(run) -> list[dict]:
+def _spans(run) -> list[Span]:
     assert run.rc == 0, run.log_tail()
     return load_spans(run.out / "traces.jsonl")
 
-
-def _value(v: dict):
-    (kind, val), = v.items()
-    return int(val) if kind == "intValue" else val  # OTLP JSON: int64 as a string
-
-
-def _links(path: Path) -> dict[str, list[dict]]:
-    """span id -> its links (trace file, raw OTLP JSON), with attributes."""
-    out: dict[str, list[dict]] = {}
-    for line in path.read_text().splitlines():
-        for rs in json.loads(line)["resourceSpans"]:
-            for ss in rs["scopeSpans"]:
-                for sp in ss["spans"]:
-                    out[sp["spanId"]] = [{"traceId": ln["traceId"], "spanId": ln["spanId"],
-                                          "attrs": {a["key"]: _value(a["value"]) for a in ln.get("attributes", [])}}
-                                         for ln in sp.get("links", [])]
-    return out
 
 
 def test_each_trained_step_is_one_trace_then_a_stop_and_fit_end(fully_async_run):
     run = fully_async_run
     spans = _spans(run)
     by_step = steps(spans)
-    trained = {n: t for n, t in by_step.items() if not t["root"]["attributes"].get(sc.ATTR_STOPPED)}
+    trained = {n: t for n, t in by_step.items() if not t.root.attributes.get(sc.ATTR_STOPPED)}
     assert sorted(trained) == list(range(1, run.steps + 1)), sorted(by_step)
     for number, tree in trained.items():
-        root = tree["root"]
-        assert root["attributes"][sc.ATTR_TRAINER] == sc.TRAINER_FULLY_ASYNC and not root["error"]
-        assert root["resource"][sc.RES_ROLE] == sc.ROLE_TRAINER
-        names = Counter(s["name"] for s in tree["spans"])
+        root = tree.root
+        assert root.attributes[sc.ATTR_TRAINER] == sc.TRAINER_FULLY_ASYNC and not root.status_error
+        assert root.resource[sc.RES_ROLE] == sc.ROLE_TRAINER
+        names = Counter(s.name for s in tree.spans)
         assert TRAIN_PHASES <= set(names), (number, names)
         assert names["param_sync"] == 1  # trigger_parameter_sync_step=1: a weight sync per step
         # the trainer asks the rollouter to validate at parameter versions divisible by test_freq (2)
         assert (sc.PHASE_VALIDATE in names) == (number % 2 == 0), (number, names)
         assert (sc.PHASE_SAVE_CHECKPOINT in names) == (number == run.steps), (number, names)
-        for s in tree["spans"]:
-            assert parent_chain(s, tree["spans"])[-1] == sc.SPAN_STEP, parent_chain(s, tree["spans"])
+        for s in tree.spans:
+            assert parent_chain(s, tree.spans)[-1] == sc.SPAN_STEP, parent_chain(s, tree.spans)
         # verl's real FSDP2 worker calls join the step's trace
         assert names["worker.update_actor"] >= 1 and names["worker.compute_ref_log_prob"] >= 1, names
     # the queue's end: the next fit_step finds it closed (TrainingStopException), a stop, not an error
-    (stopped,) = [t["root"] for t in by_step.values() if t["root"]["attributes"].get(sc.ATTR_STOPPED)]
-    assert stopped["attributes"][sc.ATTR_GLOBAL_STEP] == run.steps + 1 and not stopped["error"]
-    assert not [s for s in spans if s["error"]]
+    (stopped,) = [t.root for t in by_step.values() if t.root.attributes.get(sc.ATTR_STOPPED)]
+    assert stopped.attributes[sc.ATTR_GLOBAL_STEP] == run.steps + 1 and not stopped.status_error
+    assert not [s for s in spans if s.status_error]
     # what verl runs after its loop (a last weight sync: 3 % test_freq != 0) is no step of its own
-    (end,) = [s for s in spans if s["name"] == sc.SPAN_FIT_END]
-    assert not end["parent_id"] and end["attributes"][sc.ATTR_GLOBAL_STEP] == run.steps
-    under_end = Counter(s["name"] for s in spans if s["trace_id"] == end["trace_id"])
+    (end,) = [s for s in spans if s.name == sc.SPAN_FIT_END]
+    assert not end.parent_id and end.attributes[sc.ATTR_GLOBAL_STEP] == run.steps
+    under_end = Counter(s.name for s in spans if s.trace_id == end.trace_id)
     assert under_end["param_sync"] == 1 and sc.PHASE_ROLLOUT not in under_end, under_end
 
 
@@ -80,47 +63,46 @@ def test_rollouter_windows_and_the_links_from_each_step(fully_async_run):
     links to the windows whose samples it took, with their staleness."""
     run = fully_async_run
     spans = _spans(run)
-    links = _links(run.out / "traces.jsonl")
-    windows = {s["attributes"][sc.ATTR_PARAM_VERSION]: s for s in spans if s["name"] == sc.SPAN_ROLLOUTER_GENERATE}
+    windows = {s.attributes[sc.ATTR_PARAM_VERSION]: s for s in spans if s.name == sc.SPAN_ROLLOUTER_GENERATE}
     assert sorted(windows) == list(range(len(windows))) and len(windows) >= run.steps, sorted(windows)
-    assert all(w["resource"][sc.RES_ROLE] == sc.ROLE_ROLLOUTER and not w["parent_id"] for w in windows.values())
+    assert all(w.resource[sc.RES_ROLE] == sc.ROLE_ROLLOUTER and not w.parent_id for w in windows.values())
     # 2 prompts per step (ppo_mini_batch_size) x 3 steps, each window counts what it put in the queue
-    assert sum(w["attributes"].get(sc.ATTR_ASYNC_SAMPLES, 0) for w in windows.values()) == 2 * run.steps
+    assert sum(w.attributes.get(sc.ATTR_ASYNC_SAMPLES, 0) for w in windows.values()) == 2 * run.steps
     by_step = steps(spans)
     for number in range(1, run.steps + 1):
-        root = by_step[number]["root"]
-        step_links = links[root["span_id"]]
-        assert sum(ln["attrs"][sc.ATTR_ASYNC_SAMPLES] for ln in step_links) == 2, (number, step_links)
+        root = by_step[number].root
+        step_links = root.links
+        assert sum(ln.attributes[sc.ATTR_ASYNC_SAMPLES] for ln in step_links) == 2, (number, step_links)
         for ln in step_links:
-            version = ln["attrs"][sc.ATTR_PARAM_VERSION]
-            assert (ln["traceId"], ln["spanId"]) == (windows[version]["trace_id"], windows[version]["span_id"])
+            version = ln.attributes[sc.ATTR_PARAM_VERSION]
+            assert (ln.trace_id, ln.span_id) == (windows[version].trace_id, windows[version].span_id)
             # trained at parameter version number-1 (one sync per step)
-            assert ln["attrs"][sc.ATTR_STALENESS] == number - 1 - version >= 0
+            assert ln.attributes[sc.ATTR_STALENESS] == number - 1 - version >= 0
     # the window's slowest samples, measured at the rollouter, under their window
     samples = [s for s in spans
-               if s["name"] == sc.SPAN_ROLLOUT_SAMPLE and s["resource"][sc.RES_ROLE] == sc.ROLE_ROLLOUTER]
+               if s.name == sc.SPAN_ROLLOUT_SAMPLE and s.resource[sc.RES_ROLE] == sc.ROLE_ROLLOUTER]
     assert len(samples) == 2 * run.steps
     for s in samples:
         assert parent_chain(s, spans) == [sc.SPAN_ROLLOUT_SAMPLE, sc.SPAN_ROLLOUTER_GENERATE]
-        assert s["attributes"][sc.ATTR_SAMPLE_RESPONSE_TOKENS] > 0
+        assert s.attributes[sc.ATTR_SAMPLE_RESPONSE_TOKENS] > 0
 
 
 def test_agent_loop_workers_join_the_rollouter_traces(fully_async_run):
     """The rollouter sends each prompt group to an agent-loop worker on its own: the worker's rollout.worker
     span (and its rollout.sample spans) joins the window the sample started in, or the validation."""
     spans = _spans(fully_async_run)
-    workers = [s for s in spans if s["name"] == sc.SPAN_ROLLOUT_WORKER]
-    assert workers and all(w["resource"][sc.RES_ROLE] == sc.ROLE_AGENT_LOOP for w in workers)
-    parents = Counter((w["attributes"][sc.ATTR_MODE], tuple(parent_chain(w, spans)[1:])) for w in workers)
+    workers = [s for s in spans if s.name == sc.SPAN_ROLLOUT_WORKER]
+    assert workers and all(w.resource[sc.RES_ROLE] == sc.ROLE_AGENT_LOOP for w in workers)
+    parents = Counter((w.attributes[sc.ATTR_MODE], tuple(parent_chain(w, spans)[1:])) for w in workers)
     want = {(sc.MODE_TRAIN, (sc.SPAN_ROLLOUTER_GENERATE,)), (sc.MODE_VALIDATE, (sc.SPAN_ROLLOUTER_VALIDATE,))}
     assert set(parents) == want, parents
     # every trajectory trained on was generated in a spanned worker call (2 prompts x n=2 per step;
     # calls that overlap on one worker share its span, as an async trainer's chunks do)
-    trajectories = sum(w["attributes"][sc.ATTR_SAMPLES] for w in workers
-                       if w["attributes"][sc.ATTR_MODE] == sc.MODE_TRAIN)
+    trajectories = sum(w.attributes[sc.ATTR_SAMPLES] for w in workers
+                       if w.attributes[sc.ATTR_MODE] == sc.MODE_TRAIN)
     assert trajectories >= 2 * 2 * fully_async_run.steps, trajectories
     for s in spans:
-        if s["name"] == sc.SPAN_ROLLOUT_SAMPLE and s["resource"][sc.RES_ROLE] == sc.ROLE_AGENT_LOOP:
+        if s.name == sc.SPAN_ROLLOUT_SAMPLE and s.resource[sc.RES_ROLE] == sc.ROLE_AGENT_LOOP:
             assert parent_chain(s, spans)[-1] in (sc.SPAN_ROLLOUTER_GENERATE, sc.SPAN_ROLLOUTER_VALIDATE)
 
 
@@ -128,13 +110,13 @@ def test_rollouter_validation_carries_the_validation_generations(fully_async_run
     """Seed 001's gap: the rollouter (no tracker of its own) validates; its generations are events of its
     rollouter.validate span (counted, no text without VERL_OTEL_CAPTURE_TEXT)."""
     spans = _spans(fully_async_run)
-    vals = [s for s in spans if s["name"] == sc.SPAN_ROLLOUTER_VALIDATE]
+    vals = [s for s in spans if s.name == sc.SPAN_ROLLOUTER_VALIDATE]
     # before training (val_before_train) and at parameter version 2
-    assert len(vals) == 2, [s["attributes"] for s in vals]
+    assert len(vals) == 2, [s.attributes for s in vals]
     for span in vals:
-        assert span["resource"][sc.RES_ROLE] == sc.ROLE_ROLLOUTER
-        assert span["attributes"][sc.ATTR_VAL_GENERATIONS] == 2
-        assert span["events"].count(sc.EVENT_VAL_GENERATION) == 2
+        assert span.resource[sc.RES_ROLE] == sc.ROLE_ROLLOUTER
+        assert span.attributes[sc.ATTR_VAL_GENERATIONS] == 2
+        assert event_names(span).count(sc.EVENT_VAL_GENERATION) == 2
 
 
 def test_console_lines_of_both_services(fully_async_run):
@@ -163,8 +145,8 @@ def test_async_gauges_and_panels_on_real_prometheus(fully_async_run):
     versions = prom.scalar_by(f"max by (role) ({sc.ASYNC_PARAM_VERSION.name})", "role")
     # the trainer trained at versions 0..2 and synced 3; the rollouter's last window is the one the
     # post-loop sync opened (fit.end), as in its traces
-    last_window = max(s["attributes"][sc.ATTR_PARAM_VERSION] for s in _spans(run)
-                      if s["name"] == sc.SPAN_ROLLOUTER_GENERATE)
+    last_window = max(s.attributes[sc.ATTR_PARAM_VERSION] for s in _spans(run)
+                      if s.name == sc.SPAN_ROLLOUTER_GENERATE)
     assert versions == {sc.ROLE_TRAINER: float(run.steps), sc.ROLE_ROLLOUTER: float(last_window)}, versions
     assert prom.scalar_by(f"sum({sc.ASYNC_SAMPLES_PRODUCED.name})") == {(): 2.0 * run.steps}
     assert prom.scalar_by("sum(verl_step_duration_seconds_count)") == {(): float(run.steps)}

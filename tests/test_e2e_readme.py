@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT
+from helpers.procs import ROOT
 
 pytestmark = pytest.mark.verl
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from trace_file import load_spans
+from helpers.traces import event_names, load_spans
 
 pytestmark = pytest.mark.verl
 
@@ -22,7 +22,7 @@ def test_val_generations_of_the_demo(v1_run):
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
     # as many as verl logged: the events on the run's validate spans
-    events = sum(s["events"].count("verl.val_generation") for s in load_spans(traces) if s["name"] == "validate")
+    events = sum(event_names(s).count("verl.val_generation") for s in load_spans(traces) if s.name == "validate")
     assert len(got) == events == 6
     assert [g["step"] for g in got] == [3, 3, 2, 2, 0, 0]  # newest first
     assert all(g["data_source"] == "openai/gsm8k" and g["data_sources"] == ["openai/gsm8k"] for g in got)

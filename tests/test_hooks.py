@@ -2,12 +2,11 @@
 missing target only warns (naming the verl version), and the .pth start-up hook activates
 instrumentation from the environment alone."""
 
-import logging
 import sys
 
 import pytest
 
-from conftest import clean_env, run_py
+from helpers.procs import clean_env, run_py
 
 import verl.utils.profiler.performance as perf
 import verl.utils.tracking as tracking
@@ -50,17 +49,14 @@ def test_uninstrument_restores_verl_functions():
     assert registry.installed() == []
 
 
-def test_missing_hook_target_only_warns(caplog):
+def test_missing_hook_target_only_warns(otel_log):
     target = HookTarget("verl.utils.tracking", "Tracking.no_such_method_in_any_verl", lambda w, i, a, k: w(*a, **k),
                         "an imaginary feature")
-    logger = logging.getLogger("verl_otel")
-    logger.addHandler(caplog.handler)
     try:
         registry.install([target])
     finally:
-        logger.removeHandler(caplog.handler)
         registry.uninstall([target])
-    msgs = [r.getMessage() for r in caplog.records]
+    msgs = otel_log.messages()
     assert any("Tracking.no_such_method_in_any_verl not found in verl 0.9.1" in m and "training continues" in m
                for m in msgs), msgs
 
@@ -104,7 +100,7 @@ def test_ray_init_carries_settings_to_workers(monkeypatch, tmp_path):
     assert merged["pip"] == ["x"]
 
 
-def test_a_failing_import_hook_does_not_fail_the_import(caplog):
+def test_a_failing_import_hook_does_not_fail_the_import(otel_log):
     """Our post-import finder runs hooks inside verl's import: one that raises is reported, the module loads."""
     import importlib
     import sys
@@ -118,12 +114,9 @@ def test_a_failing_import_hook_does_not_fail_the_import(caplog):
         raise RuntimeError("hook bug")
 
     import_hooks.register(name, boom)
-    logger = logging.getLogger("verl_otel")
-    logger.addHandler(caplog.handler)
     try:
         module = importlib.import_module(name)
     finally:
-        logger.removeHandler(caplog.handler)
         import_hooks._hooks.pop(name, None)
     assert module.__name__ == name
-    assert any("cannot hook json.tool" in r.getMessage() and "hook bug" in r.getMessage() for r in caplog.records)
+    assert any("cannot hook json.tool" in m and "hook bug" in m for m in otel_log.messages()), otel_log.messages()

@@ -3,7 +3,6 @@ each in its own venv). The legacy trainer, the phase timer, the metrics log and 
 every supported version; the v1 trainer from 0.9.0 on. Nothing may raise, whatever is missing."""
 
 import importlib
-import logging
 
 from packaging.version import Version
 
@@ -25,10 +24,8 @@ REQUIRED_V1 = {
 }
 
 
-def test_hook_targets_resolve_for_installed_verl(caplog):
+def test_hook_targets_resolve_for_installed_verl(otel_log):
     version = Version(registry.verl_version())
-    logger = logging.getLogger("verl_otel")
-    logger.addHandler(caplog.handler)
     try:
         registry.install((*RAY_TARGETS, *ALL_TARGETS))
         for t in ALL_TARGETS:  # import every module so each post-import hook fires
@@ -40,11 +37,10 @@ def test_hook_targets_resolve_for_installed_verl(caplog):
                 pass
         installed = set(registry.installed())
     finally:
-        logger.removeHandler(caplog.handler)
         registry.uninstall((*RAY_TARGETS, *ALL_TARGETS))
     assert REQUIRED_ALWAYS <= installed, sorted(REQUIRED_ALWAYS - installed)
     if version >= Version("0.9.0"):
         assert REQUIRED_V1 <= installed, sorted(REQUIRED_V1 - installed)
-    missing = [r.getMessage() for r in caplog.records if "not found in verl" in r.getMessage()]
+    missing = [m for m in otel_log.messages() if "not found in verl" in m]
     print(f"verl {version}: {len(installed)} hooks installed; missing: {missing}")
     assert registry.installed() == []

@@ -1,7 +1,6 @@
 """Bad input never raises into training: odd metric keys, non-finite and non-scalar values,
 thousands of keys (a cap with one warning), broken OTEL_* values, an unwritable VERL_OTEL_DIR."""
 
-import logging
 import math
 
 import numpy as np
@@ -63,36 +62,26 @@ def test_metric_path_never_raises_and_exports_exactly_the_finite_scalars(data):
     assert recorded + dropped == len(data)
 
 
-def test_key_cap_warns_once_and_counts(caplog):
+def test_key_cap_warns_once_and_counts(otel_log):
     state = MetricsState()
     state.max_series_per_metric = 100
-    logger = logging.getLogger("verl_otel")
-    logger.addHandler(caplog.handler)
-    try:
-        for i in range(0, 5000, 1000):
-            record_training_metrics(state, {f"k{j}": 1.0 for j in range(i, i + 1000)})
-    finally:
-        logger.removeHandler(caplog.handler)
+    for i in range(0, 5000, 1000):
+        record_training_metrics(state, {f"k{j}": 1.0 for j in range(i, i + 1000)})
     values = [s for s in state.readings() if s[0] is sc.TRAINING_METRIC]
     assert len(values) == 100
     dropped = {labels: v for m, labels, v in state.readings() if m is sc.OTEL_DROPPED}
     assert dropped[(sc.DROP_KEY_CAP,)] == 4900
-    assert sum("distinct label sets" in r.getMessage() for r in caplog.records) <= 1
+    assert sum("distinct label sets" in m for m in otel_log.warnings()) == 1, otel_log.messages()
 
 
-def test_broken_otel_values_fall_back_with_one_line(caplog):
-    logger = logging.getLogger("verl_otel")
-    logger.addHandler(caplog.handler)
-    try:
-        s = config.load({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://host:notaport", "OTEL_METRIC_EXPORT_INTERVAL": "soon",
-                         "OTEL_EXPORTER_OTLP_PROTOCOL": "carrier-pigeon", "VERL_OTEL_PROMETHEUS_PORT": "99999",
-                         "VERL_OTEL_SAMPLE_SPANS": "-3"})
-    finally:
-        logger.removeHandler(caplog.handler)
+def test_broken_otel_values_fall_back_with_one_line(otel_log):
+    s = config.load({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://host:notaport", "OTEL_METRIC_EXPORT_INTERVAL": "soon",
+                     "OTEL_EXPORTER_OTLP_PROTOCOL": "carrier-pigeon", "VERL_OTEL_PROMETHEUS_PORT": "99999",
+                     "VERL_OTEL_SAMPLE_SPANS": "-3"})
     assert s.traces_endpoint is None and s.embedded  # falls back to the local file
     assert s.metric_export_interval_ms == 5000 and s.protocol == "grpc"
     assert s.prometheus_port == 0 and s.sample_spans == 8
-    text = " ".join(r.getMessage() for r in caplog.records)
+    text = " ".join(otel_log.messages())
     for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_METRIC_EXPORT_INTERVAL", "OTEL_EXPORTER_OTLP_PROTOCOL",
                  "VERL_OTEL_PROMETHEUS_PORT", "VERL_OTEL_SAMPLE_SPANS"):
         assert name in text

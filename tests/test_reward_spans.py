@@ -58,8 +58,8 @@ def test_batch_reward_path_joins_the_reward_phase(tmp_path):
     import json
     from pathlib import Path
 
-    from conftest import clean_env, run_py
-    from trace_file import load_spans
+    from helpers.procs import clean_env, run_py
+    from helpers.traces import load_spans
 
     from verl_otel.demo import assets
 
@@ -72,11 +72,11 @@ def test_batch_reward_path_joins_the_reward_phase(tmp_path):
     record = json.loads((tmp_path / "record.json").read_text())
     assert record["rm_scores_shape"][0] == 4 and record["keys_after"] == record["keys_before"]
     spans = load_spans(tmp_path / "traces.jsonl")
-    (reward,) = [s for s in spans if s["name"] == "reward" and s["attributes"].get("verl.global_step") == 3]
-    (group,) = [s for s in spans if s["name"] == "reward.worker"]
-    assert (group["trace_id"], group["parent_id"]) == (reward["trace_id"], reward["span_id"])
-    assert group["resource"]["verl.process.role"] == "reward_worker"
-    assert group["attributes"]["verl.reward.calls"] == 4
-    calls = [s for s in spans if s["name"] == "reward.compute_score" and s["parent_id"] == group["span_id"]]
-    assert len(calls) == group["attributes"]["verl.reward.calls_spanned"] > 0
-    assert {c["attributes"]["verl.sample.index"] for c in calls} <= {0, 1, 2, 3}
+    (reward,) = [s for s in spans if s.name == "reward" and s.attributes.get("verl.global_step") == 3]
+    (group,) = [s for s in spans if s.name == "reward.worker"]
+    assert (group.trace_id, group.parent_id) == (reward.trace_id, reward.span_id)
+    assert group.resource["verl.process.role"] == "reward_worker"
+    assert group.attributes["verl.reward.calls"] == 4
+    calls = [s for s in spans if s.name == "reward.compute_score" and s.parent_id == group.span_id]
+    assert len(calls) == group.attributes["verl.reward.calls_spanned"] > 0
+    assert {c.attributes["verl.sample.index"] for c in calls} <= {0, 1, 2, 3}

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-from bad_collectors import BadCollector
-from conftest import clean_env, run_py
-from trace_file import load_spans
+from helpers.bad_collectors import BadCollector
+from helpers.procs import clean_env, run_py
+from helpers.traces import load_spans
 
 DRIVE = str(Path(__file__).parent / "drive_hooks.py")
 
@@ -73,8 +73,8 @@ def test_settings_the_sdk_rejects_degrade_with_one_line_each(tmp_path):
                  "VERL_OTEL_SAMPLE_SPANS", "VERL_OTEL_MAX_TEXT"):
         lines = [x for x in proc.stderr.splitlines() if name in x]
         assert len(lines) == 1, (name, lines)
-    steps = {s["attributes"].get("verl.global_step") for s in load_spans(tmp_path / "data" / "traces.jsonl")
-             if s["name"] == "step"}
+    steps = {s.attributes.get("verl.global_step") for s in load_spans(tmp_path / "data" / "traces.jsonl")
+             if s.name == "step"}
     assert steps == {1, 2}
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
-from prom_server import prom_factory  # noqa: F401 (fixture)
 from test_jaeger_client import FakeJaeger
 from rich.console import Console
 

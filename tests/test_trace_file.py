@@ -99,3 +99,41 @@ def test_lock_file_is_reused_not_truncated(tmp_path, name):
     (tmp_path / name).write_text("keep")
     OtlpJsonFileExporter(path).export(_spans(1))
     assert (tmp_path / name).read_text() == "keep"
+
+
+def test_read_back_with_links_events_and_resource(tmp_path):
+    """What the file keeps of a span, read through the CLI's parser (the tests' one reader): resource
+    attributes, event attributes, links to other traces with their attributes, an error status; a line
+    whose link has no ids is malformed (skipped and counted), the rest of the file is read."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.trace import Link, Status, StatusCode
+
+    from helpers.traces import load_spans
+
+    tracer = TracerProvider(resource=Resource.create({"service.name": "svc", "verl.process.role": "trainer"})
+                            ).get_tracer("t")
+    window = tracer.start_span("window")
+    window.end()
+    step = tracer.start_span("step", links=[Link(window.get_span_context(), {"verl.async.staleness": 2})])
+    step.add_event("verl.val_generation", {"verl.val_generation.score": 0.5, "tags": ["a", "b"]})
+    step.set_status(Status(StatusCode.ERROR, "boom"))
+    step.end()
+    path = tmp_path / "traces.jsonl"
+    OtlpJsonFileExporter(path).export([window, step])
+    got_window, got_step = load_spans(path)
+    assert got_step.resource["verl.process.role"] == "trainer" and got_step.service == "svc"
+    (link,) = got_step.links
+    ctx = window.get_span_context()
+    assert (link.trace_id, link.span_id) == (f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}")
+    assert (link.trace_id, link.span_id) == (got_window.trace_id, got_window.span_id)
+    assert link.attributes == {"verl.async.staleness": 2}
+    (event,) = got_step.events
+    assert event.name == "verl.val_generation"
+    assert event.attributes == {"verl.val_generation.score": 0.5, "tags": ["a", "b"]}
+    assert got_step.status_error and not got_window.status_error and not got_window.links
+
+    doc = _lines(path)[0]
+    doc["resourceSpans"][0]["scopeSpans"][0]["spans"][1]["links"][0]["spanId"] = ""
+    path.write_text(json.dumps(doc) + "\n" + path.read_text())
+    read = read_file(path)
+    assert read.malformed == 1 and [s.name for s in read.spans] == ["window", "step"]

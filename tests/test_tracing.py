@@ -6,14 +6,15 @@ import json
 
 import pytest
 
-from otlp_receiver import OtlpReceiver
-from trace_file import load_spans, steps
+from helpers.otlp_receiver import OtlpReceiver
+from helpers.traces import event_names, load_spans, steps
 
 
 def test_file_trace_tree_and_format(drive, tmp_path):
     proc = drive(steps=2, VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(tmp_path / "data"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     path = tmp_path / "data" / "traces.jsonl"
+    # the file's own encoding, which the span reader normalizes: so the first line as written
     first = json.loads(path.read_text().splitlines()[0])
     span = first["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
     assert len(span["traceId"]) == 32 and int(span["traceId"], 16)  # hex, not base64
@@ -21,15 +22,15 @@ def test_file_trace_tree_and_format(drive, tmp_path):
     by_step = steps(load_spans(path))
     assert sorted(by_step) == [1, 2]
     for number, tree in by_step.items():
-        root = tree["root"]
-        names = sorted(s["name"] for s in tree["spans"] if s is not root)
+        root = tree.root
+        names = sorted(s.name for s in tree.spans if s is not root)
         assert names == ["adv", "old_log_prob", "rollout", "update_actor", "validate"]
-        assert all(s["parent_id"] == root["span_id"] for s in tree["spans"] if s is not root)
-        attrs = root["attributes"]
+        assert all(s.parent_id == root.span_id for s in tree.spans if s is not root)
+        attrs = root.attributes
         assert attrs["verl.project"] == "proj" and attrs["verl.trainer"] == "legacy"
         assert attrs["verl.score_mean"] == pytest.approx(0.25 * number)
         assert attrs["verl.rollout_n"] == 2 and attrs["verl.batch_size"] == 4
-        assert root["resource"]["verl.process.role"] == "trainer"
+        assert root.resource["verl.process.role"] == "trainer"
     assert "[verl-otel] step 2/2 took" in proc.stdout
 
 
@@ -37,11 +38,11 @@ def test_exception_in_phase_marks_span_and_step_error(drive, tmp_path):
     proc = drive(steps=2, fail_phase="update_actor", VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
     by_step = steps(load_spans(tmp_path / "traces.jsonl"))
-    assert not by_step[1]["root"]["error"]
+    assert not by_step[1].root.status_error
     failed = by_step[2]
-    assert failed["root"]["error"], "the step of the failing phase ends, marked ERROR"
-    actor = [s for s in failed["spans"] if s["name"] == "update_actor"][0]
-    assert actor["error"] and "exception" in actor["events"]
+    assert failed.root.status_error, "the step of the failing phase ends, marked ERROR"
+    actor = [s for s in failed.spans if s.name == "update_actor"][0]
+    assert actor.status_error and "exception" in event_names(actor)
 
 
 @pytest.mark.parametrize("protocol,endpoint_attr", [("grpc", "grpc_endpoint"), ("http/protobuf", "http_endpoint")])
@@ -51,13 +52,13 @@ def test_otlp_push(drive, tmp_path, protocol, endpoint_attr):
                      OTEL_EXPORTER_OTLP_PROTOCOL=protocol, OTEL_SERVICE_NAME="my-run",
                      OTEL_METRIC_EXPORT_INTERVAL="500", VERL_OTEL_DIR=str(tmp_path))
         assert proc.returncode == 0, proc.stderr[-3000:]
-        assert rx.wait_for(lambda r: sum(1 for s in r.spans if s["name"] == "step") >= 2)
+        assert rx.wait_for(lambda r: sum(1 for s in r.spans if s.name == "step") >= 2)
         assert rx.wait_for(lambda r: "verl_training_metric" in r.metric_names, timeout=10)
-    roots = [s for s in rx.received.spans if s["name"] == "step"]
-    assert {s["attributes"]["verl.global_step"] for s in roots} == {1, 2}
-    assert all(s["resource"]["service.name"] == "my-run" for s in roots)
-    phases = [s for s in rx.received.spans if s["parent_id"] and s["trace_id"] == roots[0]["trace_id"]]
-    assert {s["name"] for s in phases} == {"rollout", "old_log_prob", "adv", "update_actor", "validate"}
+    roots = [s for s in rx.received.spans if s.name == "step"]
+    assert {s.attributes["verl.global_step"] for s in roots} == {1, 2}
+    assert all(s.resource["service.name"] == "my-run" for s in roots)
+    phases = [s for s in rx.received.spans if s.parent_id and s.trace_id == roots[0].trace_id]
+    assert {s.name for s in phases} == {"rollout", "old_log_prob", "adv", "update_actor", "validate"}
     assert not (tmp_path / "traces.jsonl").exists(), "with an endpoint, spans are pushed, not written locally"
     keys = {labels.get("key") for name, labels, _ in rx.received.metric_points if name == "verl_training_metric"}
     assert "critic/score/mean" in keys

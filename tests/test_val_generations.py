@@ -1,38 +1,26 @@
 """Validation generations become events on the validate span; text only with
 VERL_OTEL_CAPTURE_TEXT=1, truncated to VERL_OTEL_MAX_TEXT; the count is always recorded."""
 
-import json
-
-from trace_file import steps
+from helpers.traces import load_spans
 
 from verl_otel.telemetry.val_generations import data_sources, event_attributes
 
 
 def _validate_spans(path):
-    out = []
-    for line in path.read_text().splitlines():
-        for rs in json.loads(line)["resourceSpans"]:
-            for ss in rs["scopeSpans"]:
-                out += [sp for sp in ss["spans"] if sp["name"] == "validate"]
-    return out
-
-
-def _attrs(items):
-    return {a["key"]: next(iter(a["value"].values())) for a in items}
+    return [s for s in load_spans(path) if s.name == "validate"]
 
 
 def test_events_without_text_by_default(drive, tmp_path):
     proc = drive(steps=1, VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-2000:]
     (span,) = _validate_spans(tmp_path / "traces.jsonl")
-    assert _attrs(span["attributes"])["verl.val_generations.count"] in (2, "2")
+    assert span.attributes["verl.val_generations.count"] == 2
     # the data sources named by the validation's metric keys (verl's samples do not carry theirs)
-    sources = _attrs(span["attributes"])["verl.val_generation.data_sources"]["values"]
-    assert [v["stringValue"] for v in sources] == ["math", "openai/gsm8k"]
-    events = [e for e in span["events"] if e["name"] == "verl.val_generation"]
+    assert span.attributes["verl.val_generation.data_sources"] == ["math", "openai/gsm8k"]
+    events = [e for e in span.events if e.name == "verl.val_generation"]
     assert len(events) == 2
     for e in events:
-        keys = set(_attrs(e["attributes"]))
+        keys = set(e.attributes)
         assert keys == {"verl.val_generation.score"}, keys
 
 
@@ -41,12 +29,12 @@ def test_events_with_text_truncated(drive, tmp_path):
                  VERL_OTEL_MAX_TEXT="50")
     assert proc.returncode == 0, proc.stderr[-2000:]
     (span,) = _validate_spans(tmp_path / "traces.jsonl")
-    events = [_attrs(e["attributes"]) for e in span["events"] if e["name"] == "verl.val_generation"]
+    events = [e.attributes for e in span.events if e.name == "verl.val_generation"]
     long, short = events
     assert len(long["verl.val_generation.input"]) == 50 and long["verl.val_generation.truncated"] is True
     assert long["verl.val_generation.output"] == "3 #### 3"
     assert short["verl.val_generation.input"] == "q2" and short["verl.val_generation.truncated"] is False
-    assert steps and span["parentSpanId"]  # inside the step trace
+    assert span.parent_id  # inside the step trace
 
 
 def test_data_sources_from_verl_metric_keys():

@@ -13,10 +13,10 @@ from tensordict import TensorDict
 from transfer_queue.metadata import KVBatchMeta
 from verl import DataProto
 
-from trace_file import load_spans
+from helpers.procs import clean_env, run_py
+from helpers.traces import load_spans
 from verl_otel import semconv as sc
 from verl_otel.hooks.verl_batches import find_batch, put, take
-from conftest import clean_env, run_py
 
 TP = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -77,7 +77,7 @@ def test_worker_call_span_under_the_phase(tmp_path, kind):
     assert report["traced_class"] == "actor_rollout_update_actor", "verl's per-method class name is kept"
     assert report["plain_module"] == "verl.single_controller.ray.base", "other methods are left alone"
     spans = load_spans(out / "traces.jsonl")
-    by_name = {s["name"]: s for s in spans}
+    by_name = {s.name: s for s in spans}
     worker, phase, step = by_name["worker.update_actor"], by_name["update_actor"], by_name["step"]
-    assert worker["parent_id"] == phase["span_id"] and worker["trace_id"] == step["trace_id"]
-    assert worker["attributes"]["verl.worker.batch_size"] == 4
+    assert worker.parent_id == phase.span_id and worker.trace_id == step.trace_id
+    assert worker.attributes["verl.worker.batch_size"] == 4

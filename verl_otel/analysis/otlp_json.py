@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from verl_otel.analysis.step_traces import Event, Span
+from verl_otel.analysis.step_traces import Event, Link, Span
 
 _STATUS_ERROR = (2, "2", "STATUS_CODE_ERROR")
 _HEX = frozenset("0123456789abcdef")
@@ -101,7 +101,16 @@ def spans_from_request(doc: Any) -> Iterator[Span]:
                     service=service,
                     events=tuple(Event(str(e.get("name") or ""), _ns(e.get("timeUnixNano") or 0),
                                        attributes(e.get("attributes"))) for e in sp.get("events") or []),
+                    links=tuple(_link(ln) for ln in sp.get("links") or []),
+                    resource=res,
                 )
+
+
+def _link(raw: Any) -> Link:
+    trace_id, span_id = hex_id(raw["traceId"], 16), hex_id(raw["spanId"], 8)
+    if not trace_id or not span_id:
+        raise MalformedError("a link without traceId or spanId")
+    return Link(trace_id, span_id, attributes(raw.get("attributes")))
 
 
 def parse_request(doc: Any) -> list[Span]:

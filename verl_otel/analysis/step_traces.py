@@ -23,6 +23,16 @@ class Event:
 
 
 @dataclass(frozen=True, slots=True)
+class Link:
+    """A span link: the span it points at, with the link's own attributes (fully_async: a step's link to
+    each rollouter window whose samples it trained on)."""
+
+    trace_id: str  # 32 lowercase hex digits
+    span_id: str  # 16 lowercase hex digits
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class Span:
     trace_id: str  # 32 lowercase hex digits
     span_id: str  # 16 lowercase hex digits
@@ -34,6 +44,8 @@ class Span:
     status_error: bool = False
     service: str = ""
     events: tuple[Event, ...] = ()
+    links: tuple[Link, ...] = ()
+    resource: dict[str, Any] = field(default_factory=dict)  # the resource's attributes (``service`` is one)
 
     @property
     def seconds(self) -> float:

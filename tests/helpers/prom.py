@@ -5,8 +5,8 @@ PromQL through its HTTP API.
     PromServer(workdir, config={...}, args=[...])    # any config dict and extra flags
     PromServer(workdir, config={...}, agent=True)    # agent mode (scrape + remote write, no queries)
 
-In a test module: ``from prom_server import prom_factory`` and ask for the ``prom_factory`` fixture, which starts
-servers on demand and stops them afterwards. ``MetricsEndpoint`` serves fixed exposition text as a scrape target.
+Tests ask for the ``prom_factory`` fixture (tests/conftest.py), which starts servers on demand and stops them
+afterwards. ``MetricsEndpoint`` serves fixed exposition text as a scrape target.
 """
 
 from __future__ import annotations
@@ -21,11 +21,9 @@ import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
-import pytest
-
-from otlp_receiver import free_port
+from helpers.otlp_receiver import free_port
 
 
 def available() -> bool:
@@ -172,21 +170,3 @@ class MetricsEndpoint:
     def __exit__(self, *exc: Any) -> None:
         self.server.shutdown()
         self.server.server_close()
-
-
-@pytest.fixture
-def prom_factory(tmp_path: Path) -> Iterator[Callable[..., PromServer]]:
-    """Start real Prometheus servers: ``prom_factory(config=..., args=..., agent=...)`` or ``prom_factory(file_sd=...)``;
-    all are stopped when the test ends. Skips when the binary is absent."""
-    if not available():
-        pytest.skip("prometheus/promtool not installed (`make prometheus` or apt-get install prometheus)")
-    started: list[PromServer] = []
-
-    def start(**kw: Any) -> PromServer:
-        server = PromServer(tmp_path / f"prom{len(started)}", **kw)
-        started.append(server)
-        return server.start()
-
-    yield start
-    for server in reversed(started):  # an agent stops before the server it flushes its remote-write queue to
-        server.stop()

@@ -2,7 +2,8 @@
 OTLP/HTTP (protobuf POST /v1/traces, /v1/metrics) on 127.0.0.1, decoding what it receives.
 
 It can be stopped and restarted on the same ports (collector going away and coming back) and
-can answer slowly (a collector under load).
+can answer slowly (a collector under load). Spans arrive as the tests' span reader gives them
+(tests/helpers/traces.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ import grpc
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
+from helpers.traces import spans_of_request
+from verl_otel.analysis.step_traces import Span
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -28,28 +32,17 @@ def free_port() -> int:
 
 @dataclass
 class Received:
-    spans: list[dict[str, Any]] = field(default_factory=list)
+    spans: list[Span] = field(default_factory=list)
     metric_names: set[str] = field(default_factory=set)
     metric_points: list[tuple[str, dict[str, str], float]] = field(default_factory=list)
     requests: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add_traces(self, req: trace_service_pb2.ExportTraceServiceRequest) -> None:
+        spans = spans_of_request(req)  # the tests' one span reader
         with self.lock:
             self.requests += 1
-            for rs in req.resource_spans:
-                res = {a.key: _any(a.value) for a in rs.resource.attributes}
-                for ss in rs.scope_spans:
-                    for sp in ss.spans:
-                        self.spans.append({
-                            "name": sp.name,
-                            "trace_id": sp.trace_id.hex(),
-                            "span_id": sp.span_id.hex(),
-                            "parent_id": sp.parent_span_id.hex(),
-                            "attributes": {a.key: _any(a.value) for a in sp.attributes},
-                            "status": sp.status.code,
-                            "resource": res,
-                        })
+            self.spans.extend(spans)
 
     def add_metrics(self, req: metrics_service_pb2.ExportMetricsServiceRequest) -> None:
         with self.lock:

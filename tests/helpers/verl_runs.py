@@ -1,0 +1,91 @@
+"""Real-verl demo runs (`verl-otel demo`, verl's real entry point on the CPU) for the e2e tests: started in a
+thread of the test process, optionally scraped by a real Prometheus and watched by a probe while they run. The
+session fixtures in conftest.py share them between modules (each takes a minute or two on 2 cores)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from helpers.procs import clean_env
+from helpers.prom import PromServer
+
+LINGER_S = 12.0
+PROGRESS_LOG = {"VERL_PROGRESS_LOG": "1"}  # the seed's lines beside the telemetry (tests/test_e2e_console.py)
+
+
+@dataclass
+class DemoRun:
+    out: Path
+    rc: int
+    steps: int
+    trainer: str
+    prom: Any = None
+    query_time: float | None = None
+    extra: dict = field(default_factory=dict)
+
+    def log_tail(self, n: int = 4000) -> str:
+        return (self.out / "demo.log").read_text(errors="replace")[-n:]
+
+    def series(self) -> set:
+        """Label sets of every series of the run, without the per-process identities."""
+        data = self.prom.api("series", **{"match[]": '{job="verl"}', "start": self.query_time - 600,
+                                          "end": self.query_time})
+        return {frozenset((k, v) for k, v in s.items() if k not in ("instance",)) for s in data}
+
+
+def _settled(prom, steps: int) -> bool:
+    try:
+        step = prom.scalar_by("max(verl_training_step)")
+        active = prom.scalar_by("sum(verl_phase_active)")
+    except (OSError, ValueError):
+        return False
+    return step.get((), -1.0) >= float(steps) and active.get((), 1.0) == 0.0
+
+
+def start_demo(out: Path, trainer: str, steps: int, slow: list[str], scrape: bool, probe: Any = None,
+               **kw: Any) -> DemoRun:
+    """``probe(out)``, if given, is called every half second while the run is up (e.g. `verl-otel top`)."""
+    from verl_otel.demo.runner import run_demo
+
+    out.mkdir(parents=True, exist_ok=True)
+    prom = PromServer(out / "prom", out / "prometheus_targets.json").start() if scrape else None
+    result: dict[str, int] = {}
+    env = {k: v for k, v in clean_env().items()}
+    th = threading.Thread(target=lambda: result.update(rc=run_demo(
+        steps=steps, out=out, trainer=trainer, slow=slow, linger=LINGER_S if scrape else 0.0, quiet=True,
+        extra_env=kw.pop("extra_env", None), **kw)))
+    old = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)  # the demo's environment: no telemetry settings leak from the test process
+    try:
+        th.start()
+        query_time = None
+        settled_since = None
+        targets: list = []
+        while th.is_alive():
+            if probe is not None:
+                probe(out)
+            if prom is not None and query_time is None:
+                if _settled(prom, steps):
+                    settled_since = settled_since or time.time()
+                    if time.time() - settled_since >= 3.0:  # a few scrapes of the final state
+                        query_time = time.time()
+                        # the run's processes take their file_sd entries out at exit: targets as they were
+                        targets = prom.targets()
+                else:
+                    settled_since = None
+            time.sleep(0.5)
+        th.join()
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    run = DemoRun(out=out, rc=result.get("rc", -1), steps=steps, trainer=trainer, prom=prom, query_time=query_time,
+                  extra={"targets": targets})
+    if prom is not None:
+        prom.at = query_time
+    return run
