@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT, clean_env
-from trace_file import load_spans, parent_chain, steps
+from helpers.procs import ROOT, clean_env
+from helpers.traces import load_spans, parent_chain, steps
 
 from verl_otel import semconv as sc
 
@@ -54,7 +54,7 @@ def _settled(prom: Any) -> bool:
 def vllm_run(tmp_path_factory):
     if not VLLM_PY.exists():
         pytest.skip(f"{VLLM_PY} missing: `make install-vllm` builds it (`make test` does)")
-    from prom_server import PromServer, available
+    from helpers.prom import PromServer, available
 
     if not available():
         pytest.skip("prometheus not installed (`make prometheus`)")
@@ -92,27 +92,28 @@ def test_the_real_vllm_run_trains(vllm_run):
 
 def test_vllm_request_span_is_a_child_of_its_sample_in_the_step_trace(vllm_run):
     spans = load_spans(vllm_run.out / sc.TRACES_FILE)
-    requests = [s for s in spans if s["name"] == sc.SPAN_ENGINE_REQUEST]
-    samples = {s["span_id"]: s for s in spans if s["name"] == sc.SPAN_ROLLOUT_SAMPLE}
+    requests = [s for s in spans if s.name == sc.SPAN_ENGINE_REQUEST]
+    samples = {s.span_id: s for s in spans if s.name == sc.SPAN_ROLLOUT_SAMPLE}
     assert requests, "no llm_request span from vLLM"
     for req in requests:
         chain = parent_chain(req, spans)
         assert chain[:3] == [sc.SPAN_ENGINE_REQUEST, sc.SPAN_ROLLOUT_SAMPLE, sc.SPAN_ROLLOUT_WORKER], chain
         assert chain[-1] == "step", chain
-        assert req["trace_id"] == samples[req["parent_id"]]["trace_id"]
-        assert req["resource"]["verl.process.role"] == sc.ROLE_ROLLOUT_SERVER
-        attrs = req["attributes"]
+        assert req.trace_id == samples[req.parent_id].trace_id
+        assert req.resource["verl.process.role"] == sc.ROLE_ROLLOUT_SERVER
+        attrs = req.attributes
         assert all(isinstance(attrs.get(a), float) and attrs[a] >= 0 for a in ENGINE_TIMING), attrs
         assert attrs[sc.ENGINE_ATTR_COMPLETION_TOKENS] >= 1 and attrs[sc.ENGINE_ATTR_PROMPT_TOKENS] >= 1, attrs
+        assert attrs[sc.ATTR_ENGINE_REPLICA] == 0, attrs
         # the sample waited for its request: the engine's time lies inside the sample's
-        sample = samples[req["parent_id"]]
-        assert sample["start"] <= req["start"] and req["end"] <= sample["end"] + 50_000_000, (sample, req)
+        sample = samples[req.parent_id]
+        assert sample.start_ns <= req.start_ns and req.end_ns <= sample.end_ns + 50_000_000, (sample, req)
     # the demo's batch is small, so every sample is spanned and every request has its sample
     assert len(requests) == len(samples), (len(requests), len(samples))
     by_step = steps(spans)
     assert set(range(1, STEPS + 1)) <= set(by_step), sorted(by_step)
     for number in range(1, STEPS + 1):
-        names = [s["name"] for s in by_step[number]["spans"]]
+        names = [s.name for s in by_step[number].spans]
         assert names.count(sc.SPAN_ENGINE_REQUEST) >= 4 * 2, (number, names)  # batch 4 x n 2 training requests
 
 

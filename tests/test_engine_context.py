@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from conftest import clean_env
+from helpers.procs import clean_env
 
 from verl_otel import _env, config, runtime
 from verl_otel import semconv as sc
