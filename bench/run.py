@@ -117,6 +117,8 @@ def main() -> None:
     print(f"scrape_ms {micro.scrape_ms():.2f}")
     print(f"reward_record_us {micro.reward_record_us():.3f}")
     print(f"carry_us {micro.carry_us():.3f}")
+    client_us, server_us = micro.engine_carry_us()  # the server side needs vLLM (.venv-vllm/bin/python bench/run.py)
+    print(f"engine_carry_us {client_us:.2f} (agent loop) {'n/a' if server_us is None else f'{server_us:.2f}'} (server)")
     print(f"overhead_ratio {statistics.median(results['all']) / base:.4f}")
     print(f"span_us {fg:.2f}")
     print(f"progress_update_us {micro.progress_update_us():.3f}")

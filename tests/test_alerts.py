@@ -119,7 +119,7 @@ def test_pipeline_rules_name_the_stacks_jobs_and_collector_metrics():
     for name in (sc.OTELCOL_SEND_FAILED_SPANS, sc.OTELCOL_ENQUEUE_FAILED_SPANS, sc.OTELCOL_REFUSED_POINTS):
         assert name.startswith("otelcol_") and not name.endswith("_total")
     groups = {g["name"]: [r["alert"] for r in g["rules"]] for g in yaml.safe_load(RULES.read_text())["groups"]}
-    assert set(groups) == {"verl-training", alerts.PIPELINE_GROUP}
+    assert set(groups) == {"verl-training", alerts.PIPELINE_GROUP, alerts.ENGINE_GROUP}
     assert {"VerlTelemetryTargetDown", "VerlCollectorExportFailing", "VerlCollectorQueueFull",
             "VerlTelemetryDropped"} <= set(groups[alerts.PIPELINE_GROUP])
 

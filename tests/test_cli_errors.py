@@ -4,6 +4,7 @@ reported at once on stderr with exit 2, before anything heavy (verl, torch) is i
 from __future__ import annotations
 
 import json
+import importlib.util
 import subprocess
 import sys
 import time
@@ -73,3 +74,12 @@ def test_python_m_demo_reports_the_same(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "verl_otel.demo", "--slow", "nope", "--out", str(tmp_path / "r")],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stdout == "" and "argument --slow: bad --slow 'nope'" in proc.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here: it would run")
+def test_demo_rollout_vllm_without_vllm_says_where_to_get_it(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run([*CLI, "demo", "--rollout", "vllm", "--out", str(out)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2 and proc.stdout == "" and not out.exists()
+    assert "make install-vllm" in proc.stderr and "Traceback" not in proc.stderr

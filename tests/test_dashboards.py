@@ -102,7 +102,7 @@ _FUNCTIONS = {
 }
 _LABELS = ({lbl for m in sc.METRICS for lbl in m.labels}
            | {"le", "instance", "job", sc.LABEL_PROJECT, sc.LABEL_EXPERIMENT, sc.LABEL_PROCESS_ROLE, "gpu", "Hostname",
-              "exporter", "alertstate"})
+              "exporter", "alertstate", sc.LABEL_REPLICA})
 
 
 def _names_and_labels(expr: str) -> tuple[set[str], set[str]]:

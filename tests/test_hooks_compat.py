@@ -31,8 +31,10 @@ def test_hook_targets_resolve_for_installed_verl(otel_log):
         for t in ALL_TARGETS:  # import every module so each post-import hook fires
             try:
                 importlib.import_module(t.module)
-            except ImportError:
-                pass  # a module of a newer verl: its targets stay uninstalled, with a warning if in range
+            except (ImportError, ValueError):
+                # a module of a newer verl, or of an engine not installed (verl's vLLM server raises ValueError
+                # without vLLM; vLLM's own module is absent): its targets stay uninstalled
+                pass
         installed = set(registry.installed())
     finally:
         registry.uninstall((*RAY_TARGETS, *ALL_TARGETS))

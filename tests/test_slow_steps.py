@@ -434,3 +434,34 @@ def test_main_dispatches_to_slow_steps(tmp_path, capsys, recent_spans):
 
 def test_span_seconds_never_negative():
     assert Span("a" * 32, "b" * 16, "", "x", 10, 5).seconds == 0.0
+
+
+def test_a_slow_samples_engine_time_says_queue_prefill_or_decode():
+    """vLLM's llm_request spans under a sample (engine spans on): their queue / prefill / decode time and the
+    replica that served them are the sample's "why"; several requests (turns) add up."""
+    tid = "ab" * 16
+
+    def span(sid: str, parent: str, name: str, start: float, end: float, **attrs: Any) -> Span:
+        return Span(tid, sid, parent, name, int(start * S), int(end * S), attrs)
+
+    spans = [
+        span("0" * 15 + "1", "", sc.SPAN_STEP, 0, 10, **{sc.ATTR_GLOBAL_STEP: 4}),
+        span("0" * 15 + "2", "0" * 15 + "1", sc.PHASE_ROLLOUT, 0, 6, **{sc.ATTR_PHASE: sc.PHASE_ROLLOUT}),
+        span("0" * 15 + "3", "0" * 15 + "2", sc.SPAN_ROLLOUT_WORKER, 0, 6, **{sc.ATTR_WORKER_INDEX: 0}),
+        span("0" * 15 + "4", "0" * 15 + "3", sc.SPAN_ROLLOUT_SAMPLE, 0, 5, **{sc.ATTR_SAMPLE_INDEX: 3}),
+        span("0" * 15 + "5", "0" * 15 + "3", sc.SPAN_ROLLOUT_SAMPLE, 0, 1, **{sc.ATTR_SAMPLE_INDEX: 4}),
+        *[span(f"{'0' * 14}a{turn}", "0" * 15 + "4", sc.SPAN_ENGINE_REQUEST, turn * 2, turn * 2 + 2,
+               **{sc.ENGINE_ATTR_QUEUE: 1.5, sc.ENGINE_ATTR_PREFILL: 0.1, sc.ENGINE_ATTR_DECODE: 0.4,
+                  sc.ATTR_ENGINE_REPLICA: 1}) for turn in range(2)],
+    ]
+    (step,) = build_steps(spans)
+    assert [s.index for s in step.samples] == [3, 4] and sc.SPAN_ENGINE_REQUEST not in step.phases
+    slow, fast = step.samples
+    assert fast.engine is None and slow.engine is not None
+    assert (slow.engine.requests, slow.engine.replica) == (2, 1)
+    assert (slow.engine.queue_s, slow.engine.prefill_s, slow.engine.decode_s) == pytest.approx((3.0, 0.2, 0.8))
+    assert sample_text(slow) == ("#3 5.00s (worker 0, engine: queue 3.00s, prefill 0.20s, decode 0.80s in 2 requests, "
+                                 "replica 1)")
+    doc = to_json(rank([step], 1), None)[0]["slowest_samples"]
+    assert doc[0]["engine"] == {"requests": 2, "queue_s": 3.0, "prefill_s": 0.2, "decode_s": 0.8, "replica": 1}
+    assert doc[1]["engine"] is None

@@ -16,6 +16,10 @@ ENABLED = "VERL_OTEL_ENABLED"
 PROGRESS_LOG = "VERL_PROGRESS_LOG"
 SDK_DISABLED = "OTEL_SDK_DISABLED"
 OTLP_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+# vLLM exports OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=<its otlp_traces_endpoint> into its environment when its
+# tracing is on, for its own child processes; a rollout server that knows says which value that is here
+# (semconv.ENV_ENGINE_ENDPOINT), so neither it nor its children take vLLM's endpoint for the user's collector
+ENGINE_ENDPOINT = "VERL_OTEL_ENGINE_ENDPOINT"
 
 # what a process does: nothing, the [VERL_PROGRESS] console lines only, or telemetry (with the console lines if asked)
 MODE_OFF = "off"
@@ -41,6 +45,14 @@ def parse_number(raw: str) -> float | None:
     return val if math.isfinite(val) else None
 
 
+def otlp_endpoint(env: Mapping[str, str], name: str) -> str:
+    """The user's value of an OTLP endpoint variable ('' when unset, or when it is vLLM's own, see above)."""
+    raw = env.get(name, "")
+    if name == "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" and raw and raw == env.get(ENGINE_ENDPOINT):
+        return ""
+    return raw
+
+
 def enabled(env: Mapping[str, str] | None = None) -> bool:
     """Is instrumentation switched on for this process?
 
@@ -54,7 +66,7 @@ def enabled(env: Mapping[str, str] | None = None) -> bool:
     raw = env.get(ENABLED)
     if raw is not None and raw.strip() != "":
         return parse_flag(raw) is True
-    return any(env.get(name, "").strip() for name in OTLP_ENDPOINTS)
+    return any(otlp_endpoint(env, name).strip() for name in OTLP_ENDPOINTS)
 
 
 def mode(env: Mapping[str, str] | None = None) -> str:

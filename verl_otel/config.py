@@ -112,7 +112,7 @@ def enabled(env: Mapping[str, str] | None = None) -> bool:
 
 def _endpoint(r: _Reader, *names: str) -> str | None:
     for name in names:
-        raw = r.env.get(name, "").strip()
+        raw = _env.otlp_endpoint(r.env, name).strip()
         if not raw:
             continue
         try:  # urlparse raises on an unclosed "[" (IPv6), .port on a non-numeric or out-of-range port
@@ -149,6 +149,7 @@ class Settings:
     max_files: int = 4
     role: str = sc.ROLE_OTHER
     console_only: bool = False  # VERL_PROGRESS_LOG=1 alone: the [VERL_PROGRESS] lines, no span/metric export at all
+    engine_spans: bool = True  # the rollout engine's (vLLM's) request spans under our samples
     problems: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -190,6 +191,7 @@ def load(env: Mapping[str, str] | None = None, *, report: bool = True) -> Settin
         max_files=r.integer(sc.ENV_MAX_FILES, 4, 1, 1000),
         role=r.text(sc.ENV_ROLE, sc.ROLE_OTHER, limit=64),
         console_only=console_only,
+        engine_spans=r.flag(sc.ENV_ENGINE_SPANS, True),
     )
     r.choice(sc.ENV_LOG_LEVEL, "info", ("debug", "info", "warning", "error"))
     r.flag(sc.ENV_ENABLED, False)
@@ -364,7 +366,7 @@ def sanitize_otel_env(env: MutableMapping[str, str] | None = None) -> list[str]:
 OWN_VARIABLES: tuple[str, ...] = (
     sc.ENV_ENABLED, sc.ENV_DIR, sc.ENV_PROM_PORT, sc.ENV_PROM_HOST, sc.ENV_SAMPLE_SPANS, sc.ENV_CAPTURE_TEXT,
     sc.ENV_MAX_TEXT, sc.ENV_MAX_METRIC_KEYS, sc.ENV_CONSOLE, sc.ENV_ROLE, sc.ENV_SHUTDOWN_TIMEOUT,
-    sc.ENV_MAX_FILE_MB, sc.ENV_MAX_FILES, sc.ENV_LOG_LEVEL,
+    sc.ENV_MAX_FILE_MB, sc.ENV_MAX_FILES, sc.ENV_LOG_LEVEL, sc.ENV_ENGINE_SPANS,
     sc.ENV_PROGRESS_LOG, sc.ENV_PROGRESS_LOG_INTERVAL, sc.ENV_PROGRESS_BAR_INTERVAL, sc.ENV_PROGRESS_HEARTBEAT_SEC,
     sc.ENV_PROGRESS_LOG_META_PREVIEW, sc.ENV_ROLLOUT_PROGRESS_INTERVAL, sc.ENV_ROLLOUT_PROGRESS_WORKER_INDEX,
     sc.ENV_ROLLOUT_PROGRESS_BAR_WIDTH,

@@ -12,10 +12,11 @@ most ``VERL_OTEL_SHUTDOWN_TIMEOUT`` seconds (:meth:`Runtime.flush_wait`).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from opentelemetry import trace
@@ -45,6 +46,8 @@ class Runtime:
         self._reported: set[str] = set()  # roles whose hook coverage line was logged
         self._waited_s = 0.0  # spent in flush_wait, against VERL_OTEL_SHUTDOWN_TIMEOUT
         self._unregister: Callable[[], None] | None = None  # removes this process' file_sd entry
+        self._engine_provider: Any = None  # an inference engine's request spans (vLLM), see engine_provider
+        self._extra_targets: list[Callable[[], None]] = []  # removes the file_sd entries of add_scrape_target
         from verl_otel.export.flusher import Flusher
 
         self.flusher = Flusher(self._flush_exports)
@@ -141,6 +144,37 @@ class Runtime:
             warn_once("tracer", f"cannot set up span export ({exc!r}); spans are off in pid {os.getpid()}")
             return trace.NoOpTracer()
 
+    def engine_provider(self, span_attributes: dict[str, Any] | None = None) -> Any:
+        """A tracer provider for an inference engine running in this process (vLLM's request spans), to the
+        same destination as ours; it records only spans whose parent is a sampled context (a request that
+        carried one of our samples' contexts), never roots. None when spans are off here."""
+        with self._lock:
+            if self._engine_provider is None and self._provider is None:
+                self.tracer  # noqa: B018 - the resource (this process' role) is fixed with our tracer
+            if self._engine_provider is None and self._provider is not None and _given.get("tracer_provider") is None:
+                try:
+                    from verl_otel.export import providers
+
+                    res = getattr(self._provider, "resource", None) or providers.resource(*self._role, self._run)
+                    self._engine_provider, _ = providers.tracer_provider(self.settings, res, self.drop,
+                                                                         children_only=True,
+                                                                         span_attributes=span_attributes)
+                except Exception as exc:  # noqa: BLE001 - no engine spans, never raise
+                    warn_once("engine-tracer", f"cannot set up the engine's span export ({exc!r}); engine spans "
+                              f"are off in pid {os.getpid()}")
+            return self._engine_provider
+
+    def add_scrape_target(self, host: str, port: int, labels: dict[str, str]) -> None:
+        """List another /metrics page of this process' making (a rollout server's vLLM page) in the run's
+        file_sd file, on the flusher; it is taken out again at exit."""
+        if self.settings.console_only:
+            return
+        from verl_otel.export import prometheus
+
+        data_dir = self.settings.data_dir
+        self.flusher.submit(lambda: prometheus.register_target(data_dir, host, port, labels))
+        self._extra_targets.append(lambda: prometheus.unregister_target(data_dir, host, port))
+
     # -- metrics ------------------------------------------------------------------------------------
     def _start_metrics(self) -> None:
         if self._metrics_started:
@@ -181,9 +215,11 @@ class Runtime:
     def finish(self) -> None:
         """Process exit: take this process' /metrics out of the file_sd list and export what is left,
         on the flusher thread, within what is left of VERL_OTEL_SHUTDOWN_TIMEOUT."""
-        if self._unregister is not None:
-            self.flusher.submit(self._unregister)  # jobs run before the flush the wait below asks for
-        if self._unregister is not None or self._provider is not None or self._meter_provider is not None:
+        for unregister in [self._unregister, *self._extra_targets]:
+            if unregister is not None:
+                self.flusher.submit(unregister)  # jobs run before the flush the wait below asks for
+        if self._unregister is not None or self._extra_targets or self._provider is not None \
+                or self._meter_provider is not None:
             self._wait_in_budget(self.flusher.request())
 
     def _wait_in_budget(self, ticket: int) -> bool:
@@ -208,7 +244,7 @@ class Runtime:
     def _flush_exports(self) -> None:
         """On the flusher thread only (the SDK's force_flush exports on the calling thread)."""
         timeout_ms = int(self.settings.shutdown_timeout_s * 1000)
-        for provider in (self._provider, self._meter_provider):
+        for provider in (self._provider, self._engine_provider, self._meter_provider):
             flush = getattr(provider, "force_flush", None)
             if flush is not None:
                 flush(timeout_ms)
@@ -264,6 +300,21 @@ def _at_exit(rt: Runtime) -> None:
             rt.finish()
     except Exception:  # noqa: BLE001
         pass
+
+
+@contextlib.contextmanager
+def preset_span_id(span_id: int | None) -> Iterator[None]:
+    """The next span this thread starts on our tracer gets ``span_id`` (None: a random one, as always)."""
+    if not span_id:
+        yield
+        return
+    try:
+        from verl_otel.export.providers import preset_span_id as preset
+    except Exception:  # noqa: BLE001 - no SDK: a random id
+        yield
+        return
+    with preset(span_id):
+        yield
 
 
 def configure(tracer_provider: Any = None, meter_provider: Any = None) -> None:

@@ -173,6 +173,7 @@ ATTR_VAL_DATA_SOURCES: Final = "verl.val_generation.data_sources"
 
 #: Key under which the trainer's W3C traceparent travels in verl's batch (meta_info / TensorDict)
 TRACEPARENT_KEY: Final = "verl_otel_traceparent"
+SAMPLE_SPAN_ID_KEY: Final = "verl_otel_span_id"  # our copy of a sample's trajectory: the id its engine requests named
 # fully_async: the rollouter's parameter version, beside the traceparent in a batch's meta_info (console numbering)
 PARAM_VERSION_KEY: Final = "verl_otel_param_version"
 
@@ -471,7 +472,23 @@ OTELCOL_REFUSED_SPANS: Final = "otelcol_receiver_refused_spans"
 OTELCOL_REFUSED_POINTS: Final = "otelcol_receiver_refused_metric_points"
 PROM_UP: Final = "up"
 PROM_ALERTS: Final = "ALERTS"
+#: vLLM's Prometheus series the "Rollout engine" dashboard row and alerts read (vLLM's names, not ours)
+VLLM_REQUESTS_RUNNING: Final = "vllm:num_requests_running"
+VLLM_REQUESTS_WAITING: Final = "vllm:num_requests_waiting"
+VLLM_KV_CACHE_USAGE: Final = "vllm:kv_cache_usage_perc"
+VLLM_PREEMPTIONS: Final = "vllm:num_preemptions_total"
+VLLM_TTFT_BUCKET: Final = "vllm:time_to_first_token_seconds_bucket"  # histograms: the series queries read
+VLLM_TPOT_BUCKET: Final = "vllm:inter_token_latency_seconds_bucket"
+VLLM_GENERATION_TOKENS: Final = "vllm:generation_tokens_total"
+
 EXTERNAL_METRICS: Final[dict[str, str]] = {
+    VLLM_REQUESTS_RUNNING: "vLLM (each rollout server's /metrics, file_sd role rollout_server): requests generating",
+    VLLM_REQUESTS_WAITING: "vLLM: requests queued, not yet scheduled",
+    VLLM_KV_CACHE_USAGE: "vLLM: share of the KV cache in use (0..1)",
+    VLLM_PREEMPTIONS: "vLLM: requests preempted (KV cache full), counter",
+    VLLM_TTFT_BUCKET: "vLLM: time to first token, histogram buckets (seconds)",
+    VLLM_TPOT_BUCKET: "vLLM: time between output tokens, histogram buckets (seconds)",
+    VLLM_GENERATION_TOKENS: "vLLM: tokens generated, counter",
     DCGM_FB_USED: "NVIDIA dcgm-exporter (`--profile gpu`): framebuffer memory used, MiB, labels gpu/UUID/Hostname",
     DCGM_FB_FREE: "NVIDIA dcgm-exporter (`--profile gpu`): framebuffer memory free, MiB",
     OTELCOL_SEND_FAILED_SPANS: "Collector: spans an exporter failed to send (after its retries), label exporter",
@@ -512,6 +529,10 @@ ENV_SHUTDOWN_TIMEOUT: Final = "VERL_OTEL_SHUTDOWN_TIMEOUT"  # seconds fit end ma
 ENV_MAX_FILE_MB: Final = "VERL_OTEL_MAX_FILE_MB"  # the trace file rotates past this size
 ENV_MAX_FILES: Final = "VERL_OTEL_MAX_FILES"  # trace files kept: traces.jsonl and traces.jsonl.1 .. .N-1
 ENV_LOG_LEVEL: Final = "VERL_OTEL_LOG_LEVEL"
+ENV_ENGINE_SPANS: Final = "VERL_OTEL_ENGINE_SPANS"  # 0: no inference-engine (vLLM) request spans under samples
+# set by us in a rollout server whose engine tracing we switched on: the OTLP endpoint we gave the engine
+# (vLLM then exports OTEL_EXPORTER_OTLP_TRACES_ENDPOINT with it; that one is not the user's collector)
+ENV_ENGINE_ENDPOINT: Final = "VERL_OTEL_ENGINE_ENDPOINT"  # the start-up parser's copy: _env.ENGINE_ENDPOINT
 
 ENV_PROGRESS_LOG: Final = "VERL_PROGRESS_LOG"
 ENV_PROGRESS_LOG_INTERVAL: Final = "VERL_PROGRESS_LOG_INTERVAL"
@@ -524,6 +545,23 @@ ENV_ROLLOUT_PROGRESS_BAR_WIDTH: Final = "VERL_ROLLOUT_PROGRESS_BAR_WIDTH"
 
 #: Environment prefixes that travel to every Ray worker of the job (runtime_env env_vars).
 PROPAGATED_ENV_PREFIXES: Final[tuple[str, ...]] = ("VERL_OTEL_", "OTEL_", "VERL_PROGRESS_", "VERL_ROLLOUT_PROGRESS_")
+
+# --------------------------------------------------------------------------------------------
+# The rollout engine (vLLM): its request spans under our samples, its /metrics in our file_sd
+# --------------------------------------------------------------------------------------------
+ROLE_ROLLOUT_SERVER: Final = "rollout_server"  # file_sd role of a rollout server's own /metrics (vLLM's page)
+LABEL_REPLICA: Final = "replica"  # file_sd label: the rollout replica's rank
+SPAN_ENGINE_REQUEST: Final = "llm_request"  # vLLM's span, one per request
+ATTR_ENGINE_REPLICA: Final = "verl.rollout.replica"  # ours, on vLLM's span: the rollout replica that served it
+#: vLLM's attributes on it (vLLM 0.32, gen_ai.* semantic conventions), seconds
+ENGINE_ATTR_QUEUE: Final = "gen_ai.latency.time_in_queue"
+ENGINE_ATTR_PREFILL: Final = "gen_ai.latency.time_in_model_prefill"
+ENGINE_ATTR_DECODE: Final = "gen_ai.latency.time_in_model_decode"
+ENGINE_ATTR_TTFT: Final = "gen_ai.latency.time_to_first_token"
+ENGINE_ATTR_E2E: Final = "gen_ai.latency.e2e"
+ENGINE_ATTR_REQUEST_ID: Final = "gen_ai.request.id"
+ENGINE_ATTR_PROMPT_TOKENS: Final = "gen_ai.usage.prompt_tokens"
+ENGINE_ATTR_COMPLETION_TOKENS: Final = "gen_ai.usage.completion_tokens"
 
 # Embedded-default file names under VERL_OTEL_DIR
 TRACES_FILE: Final = "traces.jsonl"

@@ -43,6 +43,21 @@ def _series(metric: sc.MetricDef) -> list[dict[str, str]]:
     return out
 
 
+def _vllm(step: int) -> list[str]:
+    """vLLM's page of two rollout servers as verl-otel lists them in file_sd (role and replica, no run labels)."""
+    lines: list[str] = []
+    for replica in ("0", "1"):
+        base = {sc.LABEL_PROCESS_ROLE: sc.ROLE_ROLLOUT_SERVER, sc.LABEL_REPLICA: replica, "engine": "0"}
+        for name, value in ((sc.VLLM_REQUESTS_RUNNING, 4), (sc.VLLM_REQUESTS_WAITING, 1),
+                            (sc.VLLM_KV_CACHE_USAGE, 0.5), (sc.VLLM_PREEMPTIONS, step),
+                            (sc.VLLM_GENERATION_TOKENS, 100 * step)):
+            lines.append(f"{name}{_labels(base)} {value}")
+        for buckets in (sc.VLLM_TTFT_BUCKET, sc.VLLM_TPOT_BUCKET):
+            for le in ("0.01", "0.1", "1", "+Inf"):
+                lines.append(f"{buckets}{_labels({**base, 'le': le})} {step}")
+    return lines
+
+
 def exposition(step: int = 3) -> str:
     """Text exposition of every semconv metric (and DCGM's) with plausible values."""
     lines: list[str] = []
@@ -58,6 +73,7 @@ def exposition(step: int = 3) -> str:
             else:
                 value = 1 if metric is sc.PHASE_ACTIVE else (10 if metric is sc.TRAINING_STEPS_PLANNED else step)
                 lines.append(f"{metric.name}{_labels(labels)} {value}")
+    lines += _vllm(step)
     for name, value in ((DCGM_FB_USED, 1000), (DCGM_FB_FREE, 79000)):
         lines.append(f"# TYPE {name} gauge")
         for gpu in ("0", "1"):

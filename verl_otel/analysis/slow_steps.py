@@ -169,11 +169,19 @@ def to_json(ranking: Ranking, ui_base: str | None) -> list[dict[str, Any]]:
             "summary": cause_text(v),
             "also_not_every_step": [{"phase": p, "duration_s": _r(s)} for p, s in v.unusual],
             "slowest_samples": [{"index": s.index, "rollout_n": s.rollout_n, "duration_s": _r(s.seconds),
-                                 "worker": s.worker, "mode": s.mode, "error": s.error}
+                                 "worker": s.worker, "mode": s.mode, "error": s.error, "engine": _engine_json(s)}
                                 for s in st.samples[:SAMPLES_SHOWN]],
             "link": trace_link(ui_base, st.trace_id) if ui_base else None,
         })
     return out
+
+
+def _engine_json(s: Sample) -> dict[str, Any] | None:
+    e = s.engine
+    if e is None:
+        return None
+    return {"requests": e.requests, "queue_s": _r(e.queue_s), "prefill_s": _r(e.prefill_s),
+            "decode_s": _r(e.decode_s), "replica": e.replica}
 
 
 def _sometimes_text(phase: str, seconds: float, ran_in: int | None, compared: int) -> str:
@@ -199,6 +207,11 @@ def sample_text(s: Sample) -> str:
     where = [f"n={s.rollout_n}"] if s.rollout_n is not None else []
     where += [f"worker {s.worker}"] if s.worker is not None else []
     where += [s.mode] if s.mode not in (None, sc.MODE_TRAIN) else []
+    e = s.engine
+    if e is not None:  # why it was slow, from the engine's own spans
+        where.append(f"engine: queue {e.queue_s:.2f}s, prefill {e.prefill_s:.2f}s, decode {e.decode_s:.2f}s"
+                     + (f" in {e.requests} requests" if e.requests > 1 else "")
+                     + (f", replica {e.replica}" if e.replica is not None else ""))
     return (("#?" if s.index is None else f"#{s.index}") + f" {s.seconds:.2f}s"
             + (f" ({', '.join(where)})" if where else "") + (" ERROR" if s.error else ""))
 

@@ -53,6 +53,29 @@ class Span:
 
 
 @dataclass(frozen=True, slots=True)
+class EngineTime:
+    """Where a sample's inference-engine requests spent their time (vLLM's ``llm_request`` spans under it)."""
+
+    requests: int
+    queue_s: float
+    prefill_s: float
+    decode_s: float
+    replica: int | None = None
+
+
+def engine_time(spans: list[Span]) -> EngineTime | None:
+    if not spans:
+        return None
+
+    def total(attr: str) -> float:
+        return sum(float(s.attributes.get(attr) or 0.0) for s in spans)
+
+    replicas = {as_int(s.attributes.get(sc.ATTR_ENGINE_REPLICA)) for s in spans} - {None}
+    return EngineTime(len(spans), total(sc.ENGINE_ATTR_QUEUE), total(sc.ENGINE_ATTR_PREFILL),
+                      total(sc.ENGINE_ATTR_DECODE), replicas.pop() if len(replicas) == 1 else None)
+
+
+@dataclass(frozen=True, slots=True)
 class Sample:
     """One ``rollout.sample`` span of a step."""
 
@@ -62,6 +85,7 @@ class Sample:
     error: bool = False
     rollout_n: int | None = None  # which of the prompt's n responses (the index repeats across them)
     mode: str | None = None  # train / validate (validation samples live in the step's trace too)
+    engine: EngineTime | None = None  # its engine requests (vLLM rollout with engine spans), summed
 
 
 @dataclass
@@ -111,6 +135,10 @@ def build_step(trace: list[Span]) -> StepTrace | None:
     step = StepTrace(root.trace_id, number if number is not None and number >= 0 else None,
                      root.start_ns, root.seconds, root.service, root.status_error)
     workers = {s.span_id: s.attributes for s in unique if s.name == sc.SPAN_ROLLOUT_WORKER}
+    requests: dict[str, list[Span]] = defaultdict(list)
+    for s in unique:
+        if s.name == sc.SPAN_ENGINE_REQUEST:
+            requests[s.parent_id].append(s)
     for s in unique:
         if s.name == sc.SPAN_ROLLOUT_SAMPLE:
             worker = workers.get(s.parent_id, {})
@@ -118,7 +146,7 @@ def build_step(trace: list[Span]) -> StepTrace | None:
             step.samples.append(Sample(
                 as_int(s.attributes.get(sc.ATTR_SAMPLE_INDEX)), s.seconds, as_int(worker.get(sc.ATTR_WORKER_INDEX)),
                 s.status_error, as_int(s.attributes.get(sc.ATTR_SAMPLE_ROLLOUT_N)),
-                None if mode is None else str(mode)))
+                None if mode is None else str(mode), engine_time(requests.get(s.span_id, []))))
         elif _is_phase(s, root):
             step.phases[s.name] = step.phases.get(s.name, 0.0) + s.seconds
             step.phase_runs[s.name] = step.phase_runs.get(s.name, 0) + 1

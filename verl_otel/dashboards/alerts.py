@@ -21,6 +21,10 @@ PIPELINE_JOBS = (COLLECTOR_JOB, "alertmanager")
 #: on every step by design, so non_finite and non_scalar are not alerts
 LOST_DATA_REASONS = (sc.DROP_EXPORT, sc.DROP_QUEUE, sc.DROP_KEY_CAP)
 PIPELINE_GROUP = "verl-otel-pipeline"
+ENGINE_GROUP = "verl-rollout-engine"
+#: a rollout server's vLLM page (listed in file_sd by verl-otel): per replica, whatever its engines
+ENGINE_BY = f"instance, {sc.LABEL_REPLICA}"
+_ENGINE_CPU = "fires only when the rollout engine is overloaded or stuck (the CPU demo's is not, or is a stand-in)"
 
 
 def duration_seconds(window: str) -> float:
@@ -77,6 +81,11 @@ class Thresholds:
                                     "VerlRunGone and VerlStepStalled keep quiet while the Collector refused data in it")
     dropped_window: str = _t("10m", "VerlTelemetryDropped: verl-otel lost data (export_failed, queue_full, key_cap) "
                                     "within this window")
+    engine_kv_cache_max: float = _t(0.95, "VerlEngineKVCacheSaturated: vLLM's KV-cache usage above this share while "
+                                          "requests wait, for 5m")
+    engine_preemption_window: str = _t("10m", "VerlEnginePreemptionsClimbing: vLLM preempted more than "
+                                              "engine_preemptions_max requests within this window ...")
+    engine_preemptions_max: float = _t(10.0, "... (per rollout replica)")
 
     @classmethod
     def with_overrides(cls, pairs: list[str]) -> "Thresholds":
@@ -132,7 +141,43 @@ def _per_exporter(metrics: tuple[str, ...], window: str) -> str:
     return " or ".join(f"sum by (instance, exporter) (rate({name}[{window}])) > 0" for name in metrics)
 
 
+def _engine(name: str) -> str:
+    return f'{name}{{{sc.LABEL_PROCESS_ROLE}="{sc.ROLE_ROLLOUT_SERVER}"}}'
+
+
+def engine_rules(t: Thresholds) -> list[Rule]:
+    """The rollout engine's (vLLM's) own signals: a full KV cache, preemptions, a stuck queue."""
+    waiting = f"sum by ({ENGINE_BY}) ({_engine(sc.VLLM_REQUESTS_WAITING)})"
+    return [
+        Rule("VerlEngineKVCacheSaturated",
+             f"(max by ({ENGINE_BY}) ({_engine(sc.VLLM_KV_CACHE_USAGE)}) > {t.engine_kv_cache_max:g}) "
+             f"and on({ENGINE_BY}) ({waiting} > 0)",
+             "5m", "warning", "rollout replica {{ $labels.replica }}: KV cache full with requests waiting",
+             f"vLLM's KV cache is above {t.engine_kv_cache_max:.0%} in use while requests wait: samples queue "
+             "(slow rollouts, long tails). Raise gpu_memory_utilization, lower max_num_seqs or the response length, "
+             "or add rollout replicas.", cpu_empty=_ENGINE_CPU, group=ENGINE_GROUP),
+        Rule("VerlEnginePreemptionsClimbing",
+             f"sum by ({ENGINE_BY}) (increase({_engine(sc.VLLM_PREEMPTIONS)}[{t.engine_preemption_window}])) "
+             f"> {t.engine_preemptions_max:g}",
+             "5m", "warning", "rollout replica {{ $labels.replica }}: vLLM keeps preempting requests",
+             f"vLLM preempted more than {t.engine_preemptions_max:g} requests within {t.engine_preemption_window}: "
+             "the KV cache is too small for the batch, preempted samples are recomputed (their rollout.sample "
+             "spans carry verl.sample.preemptions).", cpu_empty=_ENGINE_CPU, group=ENGINE_GROUP),
+        Rule("VerlEngineStuck",
+             f"({waiting} > 0) and on({ENGINE_BY}) "
+             f"(sum by ({ENGINE_BY}) ({_engine(sc.VLLM_REQUESTS_RUNNING)}) == 0)",
+             "2m", "critical", "rollout replica {{ $labels.replica }}: requests wait and none runs",
+             "vLLM has requests waiting and runs none: the engine is stuck or paused (a weight sync or sleep that "
+             "never resumed, a dead engine core). The rollout will not finish.",
+             cpu_empty=_ENGINE_CPU, group=ENGINE_GROUP),
+    ]
+
+
 def rules(t: Thresholds = Thresholds()) -> list[Rule]:
+    return [*_run_rules(t), *engine_rules(t)]
+
+
+def _run_rules(t: Thresholds) -> list[Rule]:
     step, planned = sc.TRAINING_STEP.name, sc.TRAINING_STEPS_PLANNED.name
     hist = sc.STEP_DURATION.name
     phist = sc.PHASE_DURATION.name

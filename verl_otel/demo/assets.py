@@ -68,6 +68,31 @@ def _model(model_dir: Path) -> None:
     LlamaForCausalLM(config).save_pretrained(model_dir)
 
 
+def vllm_model(root: Path) -> Path:
+    """The actor for the real vLLM rollout: the demo's tokenizer, head_dim 32 (vLLM's CPU attention refuses
+    head sizes below 32; tiny_model's is 8). Built once, beside the other assets."""
+    model_dir = Path(root) / "tiny_model_vllm"
+    stamp = model_dir / ".built"
+    if stamp.exists():
+        return model_dir
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    shutil.rmtree(model_dir, ignore_errors=True)
+    src = Path(root) / "tiny_model"
+    shutil.copytree(src, model_dir, ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "config.json",
+                                                                  "generation_config.json"))
+    base = json.loads((src / "config.json").read_text())
+    config = LlamaConfig(vocab_size=base["vocab_size"], hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256,
+                         bos_token_id=base["bos_token_id"], eos_token_id=base["eos_token_id"],
+                         pad_token_id=base["pad_token_id"], architectures=["LlamaForCausalLM"])
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(model_dir)
+    stamp.write_text(_VERSION)
+    return model_dir
+
+
 def _critic(model_dir: Path, critic_dir: Path) -> None:
     shutil.copytree(model_dir, critic_dir)
     (critic_dir / "modeling_cpu_critic.py").write_text(_CRITIC_CODE)

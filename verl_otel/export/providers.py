@@ -9,11 +9,15 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     SpanExporter,
@@ -33,6 +37,31 @@ def instance_id(host: str, role: str, worker_index: int | None, pid: int) -> str
     """Unique per process (two processes sharing it would overwrite each other's series behind the Collector),
     so the pid is in it; the rest makes ``$instance`` readable: ``node-1/agent_loop_worker-0/4242``."""
     return f"{host}/{role}{'' if worker_index is None else f'-{worker_index}'}/{pid}"
+
+
+_preset = threading.local()
+
+
+@contextmanager
+def preset_span_id(span_id: int | None) -> Iterator[None]:
+    """The next span this thread starts on one of our providers gets ``span_id`` (a sample span whose engine
+    requests named it as their parent before it existed)."""
+    _preset.span_id = span_id
+    try:
+        yield
+    finally:
+        _preset.span_id = None
+
+
+class PresetIds(RandomIdGenerator):
+    """Random ids, except a span id set by :func:`preset_span_id` (used once)."""
+
+    def generate_span_id(self) -> int:
+        preset = getattr(_preset, "span_id", None)
+        if preset:
+            _preset.span_id = None
+            return int(preset)
+        return super().generate_span_id()
 
 
 def resource(role: str, worker_index: int | None, run: Mapping[str, str]) -> Resource:
@@ -154,16 +183,32 @@ def span_exporter(settings: cfg.Settings, drop: Drop) -> tuple[SpanExporter, str
     return exporter, str(path)
 
 
-def tracer_provider(settings: cfg.Settings, res: Resource, drop: Drop) -> tuple[TracerProvider, str]:
-    """Our provider. Text attributes are cut at VERL_OTEL_MAX_TEXT (or the user's smaller OTEL limit)."""
+class _SpanAttributes(SpanProcessor):
+    """Adds fixed attributes to every span as it starts (the rollout replica on vLLM's spans)."""
+
+    def __init__(self, attributes: Mapping[str, Any]) -> None:
+        self._attributes = dict(attributes)
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        span.set_attributes(self._attributes)
+
+
+def tracer_provider(settings: cfg.Settings, res: Resource, drop: Drop, children_only: bool = False,
+                    span_attributes: Mapping[str, Any] | None = None) -> tuple[TracerProvider, str]:
+    """Our provider. Text attributes are cut at VERL_OTEL_MAX_TEXT (or the user's smaller OTEL limit).
+    ``children_only``: an engine's provider, whose spans exist only under a sampled parent (no roots)."""
     limit = settings.max_text
     user_limit = os.environ.get("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT") or os.environ.get(
         "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT")
     if user_limit:
         limit = min(limit, int(user_limit))
-    provider = TracerProvider(resource=res, shutdown_on_exit=False,
+    # PresetIds: a sample span takes the id its engine request was given as parent (telemetry/engine_context)
+    sampler = ParentBased(ALWAYS_OFF) if children_only else None  # None: the SDK's, from OTEL_TRACES_SAMPLER
+    provider = TracerProvider(resource=res, shutdown_on_exit=False, id_generator=PresetIds(), sampler=sampler,
                               span_limits=SpanLimits(max_attribute_length=limit))
     exporter, destination = span_exporter(settings, drop)
+    if span_attributes:
+        provider.add_span_processor(_SpanAttributes(span_attributes))
     provider.add_span_processor(_CountingProcessor(exporter, drop))
     return provider, destination
 

@@ -213,14 +213,28 @@ class _SampleCtx:
     v1, whose run_agent_loop returns nothing (the output goes into TransferQueue), the output
     that the _agent_loop_postprocess hook sees."""
 
-    __slots__ = ("outputs", "parent")
+    __slots__ = ("engine", "outputs", "parent")
 
     def __init__(self, parent: str | None) -> None:
         self.outputs: list[Any] = []
         self.parent = parent
+        self.engine: tuple[str, int] | None = None  # (traceparent, span id) for its engine requests, made once
 
 
 _SAMPLE: contextvars.ContextVar[_SampleCtx | None] = contextvars.ContextVar("verl_otel_sample", default=None)
+
+
+def engine_traceparent() -> str | None:
+    """The running sample's context for its inference-engine requests (hooks/engine.py); None outside a
+    sample or in a trace that is not sampled."""
+    ctx = _SAMPLE.get()
+    if ctx is None:
+        return None
+    if ctx.engine is None:
+        from verl_otel.telemetry.engine_context import sample_context
+
+        ctx.engine = sample_context(ctx.parent) or ("", 0)
+    return ctx.engine[0] or None
 
 
 def _batch_parent(mode: str) -> str | None:
@@ -241,6 +255,8 @@ async def _timed_sample(coro: Coroutine[Any, Any, Any], mode: str, token: int, t
 def _sample_done(ctx: _SampleCtx, reset: contextvars.Token[Any], mode: str, token: int, trajectory: dict[str, Any],
                  err: BaseException | None) -> None:
     safe(_SAMPLE.reset, reset)
+    if ctx.engine is not None and ctx.engine[1]:  # its span, if it gets one, takes the id its requests named
+        trajectory = {**trajectory, sc.SAMPLE_SPAN_ID_KEY: ctx.engine[1]}
     # the call's result, or (when it raised) the last object verl was filling in
     TRACKER.sample_finished(mode, token, trajectory, ctx.outputs[-1] if ctx.outputs else None, err)
 

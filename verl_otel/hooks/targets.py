@@ -122,8 +122,18 @@ ASYNC_ROLLOUT_TARGETS: tuple[HookTarget, ...] = (
     _t(_V1, "PPOTrainer.step", "async_rollout:v1_step", "v1 step links to submitting steps", _ASYNC),
 )
 
+_VS = "verl.workers.rollout.vllm_rollout.vllm_async_server"
+_VLLM = "vllm.v1.engine.async_llm"  # vLLM's own module (its version is checked in the wrapper)
+ENGINE_TARGETS: tuple[HookTarget, ...] = (
+    _t("verl.workers.rollout.llm_server", "LLMServerClient.generate", "engine:client_generate",
+       "engine request spans under the samples", "0.9.1"),
+    _m(_VS, "vLLMHttpServer.run_server", "engine:run_server", "vLLM tracing and its /metrics in file_sd", "0.9.1"),
+    _t(_VLLM, "init_tracer", "engine:init_tracer", "vLLM's request spans in verl-otel's export", "0.9.1"),
+    _t(_VLLM, "AsyncLLM.generate", "engine:engine_generate", "engine request spans under the samples", "0.9.1"),
+)
+
 ALL_TARGETS: tuple[HookTarget, ...] = (*TRAINER_TARGETS, *ROLLOUT_TARGETS, *UPDATE_TARGETS, *WORKER_GROUP_TARGETS,
-                                       *REWARD_TARGETS, *ASYNC_ROLLOUT_TARGETS)
+                                       *REWARD_TARGETS, *ASYNC_ROLLOUT_TARGETS, *ENGINE_TARGETS)
 
 _lock = threading.Lock()
 _installed = False

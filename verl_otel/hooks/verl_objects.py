@@ -292,3 +292,17 @@ def consumed_samples(tags: Sequence[Any]) -> list[tuple[int, int | None]]:
             if submit is not None:
                 out.append((submit, as_int(tag.get("max_global_steps"))))
     return out
+
+
+# -- the rollout engine (verl's LLM server client and vLLM server) -----------------------------------
+def rollout_engine(client: Any) -> str | None:
+    """``actor_rollout_ref.rollout.name`` of the run an ``LLMServerClient`` belongs to ("vllm", "sglang")."""
+    name = config_value(getattr(client, "config", None), "actor_rollout_ref.rollout.name")
+    return None if name is None else str(name)
+
+
+def rollout_server(server: Any) -> tuple[int | None, int | None, str | None, int | None]:
+    """(replica rank, node rank, address, port) of verl's vLLM server actor; the address once it serves."""
+    host, port = getattr(server, "_server_address", None), getattr(server, "_server_port", None)
+    return (_int(getattr(server, "replica_rank", None)), _int(getattr(server, "node_rank", None)),
+            str(host) if host else None, port if isinstance(port, int) else None)

@@ -34,7 +34,10 @@ def emit_batch(worker: int | None, batch: Batch, max_sample_spans: int, describe
     }
     if worker is not None:
         attrs[sc.ATTR_WORKER_INDEX] = worker
-    calls = [Call(s.start_ns, s.end_ns, describe(s.trajectory, s.output), s.error) for s in slowest]
+    # a sample whose engine requests named its span id up front gets that id (telemetry/engine_context.py)
+    calls = [Call(s.start_ns, s.end_ns, describe(s.trajectory, s.output), s.error,
+                  (s.trajectory or {}).get(sc.SAMPLE_SPAN_ID_KEY) if isinstance(s.trajectory, dict) else None)
+             for s in slowest]
     errors = sum(1 for s in batch.finished if s.error is not None)
     emit_group(sc.SPAN_ROLLOUT_WORKER, extract(batch.parent), attrs, batch.start_ns, time.time_ns(),
                sc.SPAN_ROLLOUT_SAMPLE, calls, errors, "samples")

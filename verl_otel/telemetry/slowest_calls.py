@@ -26,6 +26,7 @@ class Call:
     end_ns: int
     attributes: dict[str, Any]
     error: BaseException | None
+    span_id: int | None = None  # the id its span must have (a sample whose engine requests named it)
 
 
 @dataclass
@@ -96,7 +97,9 @@ def emit_calls(name: str, parent: Context, calls: Iterable[Call]) -> None:
     The one way the K slowest calls of a group (reward calls, rollout samples) become spans."""
     tel = runtime.current()
     for call in sorted(calls, key=lambda c: c.start_ns):
-        span = tel.tracer.start_span(name, context=parent, attributes=call.attributes, start_time=call.start_ns)
+        with runtime.preset_span_id(call.span_id):
+            span = tel.tracer.start_span(name, context=parent, attributes=call.attributes,
+                                         start_time=call.start_ns)
         if call.error is not None:
             mark_failed(span, call.error, tel.settings.max_text)
         span.end(end_time=call.end_ns)
