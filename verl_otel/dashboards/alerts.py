@@ -79,7 +79,7 @@ class Thresholds:
                                     "within this window")
 
     @classmethod
-    def with_overrides(cls, pairs: list[str]) -> "Thresholds":
+    def with_overrides(cls, pairs: list[str]) -> Thresholds:
         known = {f.name: f.type for f in fields(cls)}
         values: dict[str, Any] = {}
         for pair in pairs:

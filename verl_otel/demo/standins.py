@@ -18,7 +18,7 @@ import asyncio
 import os
 import random
 from collections.abc import Generator
-from typing import Any
+from typing import Any, ClassVar
 
 import ray
 import torch
@@ -91,7 +91,7 @@ class StubLLMServer:
         await asyncio.sleep(delay)
         body = [self.rng.choice(self.word_ids) for _ in range(self.rng.randint(1, max(1, self.response_length - 4)))]
         budget = min(self.response_length, int(sampling_params.get("max_tokens") or self.response_length))
-        tokens = (body + [self.tok["####"], self.tok[str(self.rng.randint(2, 14))], self.eos_id])[: max(1, budget)]
+        tokens = [*body, self.tok["####"], self.tok[str(self.rng.randint(2, 14))], self.eos_id][: max(1, budget)]
         stop = "completed"
         if self.abort_epoch != epoch:  # aborted while "decoding": hand back the first half
             self.n_aborted += 1
@@ -134,7 +134,7 @@ class StubLLMServer:
 
 
 class StubReplica(RolloutReplica):
-    server_kwargs: dict[str, Any] = {}
+    server_kwargs: ClassVar[dict[str, Any]] = {}
 
     async def init_standalone(self) -> None:
         """verl's version reserves a GPU placement group and starts a ``RayWorkerGroup`` of its

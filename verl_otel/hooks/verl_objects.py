@@ -253,7 +253,7 @@ def rollouter_sample_attributes(rollout_sample: Any) -> dict[str, Any]:
     tensors = getattr(batch, "batch", None)
     try:
         mask = tensors["response_mask"] if "response_mask" in tensors.keys() else None
-        attrs[sc.ATTR_SAMPLES] = int(len(batch))
+        attrs[sc.ATTR_SAMPLES] = len(batch)
         if mask is not None:
             attrs[sc.ATTR_SAMPLE_RESPONSE_TOKENS] = int(mask.sum(dim=-1).max())
     except (AttributeError, TypeError, KeyError, RuntimeError, ValueError):

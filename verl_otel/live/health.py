@@ -39,7 +39,10 @@ def _sig(name: str, bad: bool | None, detail: str) -> Signal:
     return Signal(name, "no data" if bad is None else ("tripped" if bad else "ok"), detail)
 
 
-def signals(view: RunView, history: History, t: Thresholds = Thresholds(),
+_DEFAULTS = Thresholds()
+
+
+def signals(view: RunView, history: History, t: Thresholds = _DEFAULTS,
             gpu_memory_gb: float | None = None) -> list[Signal]:
     m = view.metrics
     out = []
