@@ -180,7 +180,7 @@ class Runtime:
         self._waited_s += time.monotonic() - t0
         return done
 
-    def every_tick(self, task: Callable[[], None]) -> None:
+    def every_tick(self, task: Callable[[], object]) -> None:
         self.flusher.every_tick(task)
 
     def _flush_exports(self) -> None:

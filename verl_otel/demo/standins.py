@@ -18,7 +18,7 @@ import asyncio
 import os
 import random
 from collections.abc import Generator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import ray
 import torch
@@ -149,7 +149,7 @@ class StubReplica(RolloutReplica):
         host = ray.util.get_node_ip_address().strip("[]")
         port, _ = get_free_port(host)
         prefix = f"rollout_standalone_{self.replica_rank}"
-        workers = []
+        workers: list[Any] = []
         for rank in range(self.world_size):
             env = {"WORLD_SIZE": str(self.world_size), "RANK": str(rank), "WG_PREFIX": prefix, "WG_BACKEND": "ray",
                    "RAY_LOCAL_WORLD_SIZE": str(self.world_size), "MASTER_ADDR": host, "MASTER_PORT": str(port)}
@@ -164,7 +164,8 @@ class StubReplica(RolloutReplica):
 
         if not self.server_kwargs:
             type(self).server_kwargs = _server_kwargs(self.config)
-        server = StubLLMServer.options(name=SERVER_NAME.format(self.replica_rank)).remote(
+        # a @ray.remote class: Ray gives it .options
+        server = cast(Any, StubLLMServer).options(name=SERVER_NAME.format(self.replica_rank)).remote(
             awake=self.rollout_mode == RolloutMode.STANDALONE, **self.server_kwargs)
         self.servers = [server]
         self._server_handle = server

@@ -1,4 +1,4 @@
-"""The health signals of the shared guides (seeds 002/003) evaluated on a live frame: score stuck at 0,
+"""The health signals of verl's log-reading guides (as in dashboards/alerts.py) on a live frame: score stuck at 0,
 gradient-norm spike, KL blow-up, entropy collapse, memory near the limit, steps getting slower, a
 phase running far past its mean, a rollout sample stuck, PPO clipping almost everything. Thresholds
 are the alert rules' (:class:`~verl_otel.dashboards.alerts.Thresholds`), so ``top`` and Prometheus
