@@ -10,7 +10,7 @@ OUT ?= ./verl-otel-data
 # one planted slow step, so `verl-otel slow-steps` has something real to find (SLOW= for none)
 SLOW ?= update_actor@3=3
 
-.PHONY: install demo test test-fast prometheus verl-compat bench dashboards clean
+.PHONY: install demo test test-fast lint prometheus verl-compat bench dashboards clean
 
 $(STAMP): pyproject.toml verl_otel/_pth/verl_otel_autoload.pth
 	@echo "[verl-otel] creating $(VENV) and installing: torch (CPU, from local disk), then verl $(VERL_VERSION) and verl-otel (a few minutes)"
@@ -32,8 +32,14 @@ prometheus:
 	@command -v promtool >/dev/null 2>&1 && command -v amtool >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null; }
 	@promtool --version 2>&1 | head -1
 
-test: install prometheus
+test: install prometheus lint
 	$(PY) -m pytest -q -p no:cacheprovider tests
+
+# ruff (lint + format) and mypy on verl_otel/, configured in pyproject.toml
+lint: install
+	$(PY) -m ruff check verl_otel
+	$(PY) -m ruff format --check verl_otel
+	$(PY) -m mypy
 
 # everything but the real-verl runs (seconds, for quick iteration)
 test-fast: install
