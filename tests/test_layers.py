@@ -85,3 +85,9 @@ def test_semconv_modules_define_disjoint_names():
                     clashes.append(f"{name}: {owner[name]} and {path.name}")
                 owner.setdefault(name, path.name)
     assert len(owner) > 150 and clashes == []
+
+
+def test_modules_stay_small():
+    """A module past 400 lines mixes concerns: split it by what it does (docs/architecture.md)."""
+    big = {str(p.relative_to(ROOT)): n for p in ROOT.rglob("*.py") if (n := len(p.read_text().splitlines())) > 400}
+    assert big == {}
