@@ -20,7 +20,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed-$(VERL_VERSION)-vllm-$(VLLM_VERSION)
 ROLLOUT ?= stub
 DEMO_VENV := $(if $(filter vllm,$(ROLLOUT)),$(VLLM_VENV),$(VENV))
 
-.PHONY: install install-vllm demo test test-fast test-min prometheus verl-compat bench dashboards clean
+.PHONY: install install-vllm demo test test-fast test-min lint prometheus verl-compat bench dashboards clean
 
 $(STAMP): pyproject.toml verl_otel/_pth/verl_otel_autoload.pth
 	@echo "[verl-otel] creating $(VENV) and installing: torch (CPU, from local disk), then verl $(VERL_VERSION) and verl-otel (a few minutes)"
@@ -56,7 +56,7 @@ prometheus:
 	@promtool --version 2>&1 | head -1
 
 # install-vllm: tests/test_e2e_vllm.py runs the real vLLM demo from .venv-vllm (about 5 minutes to build, once)
-test: install install-vllm prometheus test-min
+test: install install-vllm prometheus lint test-min
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 # the push-path and metric tests on the OpenTelemetry and prometheus-client floors pyproject.toml declares, in a
@@ -72,6 +72,12 @@ $(MIN_VENV)/.floors: pyproject.toml tests/min_env.py $(STAMP)
 
 test-min: $(MIN_VENV)/.floors
 	VERL_OTEL_EXPECT_MIN=1 $(MIN_VENV)/bin/python -m pytest -q -p no:cacheprovider $(MIN_TESTS)
+
+# ruff (lint + format) and mypy on verl_otel/, configured in pyproject.toml
+lint: install
+	$(PY) -m ruff check verl_otel
+	$(PY) -m ruff format --check verl_otel
+	$(PY) -m mypy
 
 # everything but the real-verl runs (seconds, for quick iteration)
 test-fast: install

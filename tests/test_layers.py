@@ -67,3 +67,27 @@ def test_the_check_sees_a_violation(tmp_path, monkeypatch):
     bad = tmp_path / "bad.py"
     bad.write_text("import verl.utils\nfrom verl_otel.export import flusher\nfrom verl_otel import runtime\n")
     assert _imports(bad) == ["verl.utils", "verl_otel.export", "verl_otel", "verl_otel.runtime"]
+
+
+def test_semconv_modules_define_disjoint_names():
+    """``sc.X`` is unambiguous: no name is defined in two modules of the vocabulary (a star re-export would
+    silently keep the last one)."""
+    owner: dict[str, str] = {}
+    clashes = []
+    for path in sorted((ROOT / "semconv").glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            names = [t.id for t in targets if isinstance(t, ast.Name)]
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+                names = [node.name]
+            for name in names:
+                if name in owner and owner[name] != path.name:
+                    clashes.append(f"{name}: {owner[name]} and {path.name}")
+                owner.setdefault(name, path.name)
+    assert len(owner) > 150 and clashes == []
+
+
+def test_modules_stay_small():
+    """A module past 400 lines mixes concerns: split it by what it does (docs/architecture.md)."""
+    big = {str(p.relative_to(ROOT)): n for p in ROOT.rglob("*.py") if (n := len(p.read_text().splitlines())) > 400}
+    assert big == {}

@@ -26,7 +26,7 @@ def unregister_import_hooks() -> None:
     uninstall_all()
 
 
-class VerlInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+class VerlInstrumentor(BaseInstrumentor):
     """Step traces, phase spans, rollout progress and training metrics for verl.
 
     Usage::

@@ -238,7 +238,7 @@ class Runtime:
     def budget_left_s(self) -> float:
         return max(0.0, self.settings.shutdown_timeout_s - self._waited_s)
 
-    def every_tick(self, task: Callable[[], None]) -> None:
+    def every_tick(self, task: Callable[[], object]) -> None:
         self.flusher.every_tick(task)
 
     def _flush_exports(self) -> None:
@@ -334,7 +334,5 @@ def reset_for_tests() -> None:
         rt, _current = _current, None
         _given.clear()
     if rt is not None and rt._provider is not None and hasattr(rt._provider, "shutdown"):
-        try:
+        with contextlib.suppress(Exception):  # a provider that fails to shut down is dropped all the same
             rt._provider.shutdown()
-        except Exception:  # noqa: BLE001
-            pass

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from verl_otel import semconv as sc
-from verl_otel.analysis.step_traces import Event, Span
 from verl_otel.analysis.otlp_json import MALFORMED, MalformedError, hex_id, parse_request
+from verl_otel.analysis.step_traces import Event, Span
 
 DEFAULT_UI: str = "http://localhost:16686"
 DEFAULT_LIMIT: int = 1000
@@ -27,7 +27,7 @@ class JaegerError(Exception):
     """Jaeger unreachable, or it answered something we cannot read."""
 
 
-class _RouteMissing(Exception):
+class _RouteMissingError(Exception):
     """This Jaeger has no such API (404 page, or the UI's HTML catch-all)."""
 
 
@@ -100,11 +100,11 @@ class JaegerClient:
             docs = self._get(*v3)
             self.api = "v3"
             return self._parse(v3[0], docs, _v3_spans)
-        except _RouteMissing:
+        except _RouteMissingError:
             pass
         try:
             docs = self._get(*legacy)
-        except _RouteMissing:
+        except _RouteMissingError:
             raise JaegerError(f"{self.base} has neither Jaeger's /api/v3 nor its /api/traces query API "
                               "(is this the Jaeger query/UI address, port 16686?)") from None
         self.api = "legacy"
@@ -132,7 +132,7 @@ class JaegerClient:
             if err.code == 404:
                 if any(marker in text.lower() for marker in _EMPTY_404):
                     return []
-                raise _RouteMissing() from None
+                raise _RouteMissingError() from None
             raise JaegerError(f"Jaeger at {self.base} answered HTTP {err.code} for {path}: "
                               f"{_one_line(text) or err.reason}") from None
         except urllib.error.URLError as err:
@@ -142,7 +142,7 @@ class JaegerClient:
         except ValueError as err:  # a URL urllib cannot use
             raise JaegerError(f"bad Jaeger URL {self.base!r}: {err}") from None
         if ctype.lower().startswith("text/html"):
-            raise _RouteMissing()  # Jaeger's UI answers unknown paths with its index.html
+            raise _RouteMissingError()  # Jaeger's UI answers unknown paths with its index.html
         try:
             return _decode(body)
         except (ValueError, RecursionError):

@@ -1,5 +1,5 @@
 """Rank step traces and name the phase that made each slow: the phase that added the most time over
-what it usually takes ("update_actor 3.4× its median (+2.40 s)"). A phase that ran in only some of the
+what it usually takes ("update_actor 3.4x its median (+2.40 s)"). A phase that ran in only some of the
 steps (validation, checkpoints, a weight sync every k steps) is extra work in the steps it ran in: all of
 its time counts ("validate 2.10s, ran in 2 of 5 steps")."""
 
@@ -14,7 +14,7 @@ from verl_otel.analysis.jaeger import rfc3339, trace_link
 from verl_otel.analysis.step_traces import Sample, StepTrace
 
 #: A phase median below max(NEAR_ZERO_FLOOR_S, NEAR_ZERO_OF_STEP x median step) is "~0": a ratio
-#: against it is noise (adv at 3 ms vs 12 ms is "4×" and means nothing).
+#: against it is noise (adv at 3 ms vs 12 ms is "4x" and means nothing).
 NEAR_ZERO_FLOOR_S = 0.005
 NEAR_ZERO_OF_STEP = 0.01
 #: Below this ratio a phase that runs every step does not "stand out": the step is slow everywhere,

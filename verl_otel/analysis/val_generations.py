@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import defaultdict
 from collections.abc import Iterable
@@ -74,10 +75,8 @@ def generations(spans: Iterable[Span]) -> list[Generation]:
 def _sources(raw: Any) -> list[str]:
     """A string-array attribute; Jaeger's legacy API gives arrays as JSON text."""
     if isinstance(raw, str) and raw.startswith("["):
-        try:
+        with contextlib.suppress(ValueError):  # not JSON after all: kept as one string
             raw = json.loads(raw)
-        except ValueError:
-            pass
     if isinstance(raw, list):
         return [str(x) for x in raw]
     return [str(raw)] if raw else []

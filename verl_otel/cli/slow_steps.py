@@ -14,7 +14,7 @@ from verl_otel.cli.argtypes import positive_int
 from verl_otel.cli.spans import SourceError, add_source_args, default_file, fail, human, parse_since, read_spans
 
 PROG = "verl-otel slow-steps"
-__all__ = ["add_parser", "run", "parse_since", "human", "default_file"]
+__all__ = ["add_parser", "default_file", "human", "parse_since", "run"]
 
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from verl_otel import semconv as sc
 from verl_otel.analysis.jaeger import DEFAULT_LIMIT, JaegerClient, JaegerError
-from verl_otel.analysis.step_traces import Span
 from verl_otel.analysis.otlp_json import read_file
+from verl_otel.analysis.step_traces import Span
 
 DEFAULT_DIR = "./verl-otel-data"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -50,7 +50,7 @@ def _source(args: argparse.Namespace) -> Any:
 def _console_class() -> Any:
     from rich.console import Console
 
-    class PipeConsole(Console):  # type: ignore[misc]
+    class PipeConsole(Console):
         def on_broken_pipe(self) -> None:
             raise BrokenPipeError  # the CLI's one way out of a closed pipe (rich would exit 1 on its own)
 

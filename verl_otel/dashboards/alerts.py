@@ -88,7 +88,7 @@ class Thresholds:
     engine_preemptions_max: float = _t(10.0, "... (per rollout replica)")
 
     @classmethod
-    def with_overrides(cls, pairs: list[str]) -> "Thresholds":
+    def with_overrides(cls, pairs: list[str]) -> Thresholds:
         known = {f.name: f.type for f in fields(cls)}
         values: dict[str, Any] = {}
         for pair in pairs:

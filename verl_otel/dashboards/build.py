@@ -61,7 +61,10 @@ def splice(readme: str, generated: str) -> str:
     return f"{head}{BEGIN}\n\n{generated}\n{END}{tail}"
 
 
-def outputs(root: Path = ROOT, thresholds: alerts.Thresholds = alerts.Thresholds()) -> dict[Path, str]:
+_DEFAULTS = alerts.Thresholds()
+
+
+def outputs(root: Path = ROOT, thresholds: alerts.Thresholds = _DEFAULTS) -> dict[Path, str]:
     files = {Path("grafana") / f"{d.uid}.json": json.dumps(grafana.render(d), indent=2, ensure_ascii=False) + "\n"
              for d in panels.DASHBOARDS}
     files[RULES] = _HEADER + yaml.safe_dump(alerts.rule_groups(thresholds), sort_keys=False, width=120,

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from verl_otel import semconv as sc
 from verl_otel.dashboards.grafana import (
-    JAEGER_DS, SLOW_STEPS_SEARCHED, Annotation, Dashboard, Panel, Target, explore_link, jaeger_step_search, key, m,
+    JAEGER_DS,
+    SLOW_STEPS_SEARCHED,
+    Annotation,
+    Dashboard,
+    Panel,
+    Target,
+    explore_link,
+    jaeger_step_search,
+    key,
+    m,
 )
 from verl_otel.semconv import DCGM_FB_FREE, DCGM_FB_USED
 

@@ -9,8 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
-_WORDS = ("what is the answer to plus minus times how many apples does tom have ? . , # let me think step by step "
-          "so final yes no a an of in on and or it ####").split()
+_WORDS = ["what", "is", "the", "answer", "to", "plus", "minus", "times", "how", "many", "apples", "does", "tom", "have", "?", ".", ",", "#", "let", "me", "think", "step", "by", "step", "so", "final", "yes", "no", "a", "an", "of", "in", "on", "and", "or", "it", "####"]
 _SPECIALS = ["<pad>", "<s>", "</s>", "<unk>", "<|user|>", "<|assistant|>", "<|system|>", "<|end|>"]
 _CHAT_TEMPLATE = (
     "{% for m in messages %}{{ '<|' + m['role'] + '|> ' + m['content'] + ' <|end|> ' }}{% endfor %}"

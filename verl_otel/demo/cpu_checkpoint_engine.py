@@ -78,13 +78,14 @@ class GlooCheckpointEngine(CheckpointEngine):
         master = metadata[0]
         assert master.get("port"), "actor rank 0 must be the checkpoint engine master"
         world = 1 + rollout_world_size
-        actor = {"rank": [0] + [-1] * (actor_wg_world_size - 1), "world_size": [world] * actor_wg_world_size,
+        actor: dict[str, list[Any]] = {"rank": [0] + [-1] * (actor_wg_world_size - 1), "world_size": [world] * actor_wg_world_size,
                  "master": [master] * actor_wg_world_size}
-        rollout = {"rank": list(range(1, world)), "world_size": [world] * rollout_world_size,
+        rollout: dict[str, list[Any]] = {"rank": list(range(1, world)), "world_size": [world] * rollout_world_size,
                    "master": [master] * rollout_world_size}
         return actor, rollout
 
-    def init_process_group(self, rank: int, world_size: int, master: dict[str, Any]) -> None:
+    # verl calls it with the keywords build_topology returned (its base class declares **kwargs)
+    def init_process_group(self, rank: int, world_size: int, master: dict[str, Any]) -> None:  # type: ignore[override]
         self.rank = rank
         if rank < 0:  # an actor rank that only walks its export (producing it is collective)
             return
@@ -134,7 +135,10 @@ class GlooCheckpointEngine(CheckpointEngine):
         self.bytes_moved += sent
         return {_PAYLOAD_KEY: sent / (1 << 20)}
 
-    async def receive_weights(self, global_steps: int | None = None) -> AsyncIterator[tuple[str, torch.Tensor]]:
+    # verl iterates it with `async for` (its base class annotates a coroutine returning a generator)
+    async def receive_weights(  # type: ignore[override]
+        self, global_steps: int | None = None
+    ) -> AsyncIterator[tuple[str, torch.Tensor]]:
         while True:
             header = torch.zeros(3, dtype=torch.int64)
             await self._broadcast(header)

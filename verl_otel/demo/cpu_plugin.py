@@ -77,8 +77,9 @@ class PlatformCPU(PlatformBase):
     def is_platform_available(self, use_smi_check: bool = False) -> bool:
         return True
 
-    def current_device(self) -> str:
-        return "cpu"  # used as .to(get_device_id()) and as FSDP's device_id
+    # verl uses it as .to(get_device_id()) and as FSDP's device_id, where a CPU needs "cpu" (the base says int)
+    def current_device(self) -> str:  # type: ignore[override]
+        return "cpu"
 
     def device_count(self) -> int:
         return 1

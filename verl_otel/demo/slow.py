@@ -27,7 +27,7 @@ class SlowSpec:
     delays: dict[tuple[str, int], float] = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, specs: list[str]) -> "SlowSpec":
+    def parse(cls, specs: list[str]) -> SlowSpec:
         delays = {}
         for spec in specs:
             for part in filter(None, (p.strip() for p in spec.split(","))):
@@ -39,7 +39,7 @@ class SlowSpec:
         return cls(delays)
 
     @classmethod
-    def from_env(cls) -> "SlowSpec":
+    def from_env(cls) -> SlowSpec:
         try:
             return cls.parse([os.environ.get(ENV, "")])
         except ValueError:

@@ -18,7 +18,7 @@ import asyncio
 import os
 import random
 from collections.abc import Generator
-from typing import Any
+from typing import Any, ClassVar, cast
 
 import ray
 import torch
@@ -91,7 +91,7 @@ class StubLLMServer:
         await asyncio.sleep(delay)
         body = [self.rng.choice(self.word_ids) for _ in range(self.rng.randint(1, max(1, self.response_length - 4)))]
         budget = min(self.response_length, int(sampling_params.get("max_tokens") or self.response_length))
-        tokens = (body + [self.tok["####"], self.tok[str(self.rng.randint(2, 14))], self.eos_id])[: max(1, budget)]
+        tokens = [*body, self.tok["####"], self.tok[str(self.rng.randint(2, 14))], self.eos_id][: max(1, budget)]
         stop = "completed"
         if self.abort_epoch != epoch:  # aborted while "decoding": hand back the first half
             self.n_aborted += 1
@@ -134,7 +134,7 @@ class StubLLMServer:
 
 
 class StubReplica(RolloutReplica):
-    server_kwargs: dict[str, Any] = {}
+    server_kwargs: ClassVar[dict[str, Any]] = {}
 
     async def init_standalone(self) -> None:
         """verl's version reserves a GPU placement group and starts a ``RayWorkerGroup`` of its
@@ -149,7 +149,7 @@ class StubReplica(RolloutReplica):
         host = ray.util.get_node_ip_address().strip("[]")
         port, _ = get_free_port(host)
         prefix = f"rollout_standalone_{self.replica_rank}"
-        workers = []
+        workers: list[Any] = []
         for rank in range(self.world_size):
             env = {"WORLD_SIZE": str(self.world_size), "RANK": str(rank), "WG_PREFIX": prefix, "WG_BACKEND": "ray",
                    "RAY_LOCAL_WORLD_SIZE": str(self.world_size), "MASTER_ADDR": host, "MASTER_PORT": str(port)}
@@ -164,7 +164,8 @@ class StubReplica(RolloutReplica):
 
         if not self.server_kwargs:
             type(self).server_kwargs = _server_kwargs(self.config)
-        server = StubLLMServer.options(name=SERVER_NAME.format(self.replica_rank)).remote(
+        # a @ray.remote class: Ray gives it .options
+        server = cast(Any, StubLLMServer).options(name=SERVER_NAME.format(self.replica_rank)).remote(
             awake=self.rollout_mode == RolloutMode.STANDALONE, **self.server_kwargs)
         self.servers = [server]
         self._server_handle = server

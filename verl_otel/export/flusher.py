@@ -25,12 +25,12 @@ class Flusher:
         self._cond = threading.Condition()
         self._requested = 0
         self._done = 0
-        self._tasks: list[Callable[[], None]] = []
+        self._tasks: list[Callable[[], object]] = []
         self._jobs: list[Callable[[], None]] = []
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
 
-    def every_tick(self, task: Callable[[], None]) -> None:
+    def every_tick(self, task: Callable[[], object]) -> None:
         """Run ``task`` on the flusher thread about every tick (and before each flush)."""
         with self._cond:
             self._tasks.append(task)

@@ -13,8 +13,10 @@ followed (``O_NOFOLLOW``) and a FIFO or device is refused (``O_NONBLOCK`` open, 
 from __future__ import annotations
 
 import base64
+import contextlib
 import errno
 import fcntl
+import itertools
 import json
 import os
 import stat
@@ -129,7 +131,7 @@ class OtlpJsonFileExporter(SpanExporter):
         if self._keep == 1:
             os.unlink(self._path)
         else:
-            for older, newer in zip(paths, paths[1:], strict=False):
+            for older, newer in itertools.pairwise(paths):
                 if os.path.lexists(newer):
                     os.replace(newer, older)
         self._fd = open_regular(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
@@ -176,8 +178,6 @@ class OtlpJsonFileExporter(SpanExporter):
         with self._lock:
             for fd in (self._fd, self._lock_fd):
                 if fd is not None:
-                    try:
+                    with contextlib.suppress(OSError):  # already gone: nothing left to release
                         os.close(fd)
-                    except OSError:
-                        pass
             self._fd = self._lock_fd = None

@@ -78,7 +78,7 @@ def _fmt(bound: float) -> str:
 def serve(state: MetricsState, host: str, port: int) -> int:
     """Start /metrics on a daemon thread; returns the bound port."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StateCollector(state))  # type: ignore[arg-type]
+    registry.register(StateCollector(state))
     server, _thread = start_http_server(port, addr=host, registry=registry)
     return int(server.server_port)
 

@@ -232,7 +232,7 @@ def start_pull(state: MetricsState, settings: cfg.Settings, labels: dict[str, st
         return None
 
 
-def start_push(state: MetricsState, settings: cfg.Settings, res: Resource, given: Any = None) -> Any:
+def start_push(state: MetricsState, settings: cfg.Settings, res: Resource | None, given: Any = None) -> Any:
     """OTLP metrics push when an endpoint is configured (or into the caller's meter provider)."""
     if settings.metrics_endpoint is None and given is None:
         return None

@@ -25,7 +25,7 @@ class on_exit:  # noqa: N801 - used as a context manager, named for what it does
     what it raised (None on success, and for a generator closed early), under :func:`safe`; verl's
     exception always propagates. (When ``fn`` needs the call's result, pass it a list the body appends to.)"""
 
-    __slots__ = ("fn", "args")
+    __slots__ = ("args", "fn")
 
     def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
         self.fn, self.args = fn, args

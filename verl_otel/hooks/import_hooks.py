@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from importlib.machinery import ModuleSpec
 from types import ModuleType
 
 Hook = Callable[[ModuleType], None]
@@ -36,7 +37,8 @@ class _Loader:
 
 
 class _Finder:
-    def find_spec(self, fullname: str, path: object = None, target: object = None) -> object:
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
+                  target: ModuleType | None = None) -> ModuleSpec | None:
         if fullname not in _hooks or fullname in _finding:
             return None
         import importlib.util

@@ -71,7 +71,7 @@ def plain_method(original: Any, wrapper: Wrapper) -> Any:
     else:
 
         @functools.wraps(original)
-        def method(self: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
             return wrapper(functools.partial(original, self), self, args, kwargs)
 
     return method

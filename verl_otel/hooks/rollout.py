@@ -159,7 +159,7 @@ def patch_legacy_manager(original: Callable[..., Any]) -> Callable[..., Any] | N
 
 
 def tq_manager_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    prompts = args[0] if args else kwargs.get("prompts")
+    prompts: Any = args[0] if args else kwargs.get("prompts")
     tp = safe(_current_traceparent)
     if tp is not None and hasattr(prompts, "set_non_tensor"):
         safe(prompts.set_non_tensor, sc.TRACEPARENT_KEY, tp)
@@ -177,7 +177,7 @@ def _on_tq_dispatch(manager: Any, batch: Any) -> None:
     validate = bool(nontensor(batch["validate"])) if "validate" in keys else False
     step = int(nontensor(batch["global_steps"])) if "global_steps" in keys else -1
     rows = len(batch)
-    ids = batch["input_ids"] if "input_ids" in keys else None
+    ids: Any = batch["input_ids"] if "input_ids" in keys else None
     shape = tuple(ids.shape) if hasattr(ids, "shape") else (rows,)
     meta = [k for k in keys if isinstance(batch.get(k), NonTensorData)]
     _dispatched(manager, _mode(validate), step, rows, rows * _rollout_n(manager, validate), shape, meta)

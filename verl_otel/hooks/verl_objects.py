@@ -249,17 +249,17 @@ def rollouter_sample_attributes(rollout_sample: Any) -> dict[str, Any]:
     sample_id = getattr(rollout_sample, "sample_id", None)
     if sample_id is not None:
         attrs[sc.ATTR_SAMPLE_ID] = str(sample_id)[:128]
-    batch = getattr(rollout_sample, "full_batch", None)
+    batch: Any = getattr(rollout_sample, "full_batch", None)
     non_tensor = getattr(batch, "non_tensor_batch", None) or {}
     start, end = _min_int(non_tensor.get("min_global_steps")), _max_int(non_tensor.get("max_global_steps"))
     if start is not None:
         attrs[sc.ATTR_PARAM_VERSION] = start
     if end is not None:
         attrs[sc.ATTR_PARAM_VERSION_END] = end
-    tensors = getattr(batch, "batch", None)
+    tensors: Any = getattr(batch, "batch", None)
     try:
         mask = tensors["response_mask"] if "response_mask" in tensors.keys() else None
-        attrs[sc.ATTR_SAMPLES] = int(len(batch))
+        attrs[sc.ATTR_SAMPLES] = len(batch)
         if mask is not None:
             attrs[sc.ATTR_SAMPLE_RESPONSE_TOKENS] = int(mask.sum(dim=-1).max())
     except (AttributeError, TypeError, KeyError, RuntimeError, ValueError):
@@ -267,8 +267,8 @@ def rollouter_sample_attributes(rollout_sample: Any) -> dict[str, Any]:
     metrics = (getattr(batch, "meta_info", None) or {}).get("metrics")
     if isinstance(metrics, list):
         for field_name, attr in sc.SAMPLE_TIMING_ATTRS.items():
-            values = [to_scalar(m.get(field_name))[0] for m in metrics if isinstance(m, Mapping)]
-            values = [v for v in values if v is not None]
+            read = [to_scalar(m.get(field_name))[0] for m in metrics if isinstance(m, Mapping)]
+            values = [v for v in read if v is not None]
             if values:
                 attrs[attr] = max(values)  # the slowest of the n responses
     return attrs

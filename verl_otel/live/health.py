@@ -1,4 +1,4 @@
-"""The health signals of the shared guides (seeds 002/003) evaluated on a live frame: score stuck at 0,
+"""The health signals of verl's log-reading guides (as in dashboards/alerts.py) on a live frame: score stuck at 0,
 gradient-norm spike, KL blow-up, entropy collapse, memory near the limit, steps getting slower, a
 phase running far past its mean, a rollout sample stuck, PPO clipping almost everything. Thresholds
 are the alert rules' (:class:`~verl_otel.dashboards.alerts.Thresholds`), so ``top`` and Prometheus
@@ -39,7 +39,10 @@ def _sig(name: str, bad: bool | None, detail: str) -> Signal:
     return Signal(name, "no data" if bad is None else ("tripped" if bad else "ok"), detail)
 
 
-def signals(view: RunView, history: History, t: Thresholds = Thresholds(),
+_DEFAULTS = Thresholds()
+
+
+def signals(view: RunView, history: History, t: Thresholds = _DEFAULTS,
             gpu_memory_gb: float | None = None) -> list[Signal]:
     m = view.metrics
     out = []

@@ -98,7 +98,7 @@ def _pick_run(series: list[Series]) -> tuple[str, list[str]]:
     runs = sorted({_run_of(s) for s in series} - {""})
     if len(runs) <= 1:
         return (runs[0] if runs else ""), []
-    last = {r: -1.0 for r in runs}
+    last = dict.fromkeys(runs, -1.0)
     for s in series:
         if s.name == sc.TRAINING_LAST_STEP.name and _run_of(s) in last:
             last[_run_of(s)] = max(last[_run_of(s)], s.value)

@@ -138,14 +138,14 @@ def steps_table(history: History, view: RunView, last: int) -> RenderableType | 
         for p, s in phases.items():
             if p != sc.SPAN_STEP:
                 totals[p] = totals.get(p, 0.0) + s
-    phases = sorted(totals, key=lambda p: -totals[p])[:PHASE_COLUMNS]
+    columns = sorted(totals, key=lambda p: -totals[p])[:PHASE_COLUMNS]
     table = Table(title="last steps (seconds per phase)", title_justify="left", box=None, padding=(0, 1))
     table.add_column("step")
     table.add_column("step (verl)", justify="right")  # verl's timing_s/step
-    for p in phases:
+    for p in columns:
         table.add_column(p, justify="right")
     for step, row in rows:
-        table.add_row("?" if step < 0 else str(step), _s(row.get(sc.SPAN_STEP)), *(_s(row.get(p)) for p in phases))
+        table.add_row("?" if step < 0 else str(step), _s(row.get(sc.SPAN_STEP)), *(_s(row.get(p)) for p in columns))
     return table
 
 
@@ -154,7 +154,7 @@ def _s(x: float | None) -> str:
 
 
 def health_table(signals: list[Signal]) -> RenderableType:
-    table = Table(title="health (seeds 002/003; alert-rule thresholds)", title_justify="left", box=None,
+    table = Table(title="health (the guides' signals, alert-rule thresholds)", title_justify="left", box=None,
                   padding=(0, 1))
     table.add_column("state")
     table.add_column("signal")

@@ -72,7 +72,7 @@ class RolloutTracker:
         anew; an unfinished one (async trainers overlap) grows."""
         with self._lock:
             cur = self._batches.get(mode)
-            if cur is None or cur.done or cur.expected == 0 or cur.step != step and not cur.active:
+            if cur is None or cur.done or cur.expected == 0 or (cur.step != step and not cur.active):
                 cur = self._batches[mode] = Batch(mode=mode, step=step, parent=parent)
             cur.expected += n_samples
             cur.step, cur.version = step, version

@@ -67,9 +67,11 @@ def record_data_sources(metrics: Any) -> None:
 def record(samples: Sequence[Sequence[Any]], step: Any) -> None:
     tel = runtime.current()
     settings = tel.settings
-    span: Span | None = TRACER.innermost_span(sc.PHASE_VALIDATE) or _rollouter_validation()
-    own = span is None
-    if own:
+    found: Span | None = TRACER.innermost_span(sc.PHASE_VALIDATE) or _rollouter_validation()
+    own = found is None
+    if found is not None:
+        span = found
+    else:
         try:
             number = int(step)
         except (TypeError, ValueError):

@@ -1,0 +1,43 @@
+"""Environment variables (ours, VERL_PROGRESS_* and the standard OTEL_* ones) and the embedded default's file names."""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --------------------------------------------------------------------------------------------
+# Environment variables (ours, VERL_PROGRESS_* and the standard OTEL_* ones)
+# --------------------------------------------------------------------------------------------
+ENV_ENABLED: Final = "VERL_OTEL_ENABLED"
+ENV_DIR: Final = "VERL_OTEL_DIR"
+ENV_PROM_PORT: Final = "VERL_OTEL_PROMETHEUS_PORT"
+ENV_PROM_HOST: Final = "VERL_OTEL_PROMETHEUS_HOST"
+ENV_SAMPLE_SPANS: Final = "VERL_OTEL_SAMPLE_SPANS"
+ENV_CAPTURE_TEXT: Final = "VERL_OTEL_CAPTURE_TEXT"
+ENV_MAX_TEXT: Final = "VERL_OTEL_MAX_TEXT"
+ENV_MAX_METRIC_KEYS: Final = "VERL_OTEL_MAX_METRIC_KEYS"
+ENV_CONSOLE: Final = "VERL_OTEL_CONSOLE"
+ENV_ROLE: Final = "VERL_OTEL_ROLE"
+ENV_SHUTDOWN_TIMEOUT: Final = "VERL_OTEL_SHUTDOWN_TIMEOUT"  # seconds fit end may wait for exports, in total
+ENV_MAX_FILE_MB: Final = "VERL_OTEL_MAX_FILE_MB"  # the trace file rotates past this size
+ENV_MAX_FILES: Final = "VERL_OTEL_MAX_FILES"  # trace files kept: traces.jsonl and traces.jsonl.1 .. .N-1
+ENV_LOG_LEVEL: Final = "VERL_OTEL_LOG_LEVEL"
+ENV_ENGINE_SPANS: Final = "VERL_OTEL_ENGINE_SPANS"  # 0: no inference-engine (vLLM) request spans under samples
+# set by us in a rollout server whose engine tracing we switched on: the OTLP endpoint we gave the engine
+# (vLLM then exports OTEL_EXPORTER_OTLP_TRACES_ENDPOINT with it; that one is not the user's collector)
+ENV_ENGINE_ENDPOINT: Final = "VERL_OTEL_ENGINE_ENDPOINT"  # the start-up parser's copy: _env.ENGINE_ENDPOINT
+
+ENV_PROGRESS_LOG: Final = "VERL_PROGRESS_LOG"
+ENV_PROGRESS_LOG_INTERVAL: Final = "VERL_PROGRESS_LOG_INTERVAL"
+ENV_PROGRESS_BAR_INTERVAL: Final = "VERL_PROGRESS_BAR_INTERVAL"
+ENV_PROGRESS_HEARTBEAT_SEC: Final = "VERL_PROGRESS_HEARTBEAT_SEC"
+ENV_PROGRESS_LOG_META_PREVIEW: Final = "VERL_PROGRESS_LOG_META_PREVIEW"
+ENV_ROLLOUT_PROGRESS_INTERVAL: Final = "VERL_ROLLOUT_PROGRESS_INTERVAL"
+ENV_ROLLOUT_PROGRESS_WORKER_INDEX: Final = "VERL_ROLLOUT_PROGRESS_WORKER_INDEX"
+ENV_ROLLOUT_PROGRESS_BAR_WIDTH: Final = "VERL_ROLLOUT_PROGRESS_BAR_WIDTH"
+
+#: Environment prefixes that travel to every Ray worker of the job (runtime_env env_vars).
+PROPAGATED_ENV_PREFIXES: Final[tuple[str, ...]] = ("VERL_OTEL_", "OTEL_", "VERL_PROGRESS_", "VERL_ROLLOUT_PROGRESS_")
+
+# Embedded-default file names under VERL_OTEL_DIR
+TRACES_FILE: Final = "traces.jsonl"
+PROM_TARGETS_FILE: Final = "prometheus_targets.json"
