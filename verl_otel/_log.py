@@ -12,8 +12,11 @@ if not logger.handlers:
     _h = logging.StreamHandler()
     _h.setFormatter(logging.Formatter("[verl-otel] %(levelname)s %(message)s"))
     logger.addHandler(_h)
-    logger.setLevel(os.environ.get("VERL_OTEL_LOG_LEVEL", "INFO").upper() if os.environ.get(
-        "VERL_OTEL_LOG_LEVEL", "INFO").upper() in ("DEBUG", "INFO", "WARNING", "ERROR") else logging.INFO)
+    logger.setLevel(
+        os.environ.get("VERL_OTEL_LOG_LEVEL", "INFO").upper()
+        if os.environ.get("VERL_OTEL_LOG_LEVEL", "INFO").upper() in ("DEBUG", "INFO", "WARNING", "ERROR")
+        else logging.INFO
+    )
     logger.propagate = False
 
 _seen: set[str] = set()

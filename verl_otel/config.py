@@ -1,6 +1,7 @@
-"""Settings from the environment: our VERL_OTEL_* knobs, the VERL_PROGRESS_* knobs (README, Console progress) and the standard
-OTEL_* variables the OpenTelemetry SDK reads. Reading is total: any string gives either its value or one
-line naming the variable and the default used (collected in ``Settings.problems`` and logged once).
+"""Settings from the environment: our VERL_OTEL_* knobs, the VERL_PROGRESS_* knobs (README, Console
+progress) and the standard OTEL_* variables the OpenTelemetry SDK reads. Reading is total: any string
+gives either its value or one line naming the variable and the default used (collected in
+``Settings.problems`` and logged once).
 
 OTEL_* variables are read by the SDK itself, deep inside constructors that raise on values they reject
 (``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` above the queue size, a compression name it does not know, a span
@@ -43,8 +44,7 @@ class _Reader:
             return default
         return val
 
-    def number(self, name: str, default: float, minimum: float | None = None,
-               maximum: float | None = None) -> float:
+    def number(self, name: str, default: float, minimum: float | None = None, maximum: float | None = None) -> float:
         raw = self.env.get(name)
         if raw is None or raw.strip() == "":
             return default
@@ -121,10 +121,15 @@ def _endpoint(r: _Reader, *names: str) -> str | None:
             port_ok = True
         except ValueError:
             parsed, port_ok = urlparse("http://"), False
-        if parsed.scheme not in ("http", "https", "grpc") or not parsed.hostname or not port_ok \
-                or not raw.isprintable():
-            r.bad(name, raw, "the local trace file (OTLP export off)",
-                  "is not a valid URL (e.g. http://localhost:4317)")
+        if (
+            parsed.scheme not in ("http", "https", "grpc")
+            or not parsed.hostname
+            or not port_ok
+            or not raw.isprintable()
+        ):
+            r.bad(
+                name, raw, "the local trace file (OTLP export off)", "is not a valid URL (e.g. http://localhost:4317)"
+            )
             return None
         return raw
     return None
@@ -287,8 +292,14 @@ def _is_text(raw: str) -> bool:
 
 _POSITIVE_MS = _is_int(1, 86_400_000)
 _LIMIT = _is_int(0)
-_SAMPLERS = ("always_on", "always_off", "traceidratio", "parentbased_always_on", "parentbased_always_off",
-             "parentbased_traceidratio")
+_SAMPLERS = (
+    "always_on",
+    "always_off",
+    "traceidratio",
+    "parentbased_always_on",
+    "parentbased_always_off",
+    "parentbased_traceidratio",
+)
 _COMPRESSION = ("gzip", "deflate", "none")
 
 #: Every OTEL_* variable the SDK (and its OTLP exporters) read for traces and metrics, with its check. A bad
@@ -316,20 +327,23 @@ OTEL_VARIABLES: dict[str, Check] = {
     "OTEL_METRICS_EXEMPLAR_FILTER": _one_of("trace_based", "always_on", "always_off"),
     "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE": _one_of("cumulative", "delta", "lowmemory"),
     "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION": _one_of(
-        "explicit_bucket_histogram", "base2_exponential_bucket_histogram"),
+        "explicit_bucket_histogram", "base2_exponential_bucket_histogram"
+    ),
 }
 for _signal in ("", "_TRACES", "_METRICS"):
-    OTEL_VARIABLES.update({
-        f"OTEL_EXPORTER_OTLP{_signal}_ENDPOINT": lambda raw: True,  # checked by load(): bad means file export
-        f"OTEL_EXPORTER_OTLP{_signal}_PROTOCOL": _one_of("grpc", "http/protobuf"),
-        f"OTEL_EXPORTER_OTLP{_signal}_TIMEOUT": _is_float(0.001, 86_400.0),
-        f"OTEL_EXPORTER_OTLP{_signal}_HEADERS": _is_pairs,
-        f"OTEL_EXPORTER_OTLP{_signal}_COMPRESSION": _one_of(*_COMPRESSION),
-        f"OTEL_EXPORTER_OTLP{_signal}_INSECURE": _is_flag,
-        f"OTEL_EXPORTER_OTLP{_signal}_CERTIFICATE": _is_file,
-        f"OTEL_EXPORTER_OTLP{_signal}_CLIENT_KEY": _is_file,
-        f"OTEL_EXPORTER_OTLP{_signal}_CLIENT_CERTIFICATE": _is_file,
-    })
+    OTEL_VARIABLES.update(
+        {
+            f"OTEL_EXPORTER_OTLP{_signal}_ENDPOINT": lambda raw: True,  # checked by load(): bad means file export
+            f"OTEL_EXPORTER_OTLP{_signal}_PROTOCOL": _one_of("grpc", "http/protobuf"),
+            f"OTEL_EXPORTER_OTLP{_signal}_TIMEOUT": _is_float(0.001, 86_400.0),
+            f"OTEL_EXPORTER_OTLP{_signal}_HEADERS": _is_pairs,
+            f"OTEL_EXPORTER_OTLP{_signal}_COMPRESSION": _one_of(*_COMPRESSION),
+            f"OTEL_EXPORTER_OTLP{_signal}_INSECURE": _is_flag,
+            f"OTEL_EXPORTER_OTLP{_signal}_CERTIFICATE": _is_file,
+            f"OTEL_EXPORTER_OTLP{_signal}_CLIENT_KEY": _is_file,
+            f"OTEL_EXPORTER_OTLP{_signal}_CLIENT_CERTIFICATE": _is_file,
+        }
+    )
 
 
 def sanitize_otel_env(env: MutableMapping[str, str] | None = None) -> list[str]:
@@ -353,21 +367,41 @@ def sanitize_otel_env(env: MutableMapping[str, str] | None = None) -> list[str]:
     batch = int(batch_raw or 512)
     if queue < batch:  # the SDK raises on batch > queue; the line names the variable that was set
         if batch_raw:
-            problems.append(f"OTEL_BSP_MAX_EXPORT_BATCH_SIZE={batch} is larger than OTEL_BSP_MAX_QUEUE_SIZE="
-                            f"{queue}; using {queue}")
+            problems.append(
+                f"OTEL_BSP_MAX_EXPORT_BATCH_SIZE={batch} is larger than OTEL_BSP_MAX_QUEUE_SIZE={queue}; using {queue}"
+            )
         else:
-            problems.append(f"OTEL_BSP_MAX_QUEUE_SIZE={queue} is smaller than the default export batch size "
-                            f"{batch}; using a batch size of {queue}")
+            problems.append(
+                f"OTEL_BSP_MAX_QUEUE_SIZE={queue} is smaller than the default export batch size "
+                f"{batch}; using a batch size of {queue}"
+            )
         env["OTEL_BSP_MAX_EXPORT_BATCH_SIZE"] = str(queue)
     return problems
 
 
 #: Our own variables and VERL_PROGRESS_*, for the totality test (each is read by load() or load_progress()).
 OWN_VARIABLES: tuple[str, ...] = (
-    sc.ENV_ENABLED, sc.ENV_DIR, sc.ENV_PROM_PORT, sc.ENV_PROM_HOST, sc.ENV_SAMPLE_SPANS, sc.ENV_CAPTURE_TEXT,
-    sc.ENV_MAX_TEXT, sc.ENV_MAX_METRIC_KEYS, sc.ENV_CONSOLE, sc.ENV_ROLE, sc.ENV_SHUTDOWN_TIMEOUT,
-    sc.ENV_MAX_FILE_MB, sc.ENV_MAX_FILES, sc.ENV_LOG_LEVEL, sc.ENV_ENGINE_SPANS,
-    sc.ENV_PROGRESS_LOG, sc.ENV_PROGRESS_LOG_INTERVAL, sc.ENV_PROGRESS_BAR_INTERVAL, sc.ENV_PROGRESS_HEARTBEAT_SEC,
-    sc.ENV_PROGRESS_LOG_META_PREVIEW, sc.ENV_ROLLOUT_PROGRESS_INTERVAL, sc.ENV_ROLLOUT_PROGRESS_WORKER_INDEX,
+    sc.ENV_ENABLED,
+    sc.ENV_DIR,
+    sc.ENV_PROM_PORT,
+    sc.ENV_PROM_HOST,
+    sc.ENV_SAMPLE_SPANS,
+    sc.ENV_CAPTURE_TEXT,
+    sc.ENV_MAX_TEXT,
+    sc.ENV_MAX_METRIC_KEYS,
+    sc.ENV_CONSOLE,
+    sc.ENV_ROLE,
+    sc.ENV_SHUTDOWN_TIMEOUT,
+    sc.ENV_MAX_FILE_MB,
+    sc.ENV_MAX_FILES,
+    sc.ENV_LOG_LEVEL,
+    sc.ENV_ENGINE_SPANS,
+    sc.ENV_PROGRESS_LOG,
+    sc.ENV_PROGRESS_LOG_INTERVAL,
+    sc.ENV_PROGRESS_BAR_INTERVAL,
+    sc.ENV_PROGRESS_HEARTBEAT_SEC,
+    sc.ENV_PROGRESS_LOG_META_PREVIEW,
+    sc.ENV_ROLLOUT_PROGRESS_INTERVAL,
+    sc.ENV_ROLLOUT_PROGRESS_WORKER_INDEX,
     sc.ENV_ROLLOUT_PROGRESS_BAR_WIDTH,
 )

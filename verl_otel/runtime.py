@@ -53,8 +53,16 @@ class Runtime:
         self.flusher = Flusher(self._flush_exports)
 
     # -- identity --------------------------------------------------------------------------------
-    def wire(self, role: str, *, worker_index: int | None = None, project: Any = None, experiment: Any = None,
-             setup: Callable[[Runtime], None] | None = None, key: str | None = None) -> None:
+    def wire(
+        self,
+        role: str,
+        *,
+        worker_index: int | None = None,
+        project: Any = None,
+        experiment: Any = None,
+        setup: Callable[[Runtime], None] | None = None,
+        key: str | None = None,
+    ) -> None:
         """This process is a ``role``: declare it (before its first span), start the metric exporters and
         run the role's ``setup`` once per ``key`` (default: the role). Never raises."""
         key = key or role
@@ -70,8 +78,11 @@ class Runtime:
                 if setup is not None:
                     setup(self)
             except Exception as exc:  # noqa: BLE001 - wiring never raises into verl
-                warn_once(f"wire:{key}", f"telemetry set-up for {key} failed ({exc!r}); training continues, "
-                          "this part of the telemetry is off")
+                warn_once(
+                    f"wire:{key}",
+                    f"telemetry set-up for {key} failed ({exc!r}); training continues, "
+                    "this part of the telemetry is off",
+                )
             self._report_hooks(role)
 
     def _report_hooks(self, role: str) -> None:
@@ -89,8 +100,7 @@ class Runtime:
     def wired(self, key: str) -> bool:
         return key in self._wired
 
-    def declare(self, role: str, worker_index: int | None = None, project: Any = None,
-                experiment: Any = None) -> None:
+    def declare(self, role: str, worker_index: int | None = None, project: Any = None, experiment: Any = None) -> None:
         """What this process is (the resource is fixed once the first span exists)."""
         with self._lock:
             if self._tracer is None:
@@ -156,12 +166,14 @@ class Runtime:
                     from verl_otel.export import providers
 
                     res = getattr(self._provider, "resource", None) or providers.resource(*self._role, self._run)
-                    self._engine_provider, _ = providers.tracer_provider(self.settings, res, self.drop,
-                                                                         children_only=True,
-                                                                         span_attributes=span_attributes)
+                    self._engine_provider, _ = providers.tracer_provider(
+                        self.settings, res, self.drop, children_only=True, span_attributes=span_attributes
+                    )
                 except Exception as exc:  # noqa: BLE001 - no engine spans, never raise
-                    warn_once("engine-tracer", f"cannot set up the engine's span export ({exc!r}); engine spans "
-                              f"are off in pid {os.getpid()}")
+                    warn_once(
+                        "engine-tracer",
+                        f"cannot set up the engine's span export ({exc!r}); engine spans are off in pid {os.getpid()}",
+                    )
             return self._engine_provider
 
     def add_scrape_target(self, host: str, port: int, labels: dict[str, str]) -> None:
@@ -218,8 +230,12 @@ class Runtime:
         for unregister in [self._unregister, *self._extra_targets]:
             if unregister is not None:
                 self.flusher.submit(unregister)  # jobs run before the flush the wait below asks for
-        if self._unregister is not None or self._extra_targets or self._provider is not None \
-                or self._meter_provider is not None:
+        if (
+            self._unregister is not None
+            or self._extra_targets
+            or self._provider is not None
+            or self._meter_provider is not None
+        ):
             self._wait_in_budget(self.flusher.request())
 
     def _wait_in_budget(self, ticket: int) -> bool:

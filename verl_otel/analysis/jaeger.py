@@ -76,14 +76,24 @@ class JaegerClient:
         self.api: Literal["v3", "legacy"] | None = None  # the API that answered last
 
     # -- public ----------------------------------------------------------------------------
-    def find_traces(self, service: str, start_ns: int, end_ns: int, operation: str = sc.SPAN_STEP,
-                    limit: int = DEFAULT_LIMIT) -> list[Span]:
+    def find_traces(
+        self, service: str, start_ns: int, end_ns: int, operation: str = sc.SPAN_STEP, limit: int = DEFAULT_LIMIT
+    ) -> list[Span]:
         """Every span of the traces holding an ``operation`` span of ``service`` started in the window."""
-        v3 = {"query.service_name": service, "query.operation_name": operation,
-              "query.start_time_min": rfc3339(start_ns), "query.start_time_max": rfc3339(end_ns),
-              "query.num_traces": limit}
-        legacy = {"service": service, "operation": operation, "start": start_ns // 1000,
-                  "end": end_ns // 1000, "limit": limit}
+        v3 = {
+            "query.service_name": service,
+            "query.operation_name": operation,
+            "query.start_time_min": rfc3339(start_ns),
+            "query.start_time_max": rfc3339(end_ns),
+            "query.num_traces": limit,
+        }
+        legacy = {
+            "service": service,
+            "operation": operation,
+            "start": start_ns // 1000,
+            "end": end_ns // 1000,
+            "limit": limit,
+        }
         return self._either(("/api/v3/traces", v3), ("/api/traces", legacy))
 
     def find_steps(self, service: str, start_ns: int, end_ns: int, limit: int = DEFAULT_LIMIT) -> list[Span]:
@@ -105,8 +115,10 @@ class JaegerClient:
         try:
             docs = self._get(*legacy)
         except _RouteMissingError:
-            raise JaegerError(f"{self.base} has neither Jaeger's /api/v3 nor its /api/traces query API "
-                              "(is this the Jaeger query/UI address, port 16686?)") from None
+            raise JaegerError(
+                f"{self.base} has neither Jaeger's /api/v3 nor its /api/traces query API "
+                "(is this the Jaeger query/UI address, port 16686?)"
+            ) from None
         self.api = "legacy"
         return self._parse(legacy[0], docs, _legacy_spans)
 
@@ -116,8 +128,9 @@ class JaegerClient:
         except JaegerError:
             raise
         except MALFORMED as err:
-            raise JaegerError(f"unexpected answer from {self.base}{path}: "
-                              f"{type(err).__name__}: {_one_line(str(err))}") from None
+            raise JaegerError(
+                f"unexpected answer from {self.base}{path}: {type(err).__name__}: {_one_line(str(err))}"
+            ) from None
 
     def _get(self, path: str, params: dict[str, Any]) -> list[Any]:
         """The JSON documents of a GET; [] for Jaeger's "nothing found" 404s."""
@@ -133,8 +146,9 @@ class JaegerClient:
                 if any(marker in text.lower() for marker in _EMPTY_404):
                     return []
                 raise _RouteMissingError() from None
-            raise JaegerError(f"Jaeger at {self.base} answered HTTP {err.code} for {path}: "
-                              f"{_one_line(text) or err.reason}") from None
+            raise JaegerError(
+                f"Jaeger at {self.base} answered HTTP {err.code} for {path}: {_one_line(text) or err.reason}"
+            ) from None
         except urllib.error.URLError as err:
             raise JaegerError(f"cannot reach Jaeger at {self.base}: {_reason(err.reason)}") from None
         except (OSError, http.client.HTTPException) as err:  # timeouts, resets, broken HTTP
@@ -146,8 +160,10 @@ class JaegerClient:
         try:
             return _decode(body)
         except (ValueError, RecursionError):
-            raise JaegerError(f"Jaeger at {self.base} answered something that is not JSON for {path}: "
-                              f"{_one_line(body[:80].decode('utf-8', 'replace'))!r}") from None
+            raise JaegerError(
+                f"Jaeger at {self.base} answered something that is not JSON for {path}: "
+                f"{_one_line(body[:80].decode('utf-8', 'replace'))!r}"
+            ) from None
 
 
 def _reason(err: Any) -> str:
@@ -175,17 +191,25 @@ def legacy_trace(trace: dict[str, Any]) -> list[Span]:
     out = []
     for sp in trace.get("spans") or []:
         tags = {t["key"]: t.get("value") for t in sp.get("tags") or []}
-        parent = next((r["spanID"] for r in sp.get("references") or [] if r.get("refType") == "CHILD_OF"),
-                      sp.get("parentSpanID", ""))
+        parent = next(
+            (r["spanID"] for r in sp.get("references") or [] if r.get("refType") == "CHILD_OF"),
+            sp.get("parentSpanID", ""),
+        )
         start_ns = int(sp["startTime"]) * 1000
-        out.append(Span(
-            trace_id=hex_id(sp["traceID"], 16), span_id=hex_id(sp["spanID"], 8), parent_id=hex_id(parent, 8),
-            name=str(sp["operationName"]), start_ns=start_ns, end_ns=start_ns + int(sp.get("duration") or 0) * 1000,
-            attributes=tags,
-            status_error=tags.get("error") in (True, "true") or tags.get("otel.status_code") == "ERROR",
-            service=str((processes.get(sp.get("processID")) or {}).get("serviceName", "")),
-            events=tuple(_legacy_event(log) for log in sp.get("logs") or []),
-        ))
+        out.append(
+            Span(
+                trace_id=hex_id(sp["traceID"], 16),
+                span_id=hex_id(sp["spanID"], 8),
+                parent_id=hex_id(parent, 8),
+                name=str(sp["operationName"]),
+                start_ns=start_ns,
+                end_ns=start_ns + int(sp.get("duration") or 0) * 1000,
+                attributes=tags,
+                status_error=tags.get("error") in (True, "true") or tags.get("otel.status_code") == "ERROR",
+                service=str((processes.get(sp.get("processID")) or {}).get("serviceName", "")),
+                events=tuple(_legacy_event(log) for log in sp.get("logs") or []),
+            )
+        )
     return out
 
 

@@ -99,8 +99,12 @@ def spans_from_request(doc: Any) -> Iterator[Span]:
                     attributes=attributes(sp.get("attributes")),
                     status_error=(sp.get("status") or {}).get("code") in _STATUS_ERROR,
                     service=service,
-                    events=tuple(Event(str(e.get("name") or ""), _ns(e.get("timeUnixNano") or 0),
-                                       attributes(e.get("attributes"))) for e in sp.get("events") or []),
+                    events=tuple(
+                        Event(
+                            str(e.get("name") or ""), _ns(e.get("timeUnixNano") or 0), attributes(e.get("attributes"))
+                        )
+                        for e in sp.get("events") or []
+                    ),
                     links=tuple(_link(ln) for ln in sp.get("links") or []),
                     resource=res,
                 )
@@ -131,7 +135,7 @@ def rotated_set(path: Path | str) -> list[Path]:
     path = Path(path)
     older = []
     for sibling in path.parent.glob(path.name + ".*"):
-        suffix = sibling.name[len(path.name) + 1:]
+        suffix = sibling.name[len(path.name) + 1 :]
         if suffix.isdigit():
             older.append((int(suffix), sibling))
     return [p for _, p in sorted(older, reverse=True)] + [path]
@@ -166,4 +170,3 @@ def _read_one(path: Path, min_start_ns: int, out: FileRead) -> None:
                     out.spans.append(span)
                 else:
                     out.older += 1
-

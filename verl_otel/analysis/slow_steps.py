@@ -95,8 +95,9 @@ def near_zero_s(steps: list[StepTrace]) -> float:
     return max(NEAR_ZERO_FLOOR_S, NEAR_ZERO_OF_STEP * typical)
 
 
-def explain(step: StepTrace, medians: dict[str, float], near_zero: float, compared: int,
-            ran_in: dict[str, int] | None = None) -> Verdict:
+def explain(
+    step: StepTrace, medians: dict[str, float], near_zero: float, compared: int, ran_in: dict[str, int] | None = None
+) -> Verdict:
     """The phase of ``step`` that added the most time: a phase that runs in every step against its
     median, one that ran in only some steps (``ran_in`` below ``compared``; without ``ran_in``: a ~0
     median) with all of its time, if notable. Ties at the precision shown go to the larger ratio."""
@@ -135,8 +136,9 @@ def rank(steps: list[StepTrace], top: int) -> Ranking:
     ran_in = phase_presence(compared)
     nz = near_zero_s(compared)
     slowest = sorted(compared, key=lambda s: s.seconds, reverse=True)[: max(0, top)]
-    return Ranking([explain(s, medians, nz, len(compared), ran_in) for s in slowest], len(compared), medians, nz,
-                   ran_in)
+    return Ranking(
+        [explain(s, medians, nz, len(compared), ran_in) for s in slowest], len(compared), medians, nz, ran_in
+    )
 
 
 # -- rendering --------------------------------------------------------------------------------
@@ -149,30 +151,47 @@ def to_json(ranking: Ranking, ui_base: str | None) -> list[dict[str, Any]]:
     out = []
     for i, v in enumerate(ranking.verdicts, 1):
         st = v.step
-        out.append({
-            "rank": i,
-            "global_step": st.global_step,
-            "trace_id": st.trace_id,
-            "start": rfc3339(st.start_ns),
-            "duration_s": _r(st.seconds),
-            "error": st.error,
-            "phases": {p: _r(s) for p, s in sorted(st.phases.items(), key=lambda kv: -kv[1])},
-            "phase_runs": dict(st.phase_runs),
-            "phase_ratios": {p: _r(r, 2) for p, r in v.ratios.items()},
-            "cause": None if v.cause is None else {
-                "phase": v.cause.phase, "duration_s": _r(v.cause.seconds), "median_s": _r(v.cause.median_s),
-                # a phase that ran in only some steps has no ratio: all of its time is extra
-                "ratio_to_median": None if v.cause.sometimes else _r(v.cause.ratio, 2),
-                "ran_in_steps": v.cause.ran_in, "excess_s": _r(v.cause.excess_s),
-                "stands_out": v.cause.stands_out},
-            "note": v.note,
-            "summary": cause_text(v),
-            "also_not_every_step": [{"phase": p, "duration_s": _r(s)} for p, s in v.unusual],
-            "slowest_samples": [{"index": s.index, "rollout_n": s.rollout_n, "duration_s": _r(s.seconds),
-                                 "worker": s.worker, "mode": s.mode, "error": s.error, "engine": _engine_json(s)}
-                                for s in st.samples[:SAMPLES_SHOWN]],
-            "link": trace_link(ui_base, st.trace_id) if ui_base else None,
-        })
+        out.append(
+            {
+                "rank": i,
+                "global_step": st.global_step,
+                "trace_id": st.trace_id,
+                "start": rfc3339(st.start_ns),
+                "duration_s": _r(st.seconds),
+                "error": st.error,
+                "phases": {p: _r(s) for p, s in sorted(st.phases.items(), key=lambda kv: -kv[1])},
+                "phase_runs": dict(st.phase_runs),
+                "phase_ratios": {p: _r(r, 2) for p, r in v.ratios.items()},
+                "cause": None
+                if v.cause is None
+                else {
+                    "phase": v.cause.phase,
+                    "duration_s": _r(v.cause.seconds),
+                    "median_s": _r(v.cause.median_s),
+                    # a phase that ran in only some steps has no ratio: all of its time is extra
+                    "ratio_to_median": None if v.cause.sometimes else _r(v.cause.ratio, 2),
+                    "ran_in_steps": v.cause.ran_in,
+                    "excess_s": _r(v.cause.excess_s),
+                    "stands_out": v.cause.stands_out,
+                },
+                "note": v.note,
+                "summary": cause_text(v),
+                "also_not_every_step": [{"phase": p, "duration_s": _r(s)} for p, s in v.unusual],
+                "slowest_samples": [
+                    {
+                        "index": s.index,
+                        "rollout_n": s.rollout_n,
+                        "duration_s": _r(s.seconds),
+                        "worker": s.worker,
+                        "mode": s.mode,
+                        "error": s.error,
+                        "engine": _engine_json(s),
+                    }
+                    for s in st.samples[:SAMPLES_SHOWN]
+                ],
+                "link": trace_link(ui_base, st.trace_id) if ui_base else None,
+            }
+        )
     return out
 
 
@@ -180,8 +199,13 @@ def _engine_json(s: Sample) -> dict[str, Any] | None:
     e = s.engine
     if e is None:
         return None
-    return {"requests": e.requests, "queue_s": _r(e.queue_s), "prefill_s": _r(e.prefill_s),
-            "decode_s": _r(e.decode_s), "replica": e.replica}
+    return {
+        "requests": e.requests,
+        "queue_s": _r(e.queue_s),
+        "prefill_s": _r(e.prefill_s),
+        "decode_s": _r(e.decode_s),
+        "replica": e.replica,
+    }
 
 
 def _sometimes_text(phase: str, seconds: float, ran_in: int | None, compared: int) -> str:
@@ -209,11 +233,17 @@ def sample_text(s: Sample) -> str:
     where += [s.mode] if s.mode not in (None, sc.MODE_TRAIN) else []
     e = s.engine
     if e is not None:  # why it was slow, from the engine's own spans
-        where.append(f"engine: queue {e.queue_s:.2f}s, prefill {e.prefill_s:.2f}s, decode {e.decode_s:.2f}s"
-                     + (f" in {e.requests} requests" if e.requests > 1 else "")
-                     + (f", replica {e.replica}" if e.replica is not None else ""))
-    return (("#?" if s.index is None else f"#{s.index}") + f" {s.seconds:.2f}s"
-            + (f" ({', '.join(where)})" if where else "") + (" ERROR" if s.error else ""))
+        where.append(
+            f"engine: queue {e.queue_s:.2f}s, prefill {e.prefill_s:.2f}s, decode {e.decode_s:.2f}s"
+            + (f" in {e.requests} requests" if e.requests > 1 else "")
+            + (f", replica {e.replica}" if e.replica is not None else "")
+        )
+    return (
+        ("#?" if s.index is None else f"#{s.index}")
+        + f" {s.seconds:.2f}s"
+        + (f" ({', '.join(where)})" if where else "")
+        + (" ERROR" if s.error else "")
+    )
 
 
 def to_text(ranking: Ranking, ui_base: str | None) -> str:

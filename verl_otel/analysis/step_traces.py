@@ -71,8 +71,13 @@ def engine_time(spans: list[Span]) -> EngineTime | None:
         return sum(float(s.attributes.get(attr) or 0.0) for s in spans)
 
     replicas = {as_int(s.attributes.get(sc.ATTR_ENGINE_REPLICA)) for s in spans} - {None}
-    return EngineTime(len(spans), total(sc.ENGINE_ATTR_QUEUE), total(sc.ENGINE_ATTR_PREFILL),
-                      total(sc.ENGINE_ATTR_DECODE), replicas.pop() if len(replicas) == 1 else None)
+    return EngineTime(
+        len(spans),
+        total(sc.ENGINE_ATTR_QUEUE),
+        total(sc.ENGINE_ATTR_PREFILL),
+        total(sc.ENGINE_ATTR_DECODE),
+        replicas.pop() if len(replicas) == 1 else None,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +137,14 @@ def build_step(trace: list[Span]) -> StepTrace | None:
     if str(root.attributes.get(sc.ATTR_STOPPED)).lower() == "true":
         return None  # fully_async's stop: the queue had closed, nothing trained (it would skew the medians)
     number = as_int(root.attributes.get(sc.ATTR_GLOBAL_STEP))
-    step = StepTrace(root.trace_id, number if number is not None and number >= 0 else None,
-                     root.start_ns, root.seconds, root.service, root.status_error)
+    step = StepTrace(
+        root.trace_id,
+        number if number is not None and number >= 0 else None,
+        root.start_ns,
+        root.seconds,
+        root.service,
+        root.status_error,
+    )
     workers = {s.span_id: s.attributes for s in unique if s.name == sc.SPAN_ROLLOUT_WORKER}
     requests: dict[str, list[Span]] = defaultdict(list)
     for s in unique:
@@ -143,10 +154,17 @@ def build_step(trace: list[Span]) -> StepTrace | None:
         if s.name == sc.SPAN_ROLLOUT_SAMPLE:
             worker = workers.get(s.parent_id, {})
             mode = worker.get(sc.ATTR_MODE)
-            step.samples.append(Sample(
-                as_int(s.attributes.get(sc.ATTR_SAMPLE_INDEX)), s.seconds, as_int(worker.get(sc.ATTR_WORKER_INDEX)),
-                s.status_error, as_int(s.attributes.get(sc.ATTR_SAMPLE_ROLLOUT_N)),
-                None if mode is None else str(mode), engine_time(requests.get(s.span_id, []))))
+            step.samples.append(
+                Sample(
+                    as_int(s.attributes.get(sc.ATTR_SAMPLE_INDEX)),
+                    s.seconds,
+                    as_int(worker.get(sc.ATTR_WORKER_INDEX)),
+                    s.status_error,
+                    as_int(s.attributes.get(sc.ATTR_SAMPLE_ROLLOUT_N)),
+                    None if mode is None else str(mode),
+                    engine_time(requests.get(s.span_id, [])),
+                )
+            )
         elif _is_phase(s, root):
             step.phases[s.name] = step.phases.get(s.name, 0.0) + s.seconds
             step.phase_runs[s.name] = step.phase_runs.get(s.name, 0) + 1

@@ -58,14 +58,21 @@ def generations(spans: Iterable[Span]) -> list[Generation]:
                 continue
             a = ev.attributes
             score = a.get(sc.ATTR_VAL_SCORE)
-            by_span[(span.start_ns, span.trace_id, span.span_id)].append(Generation(
-                step=_step_of(span, roots),
-                score=float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else None,
-                data_source=sources[0] if len(sources) == 1 else None, data_sources=sources,
-                prompt=_opt_str(a.get(sc.ATTR_VAL_INPUT)), response=_opt_str(a.get(sc.ATTR_VAL_OUTPUT)),
-                truncated=a.get(sc.ATTR_VAL_TRUNCATED) if isinstance(a.get(sc.ATTR_VAL_TRUNCATED), bool) else None,
-                param_version=as_int(span.attributes.get(sc.ATTR_PARAM_VERSION)),
-                time_ns=ev.time_ns or span.start_ns, trace_id=span.trace_id, service=span.service))
+            by_span[(span.start_ns, span.trace_id, span.span_id)].append(
+                Generation(
+                    step=_step_of(span, roots),
+                    score=float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else None,
+                    data_source=sources[0] if len(sources) == 1 else None,
+                    data_sources=sources,
+                    prompt=_opt_str(a.get(sc.ATTR_VAL_INPUT)),
+                    response=_opt_str(a.get(sc.ATTR_VAL_OUTPUT)),
+                    truncated=a.get(sc.ATTR_VAL_TRUNCATED) if isinstance(a.get(sc.ATTR_VAL_TRUNCATED), bool) else None,
+                    param_version=as_int(span.attributes.get(sc.ATTR_PARAM_VERSION)),
+                    time_ns=ev.time_ns or span.start_ns,
+                    trace_id=span.trace_id,
+                    service=span.service,
+                )
+            )
     out: list[Generation] = []
     for key in sorted(by_span, reverse=True):
         out += by_span[key]

@@ -17,15 +17,19 @@ PROG = "verl-otel slow-steps"
 __all__ = ["add_parser", "default_file", "human", "parse_since", "run"]
 
 
-
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("slow-steps", help="the slowest steps and the phase that made each slow",
-                              description=__doc__)
+    p = subparsers.add_parser(
+        "slow-steps", help="the slowest steps and the phase that made each slow", description=__doc__
+    )
     add_source_args(p)
     p.add_argument("--top", type=positive_int, default=5, metavar="N", help="how many steps (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print JSON (a list, slowest step first)")
-    p.add_argument("--jaeger-ui", metavar="URL", default=None,
-                   help="base URL of trace links (default: --jaeger; reading a file, no links unless given)")
+    p.add_argument(
+        "--jaeger-ui",
+        metavar="URL",
+        default=None,
+        help="base URL of trace links (default: --jaeger; reading a file, no links unless given)",
+    )
     return p
 
 
@@ -55,5 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _header(ranking: slow_steps.Ranking, service: str, window: str, source: str) -> str:
     n = ranking.steps_compared
-    return (f"{len(ranking.verdicts)} slowest of {n} step{'s' * (n != 1)} of service {service!r} {window} "
-            f"({source}); each phase is compared with its median over those steps")
+    return (
+        f"{len(ranking.verdicts)} slowest of {n} step{'s' * (n != 1)} of service {service!r} {window} "
+        f"({source}); each phase is compared with its median over those steps"
+    )

@@ -42,13 +42,22 @@ def default_file() -> Path:
 def add_source_args(p: argparse.ArgumentParser, since: str = "24h") -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--jaeger", metavar="URL", help="Jaeger query/UI base URL, e.g. http://localhost:16686")
-    src.add_argument("--file", metavar="TRACES_JSONL",
-                     help=f"OTLP/JSON trace file (default: ${sc.ENV_DIR}/{sc.TRACES_FILE}, {sc.ENV_DIR} "
-                          f"defaulting to {DEFAULT_DIR})")
-    p.add_argument("--service", default=sc.SERVICE_NAME_DEFAULT,
-                   help="service.name of the trainer (default: %(default)s)")
-    p.add_argument("--since", type=parse_since, default=parse_since(since), metavar="WINDOW",
-                   help=f"how far back, e.g. 30m, 2h, 1d (default: {since})")
+    src.add_argument(
+        "--file",
+        metavar="TRACES_JSONL",
+        help=f"OTLP/JSON trace file (default: ${sc.ENV_DIR}/{sc.TRACES_FILE}, {sc.ENV_DIR} "
+        f"defaulting to {DEFAULT_DIR})",
+    )
+    p.add_argument(
+        "--service", default=sc.SERVICE_NAME_DEFAULT, help="service.name of the trainer (default: %(default)s)"
+    )
+    p.add_argument(
+        "--since",
+        type=parse_since,
+        default=parse_since(since),
+        metavar="WINDOW",
+        help=f"how far back, e.g. 30m, 2h, 1d (default: {since})",
+    )
 
 
 @dataclass

@@ -33,8 +33,11 @@ def stack_files(root: Path) -> list[Path]:
     out = []
     for part in PARTS:
         p = root / part
-        out += [f.relative_to(root) for f in sorted(p.rglob("*")) if f.is_file() and "__pycache__" not in f.parts] \
-            if p.is_dir() else [Path(part)]
+        out += (
+            [f.relative_to(root) for f in sorted(p.rglob("*")) if f.is_file() and "__pycache__" not in f.parts]
+            if p.is_dir()
+            else [Path(part)]
+        )
     return sorted(out)
 
 
@@ -52,8 +55,9 @@ def write(dest: Path, force: bool = False) -> list[Path]:
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("stack", help="the Docker stack (Collector, Jaeger, Prometheus, Grafana)",
-                              description=__doc__)
+    p = subparsers.add_parser(
+        "stack", help="the Docker stack (Collector, Jaeger, Prometheus, Grafana)", description=__doc__
+    )
     sub = p.add_subparsers(dest="stack_command", required=True)
     w = sub.add_parser("write", help="write docker-compose.yml and its configs into DIR", description=__doc__)
     w.add_argument("dir", metavar="DIR", help="where to write (created if missing)")
@@ -73,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     print(f"wrote {len(files)} files of the verl-otel stack to {dest}:")
     print("\n".join(f"  {f}" for f in files))
-    print(f"next: cd {dest} && docker compose up -d   (then export OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4317;"
-          " deploy/README.md says more)")
+    print(
+        f"next: cd {dest} && docker compose up -d   (then export OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4317;"
+        " deploy/README.md says more)"
+    )
     return 0

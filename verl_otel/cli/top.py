@@ -21,20 +21,38 @@ DEFAULT_DIR = "./verl-otel-data"
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser("top", help="live terminal view of a running job", description=__doc__)
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--targets", metavar="FILE_OR_DIR",
-                     help=f"the run's {sc.PROM_TARGETS_FILE} or its directory (default: ${sc.ENV_DIR}, "
-                          f"defaulting to {DEFAULT_DIR})")
+    src.add_argument(
+        "--targets",
+        metavar="FILE_OR_DIR",
+        help=f"the run's {sc.PROM_TARGETS_FILE} or its directory (default: ${sc.ENV_DIR}, defaulting to {DEFAULT_DIR})",
+    )
     src.add_argument("--prometheus", metavar="URL", help="read from Prometheus instead, e.g. http://localhost:9090")
-    p.add_argument("--run", metavar="PROJECT/EXPERIMENT",
-                   help="the run to show when the source holds several (default: the one that stepped last)")
+    p.add_argument(
+        "--run",
+        metavar="PROJECT/EXPERIMENT",
+        help="the run to show when the source holds several (default: the one that stepped last)",
+    )
     p.add_argument("--once", action="store_true", help="print one frame and exit")
-    p.add_argument("--interval", type=positive_float, default=2.0, metavar="SECONDS",
-                   help="refresh period (default: %(default)s)")
-    p.add_argument("--steps", type=positive_int, default=5, metavar="N",
-                   help="steps in the phase-time table (default: %(default)s)")
-    p.add_argument("--gpu-memory-gb", type=positive_float, default=None, metavar="GB",
-                   help="device memory for the memory signal (default: the alert rules' 80)")
-    p.add_argument("--width", type=positive_int, default=None, help="columns of --once output (default: the terminal's)")
+    p.add_argument(
+        "--interval", type=positive_float, default=2.0, metavar="SECONDS", help="refresh period (default: %(default)s)"
+    )
+    p.add_argument(
+        "--steps",
+        type=positive_int,
+        default=5,
+        metavar="N",
+        help="steps in the phase-time table (default: %(default)s)",
+    )
+    p.add_argument(
+        "--gpu-memory-gb",
+        type=positive_float,
+        default=None,
+        metavar="GB",
+        help="device memory for the memory signal (default: the alert rules' 80)",
+    )
+    p.add_argument(
+        "--width", type=positive_int, default=None, help="columns of --once output (default: the terminal's)"
+    )
     return p
 
 

@@ -19,12 +19,14 @@ PROG = "verl-otel val-generations"
 INDENT = "    "
 
 
-
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("val-generations", help="validation generations of a run, newest first",
-                              description=__doc__)
+    p = subparsers.add_parser(
+        "val-generations", help="validation generations of a run, newest first", description=__doc__
+    )
     add_source_args(p, since="7d")
-    p.add_argument("--step", type=non_negative_int, metavar="N", help="only the validation of global step N (0: before training)")
+    p.add_argument(
+        "--step", type=non_negative_int, metavar="N", help="only the validation of global step N (0: before training)"
+    )
     p.add_argument("--json", action="store_true", help="print JSON (a list, newest first)")
     return p
 
@@ -42,17 +44,27 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not found:
         which = f" of step {args.step}" if args.step is not None else ""
-        return fail(PROG, f"no validation generations{which} for service {args.service!r} {got.window} in "
-                          f"{got.source}{got.hint} (verl logs them with trainer.log_val_generations > 0)")
-    print(f"{len(found)} validation generation{'s' * (len(found) != 1)} of service {args.service!r} "
-          f"{got.window} ({got.source}), newest first")
+        return fail(
+            PROG,
+            f"no validation generations{which} for service {args.service!r} {got.window} in "
+            f"{got.source}{got.hint} (verl logs them with trainer.log_val_generations > 0)",
+        )
+    print(
+        f"{len(found)} validation generation{'s' * (len(found) != 1)} of service {args.service!r} "
+        f"{got.window} ({got.source}), newest first"
+    )
     print("\n".join(map(to_text, found)))
     return 0
 
 
 def to_text(g: Generation) -> str:
-    where = (f"step {g.step}" if g.step is not None
-             else f"param version {g.param_version}" if g.param_version is not None else "step ?")
+    where = (
+        f"step {g.step}"
+        if g.step is not None
+        else f"param version {g.param_version}"
+        if g.param_version is not None
+        else "step ?"
+    )
     score = "-" if g.score is None else f"{g.score:g}"
     source = g.data_source or (" or ".join(g.data_sources) if g.data_sources else "-")
     lines = [f"{where}  score {score}  data source {source}  {rfc3339(g.time_ns)[:19]}Z"]

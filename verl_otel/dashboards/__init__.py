@@ -40,8 +40,9 @@ def all_expressions() -> list[tuple[str, str, str | None]]:
                 out.append((f"{dash.uid}/var/{var['name']}", match["selector"], None))
         for panel in dash.panels:
             for target in panel.targets:
-                out.append((f"{dash.uid}/{panel.title}/{target.legend}", target.expr,
-                            target.cpu_empty or panel.cpu_empty))
+                out.append(
+                    (f"{dash.uid}/{panel.title}/{target.legend}", target.expr, target.cpu_empty or panel.cpu_empty)
+                )
         for ann in dash.annotations:
             out.append((f"{dash.uid}/annotation/{ann.name}", ann.expr, ann.cpu_empty))
     for rule in alerts.rules():

@@ -46,45 +46,71 @@ class Thresholds:
 
     step_stall_factor: float = _t(3.0, "VerlStepStalled: no new step for this many mean step times ...")
     step_stall_min_s: float = _t(600.0, "... and at least this many seconds")
-    phase_hung_factor: float = _t(5.0, "VerlPhaseHung: the running phase's elapsed time above this many times its "
-                                       "mean duration ...")
+    phase_hung_factor: float = _t(
+        5.0, "VerlPhaseHung: the running phase's elapsed time above this many times its mean duration ..."
+    )
     phase_hung_min_s: float = _t(900.0, "... and at least this many seconds")
-    phase_first_max_s: float = _t(7200.0, "VerlPhaseHungFirstRun: a phase with no finished run yet in this "
-                                           "process (the first step, or after a restart) active longer than this")
-    rollout_stall_window: str = _t("10m", "VerlRolloutStalled: no sample finished in this window (of an older "
-                                          "rollout) while samples are in flight")
+    phase_first_max_s: float = _t(
+        7200.0,
+        "VerlPhaseHungFirstRun: a phase with no finished run yet in this "
+        "process (the first step, or after a restart) active longer than this",
+    )
+    rollout_stall_window: str = _t(
+        "10m", "VerlRolloutStalled: no sample finished in this window (of an older rollout) while samples are in flight"
+    )
     score_zero_window: str = _t("1h", "VerlScoreStuckAtZero: critic/score/mean exactly 0 over this window ...")
     score_zero_min_steps: float = _t(10.0, "... once the run is past this step")
-    grad_norm_factor: float = _t(10.0, "VerlGradNormSpike: actor/ or critic/grad_norm above this many times its 1h "
-                                       "median")
+    grad_norm_factor: float = _t(
+        10.0, "VerlGradNormSpike: actor/ or critic/grad_norm above this many times its 1h median"
+    )
     kl_max: float = _t(0.05, "VerlKLBlowUp: actor/ppo_kl or actor/kl_loss above this for 5m (healthy 1e-3..1e-2)")
-    kl_min: float = _t(0.001, "VerlKLTooSmallRewardFlat: every KL verl logs (ppo_kl, kl_loss, reward_kl_penalty) "
-                              "below this on average over reward_flat_window ...")
+    kl_min: float = _t(
+        0.001,
+        "VerlKLTooSmallRewardFlat: every KL verl logs (ppo_kl, kl_loss, reward_kl_penalty) "
+        "below this on average over reward_flat_window ...",
+    )
     reward_flat_window: str = _t("30m", "... while the mean score of this window ...")
     reward_flat_min_gain: float = _t(0.01, "... rose less than this over the window before")
     entropy_min: float = _t(0.05, "VerlEntropyCollapse: actor/entropy below this for 10m (healthy 0.4-0.6 early)")
     entropy_band_low: float = _t(0.4, "VerlEntropyOutOfBand: the 30m mean of actor/entropy below this ...")
     entropy_band_high: float = _t(0.6, "... or above this (the guides' healthy band)")
-    reward_spread_min: float = _t(0.01, "VerlRewardSpreadCollapsed: critic/score/max - min below this over 30m past "
-                                        "score_zero_min_steps (the reward's std is at most half of it)")
-    clipfrac_max: float = _t(0.8, "VerlClipFractionNearOne: the 15m mean of actor/pg_clipfrac above this "
-                                  "(healthy < 0.2)")
+    reward_spread_min: float = _t(
+        0.01,
+        "VerlRewardSpreadCollapsed: critic/score/max - min below this over 30m past "
+        "score_zero_min_steps (the reward's std is at most half of it)",
+    )
+    clipfrac_max: float = _t(
+        0.8, "VerlClipFractionNearOne: the 15m mean of actor/pg_clipfrac above this (healthy < 0.2)"
+    )
     vf_loss_factor: float = _t(10.0, "VerlValueLossBlowUp: critic/vf_loss above this many times its 1h median")
     memory_fraction: float = _t(0.95, "VerlGPUMemoryNearLimit: DCGM used/total above this, or ...")
-    gpu_memory_gb: float = _t(80.0, "... verl's [actor/]perf/max_memory_reserved_gb above memory_fraction x the "
-                                    "smallest GPU DCGM reports, or x this (GiB) without DCGM")
-    step_regression_factor: float = _t(1.5, "VerlStepTimeRegression: 15m mean of timing_s/step above this many "
-                                            "times its 6h median")
-    run_gone_window: str = _t("1h", "VerlRunGone: a run that reported within this window and vanished short of "
-                                    "its planned steps")
-    pipeline_window: str = _t("5m", "Collector rules: failures, queue drops or refusals within this window; "
-                                    "VerlRunGone and VerlStepStalled keep quiet while the Collector refused data in it")
-    dropped_window: str = _t("10m", "VerlTelemetryDropped: verl-otel lost data (export_failed, queue_full, key_cap) "
-                                    "within this window")
-    engine_kv_cache_max: float = _t(0.95, "VerlEngineKVCacheSaturated: vLLM's KV-cache usage above this share while "
-                                          "requests wait, for 5m")
-    engine_preemption_window: str = _t("10m", "VerlEnginePreemptionsClimbing: vLLM preempted more than "
-                                              "engine_preemptions_max requests within this window ...")
+    gpu_memory_gb: float = _t(
+        80.0,
+        "... verl's [actor/]perf/max_memory_reserved_gb above memory_fraction x the "
+        "smallest GPU DCGM reports, or x this (GiB) without DCGM",
+    )
+    step_regression_factor: float = _t(
+        1.5, "VerlStepTimeRegression: 15m mean of timing_s/step above this many times its 6h median"
+    )
+    run_gone_window: str = _t(
+        "1h", "VerlRunGone: a run that reported within this window and vanished short of its planned steps"
+    )
+    pipeline_window: str = _t(
+        "5m",
+        "Collector rules: failures, queue drops or refusals within this window; "
+        "VerlRunGone and VerlStepStalled keep quiet while the Collector refused data in it",
+    )
+    dropped_window: str = _t(
+        "10m", "VerlTelemetryDropped: verl-otel lost data (export_failed, queue_full, key_cap) within this window"
+    )
+    engine_kv_cache_max: float = _t(
+        0.95, "VerlEngineKVCacheSaturated: vLLM's KV-cache usage above this share while requests wait, for 5m"
+    )
+    engine_preemption_window: str = _t(
+        "10m",
+        "VerlEnginePreemptionsClimbing: vLLM preempted more than "
+        "engine_preemptions_max requests within this window ...",
+    )
     engine_preemptions_max: float = _t(10.0, "... (per rollout replica)")
 
     @classmethod
@@ -115,8 +141,13 @@ class Rule:
     group: str = "verl-training"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"alert": self.name, "expr": self.expr, "for": self.for_, "labels": {"severity": self.severity},
-                "annotations": {"summary": self.summary, "description": self.description}}
+        return {
+            "alert": self.name,
+            "expr": self.expr,
+            "for": self.for_,
+            "labels": {"severity": self.severity},
+            "annotations": {"summary": self.summary, "description": self.description},
+        }
 
 
 def _k(key: str) -> str:
@@ -132,8 +163,10 @@ def _spike(key: str, factor: float) -> str:
 def pipeline_unhealthy(t: Thresholds) -> str:
     """Non-empty while the Collector is down or refuses metrics: the run's series then vanish or freeze whatever
     the trainer does, so the rules that read silence as a dead or stalled run must not fire."""
-    return (f'(max({sc.PROM_UP}{{job="{COLLECTOR_JOB}"}} == 0) or '
-            f"max(rate({sc.OTELCOL_REFUSED_POINTS}[{t.pipeline_window}]) > 0))")
+    return (
+        f'(max({sc.PROM_UP}{{job="{COLLECTOR_JOB}"}} == 0) or '
+        f"max(rate({sc.OTELCOL_REFUSED_POINTS}[{t.pipeline_window}]) > 0))"
+    )
 
 
 def _per_exporter(metrics: tuple[str, ...], window: str) -> str:
@@ -149,27 +182,43 @@ def engine_rules(t: Thresholds) -> list[Rule]:
     """The rollout engine's (vLLM's) own signals: a full KV cache, preemptions, a stuck queue."""
     waiting = f"sum by ({ENGINE_BY}) ({_engine(sc.VLLM_REQUESTS_WAITING)})"
     return [
-        Rule("VerlEngineKVCacheSaturated",
-             f"(max by ({ENGINE_BY}) ({_engine(sc.VLLM_KV_CACHE_USAGE)}) > {t.engine_kv_cache_max:g}) "
-             f"and on({ENGINE_BY}) ({waiting} > 0)",
-             "5m", "warning", "rollout replica {{ $labels.replica }}: KV cache full with requests waiting",
-             f"vLLM's KV cache is above {t.engine_kv_cache_max:.0%} in use while requests wait: samples queue "
-             "(slow rollouts, long tails). Raise gpu_memory_utilization, lower max_num_seqs or the response length, "
-             "or add rollout replicas.", cpu_empty=_ENGINE_CPU, group=ENGINE_GROUP),
-        Rule("VerlEnginePreemptionsClimbing",
-             f"sum by ({ENGINE_BY}) (increase({_engine(sc.VLLM_PREEMPTIONS)}[{t.engine_preemption_window}])) "
-             f"> {t.engine_preemptions_max:g}",
-             "5m", "warning", "rollout replica {{ $labels.replica }}: vLLM keeps preempting requests",
-             f"vLLM preempted more than {t.engine_preemptions_max:g} requests within {t.engine_preemption_window}: "
-             "the KV cache is too small for the batch, preempted samples are recomputed (their rollout.sample "
-             "spans carry verl.sample.preemptions).", cpu_empty=_ENGINE_CPU, group=ENGINE_GROUP),
-        Rule("VerlEngineStuck",
-             f"({waiting} > 0) and on({ENGINE_BY}) "
-             f"(sum by ({ENGINE_BY}) ({_engine(sc.VLLM_REQUESTS_RUNNING)}) == 0)",
-             "2m", "critical", "rollout replica {{ $labels.replica }}: requests wait and none runs",
-             "vLLM has requests waiting and runs none: the engine is stuck or paused (a weight sync or sleep that "
-             "never resumed, a dead engine core). The rollout will not finish.",
-             cpu_empty=_ENGINE_CPU, group=ENGINE_GROUP),
+        Rule(
+            "VerlEngineKVCacheSaturated",
+            f"(max by ({ENGINE_BY}) ({_engine(sc.VLLM_KV_CACHE_USAGE)}) > {t.engine_kv_cache_max:g}) "
+            f"and on({ENGINE_BY}) ({waiting} > 0)",
+            "5m",
+            "warning",
+            "rollout replica {{ $labels.replica }}: KV cache full with requests waiting",
+            f"vLLM's KV cache is above {t.engine_kv_cache_max:.0%} in use while requests wait: samples queue "
+            "(slow rollouts, long tails). Raise gpu_memory_utilization, lower max_num_seqs or the response length, "
+            "or add rollout replicas.",
+            cpu_empty=_ENGINE_CPU,
+            group=ENGINE_GROUP,
+        ),
+        Rule(
+            "VerlEnginePreemptionsClimbing",
+            f"sum by ({ENGINE_BY}) (increase({_engine(sc.VLLM_PREEMPTIONS)}[{t.engine_preemption_window}])) "
+            f"> {t.engine_preemptions_max:g}",
+            "5m",
+            "warning",
+            "rollout replica {{ $labels.replica }}: vLLM keeps preempting requests",
+            f"vLLM preempted more than {t.engine_preemptions_max:g} requests within {t.engine_preemption_window}: "
+            "the KV cache is too small for the batch, preempted samples are recomputed (their rollout.sample "
+            "spans carry verl.sample.preemptions).",
+            cpu_empty=_ENGINE_CPU,
+            group=ENGINE_GROUP,
+        ),
+        Rule(
+            "VerlEngineStuck",
+            f"({waiting} > 0) and on({ENGINE_BY}) (sum by ({ENGINE_BY}) ({_engine(sc.VLLM_REQUESTS_RUNNING)}) == 0)",
+            "2m",
+            "critical",
+            "rollout replica {{ $labels.replica }}: requests wait and none runs",
+            "vLLM has requests waiting and runs none: the engine is stuck or paused (a weight sync or sleep that "
+            "never resumed, a dead engine core). The rollout will not finish.",
+            cpu_empty=_ENGINE_CPU,
+            group=ENGINE_GROUP,
+        ),
     ]
 
 
@@ -188,150 +237,239 @@ def _run_rules(t: Thresholds) -> list[Rule]:
     w = t.reward_flat_window
     lost = "|".join(LOST_DATA_REASONS)
     return [
-        Rule("VerlStepStalled",
-             f"(time() - max by ({BY}) ({sc.TRAINING_LAST_STEP.name})) > on({BY}) "
-             f"clamp_min({t.step_stall_factor:g} * {mean_step}, {t.step_stall_min_s:g}) "
-             f"and on({BY}) (max by ({BY}) ({step}) < max by ({BY}) ({planned})) {quiet_if_pipeline_down}",
-             "2m", "critical", "verl run {{ $labels.verl_experiment }}: no new global step",
-             f"No step has finished for more than {t.step_stall_factor:g}x the typical step time "
-             f"(at least {t.step_stall_min_s:g}s). Check the phase running now: slow or hung? (Quiet while the "
-             "Collector is down or refusing data: VerlTelemetryTargetDown / VerlCollectorRefusingData say so.)"),
-        Rule("VerlPhaseHung",
-             # elapsed, active and the histogram come from one process with one label set: match on all labels
-             # (on(instance, phase) breaks when two runs share an instance, as they do behind the Collector)
-             f"({sc.PHASE_ELAPSED.name} and {sc.PHASE_ACTIVE.name} == 1) > "
-             f"clamp_min({t.phase_hung_factor:g} * ({phist}_sum / {phist}_count), {t.phase_hung_min_s:g})",
-             "1m", "critical", "phase {{ $labels.phase }} runs far longer than usual",
-             f"The running phase's elapsed time is above {t.phase_hung_factor:g}x its mean duration "
-             f"(at least {t.phase_hung_min_s:g}s): likely hung (a lost request, a collective waiting)."),
-        Rule("VerlPhaseHungFirstRun",
-             # VerlPhaseHung compares with the phase's own mean, which does not exist before it finished once
-             f"({sc.PHASE_ELAPSED.name} and {sc.PHASE_ACTIVE.name} == 1) > {t.phase_first_max_s:g} "
-             f"unless ({phist}_count > 0)",
-             "1m", "critical", "phase {{ $labels.phase }} has run for long without ever finishing",
-             f"The phase has been running for more than {t.phase_first_max_s:g}s and has not finished once in this "
-             f"process (first step or after a restart), so there is no typical duration to compare with."),
-        Rule("VerlRolloutStalled",
-             # the rollout must be older than the window: changes() over a younger series says nothing
-             f"(sum by ({BY}, worker, mode) (changes({sc.ROLLOUT_SAMPLES_COMPLETED.name}[{t.rollout_stall_window}])) "
-             f"== 0) and on({BY}, worker, mode) (sum by ({BY}, worker, mode) "
-             f"({sc.ROLLOUT_SAMPLES_INFLIGHT.name}) > 0) and on({BY}, worker, mode) (max by ({BY}, worker, mode) "
-             f"({sc.ROLLOUT_ELAPSED.name}) > {duration_seconds(t.rollout_stall_window):g})",
-             "2m", "warning", "agent-loop worker {{ $labels.worker }}: no sample finished",
-             f"No rollout sample finished in the last {t.rollout_stall_window} of a longer rollout while samples are "
-             "in flight: a lost request or a stuck server (see verl_rollout_oldest_inflight_seconds)."),
-        Rule("VerlScoreStuckAtZero",
-             f"(max by ({BY}) (max_over_time({score}[{t.score_zero_window}])) == 0) "
-             f"and on({BY}) (max by ({BY}) ({step}) >= {t.score_zero_min_steps:g})",
-             "5m", "warning", "critic/score/mean has been 0",
-             f"The score has been exactly 0 for the last {t.score_zero_window} (or since the run started) past step "
-             f"{t.score_zero_min_steps:g}: the model learns nothing (reward too strict, answer format never matched)."),
-        Rule("VerlRewardSpreadCollapsed",
-             # verl logs no std of the training reward; max - min bounds it (std <= (max - min) / 2)
-             f"(max by ({BY}) (max_over_time({_k(sc.KEY_SCORE_MAX)}[30m])) - "
-             f"max by ({BY}) (min_over_time({_k(sc.KEY_SCORE_MIN)}[30m])) < {t.reward_spread_min:g}) "
-             f"and on({BY}) (max by ({BY}) ({step}) >= {t.score_zero_min_steps:g})",
-             "15m", "warning", "every sample gets the same score",
-             f"critic/score/max - critic/score/min stayed below {t.reward_spread_min:g} for 30m: the reward's "
-             "standard deviation collapsed, so group-relative advantages (GRPO) are 0 and nothing is learned. All "
-             "right (saturated data) or all wrong (see VerlScoreStuckAtZero)? Harder prompts, a finer reward."),
-        Rule("VerlGradNormSpike",
-             _spike(f"{sc.KEY_ACTOR_GRAD_NORM}|{sc.KEY_CRITIC_GRAD_NORM}", t.grad_norm_factor),
-             "0m", "warning", "{{ $labels.key }} spiked",
-             f"The gradient norm is above {t.grad_norm_factor:g}x its 1h median: gradient explosion (critic: value "
-             "learning rate too high or an unstable return scale)."),
-        Rule("VerlValueLossBlowUp",
-             _spike(sc.KEY_VF_LOSS, t.vf_loss_factor),
-             "0m", "warning", "critic/vf_loss blew up",
-             f"The critic's value loss is above {t.vf_loss_factor:g}x its 1h median: the critic diverges (value "
-             "learning rate too high, or the return scale is unstable: check the reward's range)."),
-        Rule("VerlKLBlowUp",
-             f'{_k(f"{sc.KEY_PPO_KL}|{sc.KEY_KL_LOSS}")} > {t.kl_max:g}',
-             "5m", "warning", "KL is blowing up ({{ $labels.key }})",
-             f"{{{{ $labels.key }}}} above {t.kl_max:g} (healthy: 1e-3..1e-2; ppo_kl: drift per update, kl_loss: "
-             "distance to the reference): the policy drifts; lower the temperature or raise the KL coefficient; "
-             "check KL is not applied twice (loss and reward)."),
-        Rule("VerlKLTooSmallRewardFlat",
-             f"(max by ({BY}) (avg_over_time({_k(kl_keys)}[{w}])) < {t.kl_min:g}) "
-             f"and on({BY}) (max by ({BY}) (avg_over_time({score}[{w}]) - avg_over_time({score}[{w}] offset {w})) "
-             f"< {t.reward_flat_min_gain:g})",
-             "15m", "warning", "KL near 0 and the score does not rise",
-             f"Every KL verl logs stayed below {t.kl_min:g} over {w} and the mean score gained less than "
-             f"{t.reward_flat_min_gain:g} against the {w} before: the KL term holds the policy in place. Lower the KL "
-             "coefficient (e.g. 1e-3 -> 5e-4), or check the reward is not too strict (most samples 0)."),
-        Rule("VerlEntropyCollapse",
-             f"{_k(sc.KEY_ENTROPY)} < {t.entropy_min:g}",
-             "10m", "warning", "actor/entropy collapsed",
-             f"Entropy below {t.entropy_min:g}: the policy stopped exploring."),
-        Rule("VerlEntropyOutOfBand",
-             f"(avg_over_time({_k(sc.KEY_ENTROPY)}[30m]) < {t.entropy_band_low:g}) or "
-             f"(avg_over_time({_k(sc.KEY_ENTROPY)}[30m]) > {t.entropy_band_high:g})",
-             "30m", "info", "actor/entropy ({{ printf \"%.2f\" $value }}) outside its healthy band",
-             f"The 30m mean entropy is outside {t.entropy_band_low:g}-{t.entropy_band_high:g}, the guides' band for a "
-             "run still exploring: below, the policy turns deterministic (it falls slowly in a healthy run; see "
-             "VerlEntropyCollapse); above, it samples near randomly (temperature too high, a diverging update)."),
-        Rule("VerlClipFractionNearOne",
-             f"avg_over_time({_k(sc.KEY_PG_CLIPFRAC)}[15m]) > {t.clipfrac_max:g}",
-             "15m", "warning", "PPO clips almost every token",
-             f"The 15m mean of actor/pg_clipfrac is above {t.clipfrac_max:g} (healthy < 0.2): the updates push the "
-             "ratio past the clip range; lower the learning rate or normalise the advantages."),
-        Rule("VerlGPUMemoryNearLimit",
-             f"({sc.DCGM_FB_USED} / ({sc.DCGM_FB_USED} + {sc.DCGM_FB_FREE}) > {t.memory_fraction:g}) "
-             # verl's GiB against the smallest GPU DCGM sees (MiB), or the configured size without DCGM
-             f"or ({_k(sc.KEY_MAX_MEMORY_RESERVED_RE)} > on() group_left() "
-             f"({t.memory_fraction:g} * min({sc.DCGM_FB_USED} + {sc.DCGM_FB_FREE}) / 1024)) "
-             f"or ({_k(sc.KEY_MAX_MEMORY_RESERVED_RE)} > {t.memory_fraction * t.gpu_memory_gb:g} "
-             f"unless on() {sc.DCGM_FB_USED})",
-             "5m", "warning", "GPU memory near the limit",
-             f"GPU memory above {t.memory_fraction:.0%} of the device (verl's perf/max_memory_reserved_gb against the "
-             f"smallest GPU the DCGM exporter reports, or {t.gpu_memory_gb:g} GiB without it): OOM risk."),
-        Rule("VerlStepTimeRegression",
-             f"avg_over_time({_k(sc.KEY_STEP_TIME)}[15m]) > {t.step_regression_factor:g} * "
-             f"quantile_over_time(0.5, {_k(sc.KEY_STEP_TIME)}[6h])",
-             "15m", "warning", "steps got slower",
-             f"The 15-minute mean step time is above {t.step_regression_factor:g}x its 6h median: find the phase "
-             "with `verl-otel slow-steps`."),
-        Rule("VerlRunGone",
-             f"(max by ({RUN}) (max_over_time({step}[{t.run_gone_window}])) < max by ({RUN}) "
-             f"(max_over_time({planned}[{t.run_gone_window}]))) unless on({RUN}) max by ({RUN}) ({step}) "
-             f"{quiet_if_pipeline_down}",
-             "2m", "critical", "verl run {{ $labels.verl_experiment }} disappeared before its last step",
-             f"The run reported steps within {t.run_gone_window} but no longer does, short of its planned steps: "
-             "the trainer crashed, was killed (OOM?) or lost its telemetry. Check the driver's log. (Quiet while "
-             "the Collector is down or refusing data.)"),
+        Rule(
+            "VerlStepStalled",
+            f"(time() - max by ({BY}) ({sc.TRAINING_LAST_STEP.name})) > on({BY}) "
+            f"clamp_min({t.step_stall_factor:g} * {mean_step}, {t.step_stall_min_s:g}) "
+            f"and on({BY}) (max by ({BY}) ({step}) < max by ({BY}) ({planned})) {quiet_if_pipeline_down}",
+            "2m",
+            "critical",
+            "verl run {{ $labels.verl_experiment }}: no new global step",
+            f"No step has finished for more than {t.step_stall_factor:g}x the typical step time "
+            f"(at least {t.step_stall_min_s:g}s). Check the phase running now: slow or hung? (Quiet while the "
+            "Collector is down or refusing data: VerlTelemetryTargetDown / VerlCollectorRefusingData say so.)",
+        ),
+        Rule(
+            "VerlPhaseHung",
+            # elapsed, active and the histogram come from one process with one label set: match on all labels
+            # (on(instance, phase) breaks when two runs share an instance, as they do behind the Collector)
+            f"({sc.PHASE_ELAPSED.name} and {sc.PHASE_ACTIVE.name} == 1) > "
+            f"clamp_min({t.phase_hung_factor:g} * ({phist}_sum / {phist}_count), {t.phase_hung_min_s:g})",
+            "1m",
+            "critical",
+            "phase {{ $labels.phase }} runs far longer than usual",
+            f"The running phase's elapsed time is above {t.phase_hung_factor:g}x its mean duration "
+            f"(at least {t.phase_hung_min_s:g}s): likely hung (a lost request, a collective waiting).",
+        ),
+        Rule(
+            "VerlPhaseHungFirstRun",
+            # VerlPhaseHung compares with the phase's own mean, which does not exist before it finished once
+            f"({sc.PHASE_ELAPSED.name} and {sc.PHASE_ACTIVE.name} == 1) > {t.phase_first_max_s:g} "
+            f"unless ({phist}_count > 0)",
+            "1m",
+            "critical",
+            "phase {{ $labels.phase }} has run for long without ever finishing",
+            f"The phase has been running for more than {t.phase_first_max_s:g}s and has not finished once in this "
+            f"process (first step or after a restart), so there is no typical duration to compare with.",
+        ),
+        Rule(
+            "VerlRolloutStalled",
+            # the rollout must be older than the window: changes() over a younger series says nothing
+            f"(sum by ({BY}, worker, mode) (changes({sc.ROLLOUT_SAMPLES_COMPLETED.name}[{t.rollout_stall_window}])) "
+            f"== 0) and on({BY}, worker, mode) (sum by ({BY}, worker, mode) "
+            f"({sc.ROLLOUT_SAMPLES_INFLIGHT.name}) > 0) and on({BY}, worker, mode) (max by ({BY}, worker, mode) "
+            f"({sc.ROLLOUT_ELAPSED.name}) > {duration_seconds(t.rollout_stall_window):g})",
+            "2m",
+            "warning",
+            "agent-loop worker {{ $labels.worker }}: no sample finished",
+            f"No rollout sample finished in the last {t.rollout_stall_window} of a longer rollout while samples are "
+            "in flight: a lost request or a stuck server (see verl_rollout_oldest_inflight_seconds).",
+        ),
+        Rule(
+            "VerlScoreStuckAtZero",
+            f"(max by ({BY}) (max_over_time({score}[{t.score_zero_window}])) == 0) "
+            f"and on({BY}) (max by ({BY}) ({step}) >= {t.score_zero_min_steps:g})",
+            "5m",
+            "warning",
+            "critic/score/mean has been 0",
+            f"The score has been exactly 0 for the last {t.score_zero_window} (or since the run started) past step "
+            f"{t.score_zero_min_steps:g}: the model learns nothing (reward too strict, answer format never matched).",
+        ),
+        Rule(
+            "VerlRewardSpreadCollapsed",
+            # verl logs no std of the training reward; max - min bounds it (std <= (max - min) / 2)
+            f"(max by ({BY}) (max_over_time({_k(sc.KEY_SCORE_MAX)}[30m])) - "
+            f"max by ({BY}) (min_over_time({_k(sc.KEY_SCORE_MIN)}[30m])) < {t.reward_spread_min:g}) "
+            f"and on({BY}) (max by ({BY}) ({step}) >= {t.score_zero_min_steps:g})",
+            "15m",
+            "warning",
+            "every sample gets the same score",
+            f"critic/score/max - critic/score/min stayed below {t.reward_spread_min:g} for 30m: the reward's "
+            "standard deviation collapsed, so group-relative advantages (GRPO) are 0 and nothing is learned. All "
+            "right (saturated data) or all wrong (see VerlScoreStuckAtZero)? Harder prompts, a finer reward.",
+        ),
+        Rule(
+            "VerlGradNormSpike",
+            _spike(f"{sc.KEY_ACTOR_GRAD_NORM}|{sc.KEY_CRITIC_GRAD_NORM}", t.grad_norm_factor),
+            "0m",
+            "warning",
+            "{{ $labels.key }} spiked",
+            f"The gradient norm is above {t.grad_norm_factor:g}x its 1h median: gradient explosion (critic: value "
+            "learning rate too high or an unstable return scale).",
+        ),
+        Rule(
+            "VerlValueLossBlowUp",
+            _spike(sc.KEY_VF_LOSS, t.vf_loss_factor),
+            "0m",
+            "warning",
+            "critic/vf_loss blew up",
+            f"The critic's value loss is above {t.vf_loss_factor:g}x its 1h median: the critic diverges (value "
+            "learning rate too high, or the return scale is unstable: check the reward's range).",
+        ),
+        Rule(
+            "VerlKLBlowUp",
+            f"{_k(f'{sc.KEY_PPO_KL}|{sc.KEY_KL_LOSS}')} > {t.kl_max:g}",
+            "5m",
+            "warning",
+            "KL is blowing up ({{ $labels.key }})",
+            f"{{{{ $labels.key }}}} above {t.kl_max:g} (healthy: 1e-3..1e-2; ppo_kl: drift per update, kl_loss: "
+            "distance to the reference): the policy drifts; lower the temperature or raise the KL coefficient; "
+            "check KL is not applied twice (loss and reward).",
+        ),
+        Rule(
+            "VerlKLTooSmallRewardFlat",
+            f"(max by ({BY}) (avg_over_time({_k(kl_keys)}[{w}])) < {t.kl_min:g}) "
+            f"and on({BY}) (max by ({BY}) (avg_over_time({score}[{w}]) - avg_over_time({score}[{w}] offset {w})) "
+            f"< {t.reward_flat_min_gain:g})",
+            "15m",
+            "warning",
+            "KL near 0 and the score does not rise",
+            f"Every KL verl logs stayed below {t.kl_min:g} over {w} and the mean score gained less than "
+            f"{t.reward_flat_min_gain:g} against the {w} before: the KL term holds the policy in place. Lower the KL "
+            "coefficient (e.g. 1e-3 -> 5e-4), or check the reward is not too strict (most samples 0).",
+        ),
+        Rule(
+            "VerlEntropyCollapse",
+            f"{_k(sc.KEY_ENTROPY)} < {t.entropy_min:g}",
+            "10m",
+            "warning",
+            "actor/entropy collapsed",
+            f"Entropy below {t.entropy_min:g}: the policy stopped exploring.",
+        ),
+        Rule(
+            "VerlEntropyOutOfBand",
+            f"(avg_over_time({_k(sc.KEY_ENTROPY)}[30m]) < {t.entropy_band_low:g}) or "
+            f"(avg_over_time({_k(sc.KEY_ENTROPY)}[30m]) > {t.entropy_band_high:g})",
+            "30m",
+            "info",
+            'actor/entropy ({{ printf "%.2f" $value }}) outside its healthy band',
+            f"The 30m mean entropy is outside {t.entropy_band_low:g}-{t.entropy_band_high:g}, the guides' band for a "
+            "run still exploring: below, the policy turns deterministic (it falls slowly in a healthy run; see "
+            "VerlEntropyCollapse); above, it samples near randomly (temperature too high, a diverging update).",
+        ),
+        Rule(
+            "VerlClipFractionNearOne",
+            f"avg_over_time({_k(sc.KEY_PG_CLIPFRAC)}[15m]) > {t.clipfrac_max:g}",
+            "15m",
+            "warning",
+            "PPO clips almost every token",
+            f"The 15m mean of actor/pg_clipfrac is above {t.clipfrac_max:g} (healthy < 0.2): the updates push the "
+            "ratio past the clip range; lower the learning rate or normalise the advantages.",
+        ),
+        Rule(
+            "VerlGPUMemoryNearLimit",
+            f"({sc.DCGM_FB_USED} / ({sc.DCGM_FB_USED} + {sc.DCGM_FB_FREE}) > {t.memory_fraction:g}) "
+            # verl's GiB against the smallest GPU DCGM sees (MiB), or the configured size without DCGM
+            f"or ({_k(sc.KEY_MAX_MEMORY_RESERVED_RE)} > on() group_left() "
+            f"({t.memory_fraction:g} * min({sc.DCGM_FB_USED} + {sc.DCGM_FB_FREE}) / 1024)) "
+            f"or ({_k(sc.KEY_MAX_MEMORY_RESERVED_RE)} > {t.memory_fraction * t.gpu_memory_gb:g} "
+            f"unless on() {sc.DCGM_FB_USED})",
+            "5m",
+            "warning",
+            "GPU memory near the limit",
+            f"GPU memory above {t.memory_fraction:.0%} of the device (verl's perf/max_memory_reserved_gb against the "
+            f"smallest GPU the DCGM exporter reports, or {t.gpu_memory_gb:g} GiB without it): OOM risk.",
+        ),
+        Rule(
+            "VerlStepTimeRegression",
+            f"avg_over_time({_k(sc.KEY_STEP_TIME)}[15m]) > {t.step_regression_factor:g} * "
+            f"quantile_over_time(0.5, {_k(sc.KEY_STEP_TIME)}[6h])",
+            "15m",
+            "warning",
+            "steps got slower",
+            f"The 15-minute mean step time is above {t.step_regression_factor:g}x its 6h median: find the phase "
+            "with `verl-otel slow-steps`.",
+        ),
+        Rule(
+            "VerlRunGone",
+            f"(max by ({RUN}) (max_over_time({step}[{t.run_gone_window}])) < max by ({RUN}) "
+            f"(max_over_time({planned}[{t.run_gone_window}]))) unless on({RUN}) max by ({RUN}) ({step}) "
+            f"{quiet_if_pipeline_down}",
+            "2m",
+            "critical",
+            "verl run {{ $labels.verl_experiment }} disappeared before its last step",
+            f"The run reported steps within {t.run_gone_window} but no longer does, short of its planned steps: "
+            "the trainer crashed, was killed (OOM?) or lost its telemetry. Check the driver's log. (Quiet while "
+            "the Collector is down or refusing data.)",
+        ),
         # -- the telemetry pipeline itself ---------------------------------------------------------------------
-        Rule("VerlTelemetryTargetDown",
-             f'{sc.PROM_UP}{{job=~"{"|".join(PIPELINE_JOBS)}"}} == 0',
-             "2m", "critical", "{{ $labels.job }} is down",
-             "Prometheus cannot scrape {{ $labels.instance }}: with the Collector down no run reports anything "
-             "(VerlRunGone and VerlStepStalled keep quiet meanwhile); with Alertmanager down no alert is sent.",
-             cpu_empty="no Collector or Alertmanager runs beside the CPU demo", group=PIPELINE_GROUP),
-        Rule("VerlCollectorExportFailing",
-             _per_exporter((sc.OTELCOL_SEND_FAILED_SPANS, sc.OTELCOL_SEND_FAILED_POINTS), t.pipeline_window),
-             "5m", "warning", "Collector exporter {{ $labels.exporter }} fails to send",
-             f"The Collector's {{{{ $labels.exporter }}}} exporter dropped data after its retries within "
-             f"{t.pipeline_window}: traces (otlp/jaeger) or metrics do not arrive; check that backend.",
-             cpu_empty="no Collector runs beside the CPU demo", group=PIPELINE_GROUP),
-        Rule("VerlCollectorQueueFull",
-             _per_exporter((sc.OTELCOL_ENQUEUE_FAILED_SPANS, sc.OTELCOL_ENQUEUE_FAILED_POINTS), t.pipeline_window),
-             "1m", "warning", "Collector exporter {{ $labels.exporter }} drops data: queue full",
-             "The sending queue of the exporter is full and new data is dropped: the backend is slow or down.",
-             cpu_empty="no Collector runs beside the CPU demo", group=PIPELINE_GROUP),
-        Rule("VerlCollectorRefusingData",
-             f"sum by (instance) (rate({sc.OTELCOL_REFUSED_SPANS}[{t.pipeline_window}])) > 0 or "
-             f"sum by (instance) (rate({sc.OTELCOL_REFUSED_POINTS}[{t.pipeline_window}])) > 0",
-             "2m", "warning", "the Collector refuses data",
-             "The Collector's receivers refuse spans or metric points: memory_limiter is above its limit (raise "
-             "VERL_OTEL_COLLECTOR_MEMORY) or a pipeline fails. The run's metrics freeze, so VerlRunGone and "
-             "VerlStepStalled keep quiet meanwhile.",
-             cpu_empty="no Collector runs beside the CPU demo", group=PIPELINE_GROUP),
-        Rule("VerlTelemetryDropped",
-             f'sum by ({BY}, {sc.LABEL_REASON}) (increase({sc.OTEL_DROPPED.name}{{{sc.LABEL_REASON}=~"{lost}"}}'
-             f"[{t.dropped_window}])) > 0",
-             "1m", "warning", "verl-otel lost telemetry ({{ $labels.reason }})",
-             f"verl-otel dropped data in the last {t.dropped_window}: export_failed (the Collector is unreachable "
-             "from this process), queue_full (more spans than the exporter drains) or key_cap (more metric keys "
-             "than VERL_OTEL_MAX_METRIC_KEYS).", group=PIPELINE_GROUP),
+        Rule(
+            "VerlTelemetryTargetDown",
+            f'{sc.PROM_UP}{{job=~"{"|".join(PIPELINE_JOBS)}"}} == 0',
+            "2m",
+            "critical",
+            "{{ $labels.job }} is down",
+            "Prometheus cannot scrape {{ $labels.instance }}: with the Collector down no run reports anything "
+            "(VerlRunGone and VerlStepStalled keep quiet meanwhile); with Alertmanager down no alert is sent.",
+            cpu_empty="no Collector or Alertmanager runs beside the CPU demo",
+            group=PIPELINE_GROUP,
+        ),
+        Rule(
+            "VerlCollectorExportFailing",
+            _per_exporter((sc.OTELCOL_SEND_FAILED_SPANS, sc.OTELCOL_SEND_FAILED_POINTS), t.pipeline_window),
+            "5m",
+            "warning",
+            "Collector exporter {{ $labels.exporter }} fails to send",
+            f"The Collector's {{{{ $labels.exporter }}}} exporter dropped data after its retries within "
+            f"{t.pipeline_window}: traces (otlp/jaeger) or metrics do not arrive; check that backend.",
+            cpu_empty="no Collector runs beside the CPU demo",
+            group=PIPELINE_GROUP,
+        ),
+        Rule(
+            "VerlCollectorQueueFull",
+            _per_exporter((sc.OTELCOL_ENQUEUE_FAILED_SPANS, sc.OTELCOL_ENQUEUE_FAILED_POINTS), t.pipeline_window),
+            "1m",
+            "warning",
+            "Collector exporter {{ $labels.exporter }} drops data: queue full",
+            "The sending queue of the exporter is full and new data is dropped: the backend is slow or down.",
+            cpu_empty="no Collector runs beside the CPU demo",
+            group=PIPELINE_GROUP,
+        ),
+        Rule(
+            "VerlCollectorRefusingData",
+            f"sum by (instance) (rate({sc.OTELCOL_REFUSED_SPANS}[{t.pipeline_window}])) > 0 or "
+            f"sum by (instance) (rate({sc.OTELCOL_REFUSED_POINTS}[{t.pipeline_window}])) > 0",
+            "2m",
+            "warning",
+            "the Collector refuses data",
+            "The Collector's receivers refuse spans or metric points: memory_limiter is above its limit (raise "
+            "VERL_OTEL_COLLECTOR_MEMORY) or a pipeline fails. The run's metrics freeze, so VerlRunGone and "
+            "VerlStepStalled keep quiet meanwhile.",
+            cpu_empty="no Collector runs beside the CPU demo",
+            group=PIPELINE_GROUP,
+        ),
+        Rule(
+            "VerlTelemetryDropped",
+            f'sum by ({BY}, {sc.LABEL_REASON}) (increase({sc.OTEL_DROPPED.name}{{{sc.LABEL_REASON}=~"{lost}"}}'
+            f"[{t.dropped_window}])) > 0",
+            "1m",
+            "warning",
+            "verl-otel lost telemetry ({{ $labels.reason }})",
+            f"verl-otel dropped data in the last {t.dropped_window}: export_failed (the Collector is unreachable "
+            "from this process), queue_full (more spans than the exporter drains) or key_cap (more metric keys "
+            "than VERL_OTEL_MAX_METRIC_KEYS).",
+            group=PIPELINE_GROUP,
+        ),
     ]
 
 

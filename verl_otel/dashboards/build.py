@@ -39,12 +39,22 @@ def reference_markdown() -> str:
     """The panel, alert and threshold tables of deploy/README.md."""
     out: list[str] = []
     for d in panels.DASHBOARDS:
-        out += [f"### {d.title} (`grafana/{d.uid}.json`)", "", d.description, "",
-                "| panel | what it shows, what healthy looks like |", "|---|---|"]
+        out += [
+            f"### {d.title} (`grafana/{d.uid}.json`)",
+            "",
+            d.description,
+            "",
+            "| panel | what it shows, what healthy looks like |",
+            "|---|---|",
+        ]
         out += [f"| {_cell(p.title)} | {_cell(p.description)} |" for p in d.panels]
         out.append("")
-    out += ["### Alert rules (`deploy/prometheus/rules/verl-alerts.yml`)", "",
-            "| alert | severity | for | fires when |", "|---|---|---|---|"]
+    out += [
+        "### Alert rules (`deploy/prometheus/rules/verl-alerts.yml`)",
+        "",
+        "| alert | severity | for | fires when |",
+        "|---|---|---|---|",
+    ]
     out += [f"| `{r.name}` | {r.severity} | {r.for_} | {_cell(r.description)} |" for r in alerts.rules()]
     out += ["", "### Alert thresholds", "", "| threshold | default | meaning |", "|---|---|---|"]
     defaults = alerts.Thresholds()
@@ -65,10 +75,13 @@ _DEFAULTS = alerts.Thresholds()
 
 
 def outputs(root: Path = ROOT, thresholds: alerts.Thresholds = _DEFAULTS) -> dict[Path, str]:
-    files = {Path("grafana") / f"{d.uid}.json": json.dumps(grafana.render(d), indent=2, ensure_ascii=False) + "\n"
-             for d in panels.DASHBOARDS}
-    files[RULES] = _HEADER + yaml.safe_dump(alerts.rule_groups(thresholds), sort_keys=False, width=120,
-                                            allow_unicode=True)
+    files = {
+        Path("grafana") / f"{d.uid}.json": json.dumps(grafana.render(d), indent=2, ensure_ascii=False) + "\n"
+        for d in panels.DASHBOARDS
+    }
+    files[RULES] = _HEADER + yaml.safe_dump(
+        alerts.rule_groups(thresholds), sort_keys=False, width=120, allow_unicode=True
+    )
     files[README] = splice((root / README).read_text(), reference_markdown())
     return files
 
@@ -77,8 +90,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true", help="fail if the committed files differ from the generator")
     ap.add_argument("--root", type=Path, default=ROOT)
-    ap.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE",
-                    help="override an alert threshold (see alerts.Thresholds); needs --rules-out")
+    ap.add_argument(
+        "--threshold",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override an alert threshold (see alerts.Thresholds); needs --rules-out",
+    )
     ap.add_argument("--rules-out", type=Path, help="write the alert rules with --threshold overrides here")
     args = ap.parse_args(argv)
     if importlib.util.find_spec("grafana_foundation_sdk") is None:  # the JSON is the SDK's (builders.py)
@@ -105,8 +123,10 @@ def main(argv: list[str] | None = None) -> int:
             path.write_text(text)
             print(f"wrote {rel}")
     if drift:
-        print("generated files drifted from verl_otel/dashboards (run `make dashboards` and commit): "
-              + ", ".join(drift), file=sys.stderr)
+        print(
+            "generated files drifted from verl_otel/dashboards (run `make dashboards` and commit): " + ", ".join(drift),
+            file=sys.stderr,
+        )
         return 1
     return 0
 

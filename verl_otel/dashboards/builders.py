@@ -17,10 +17,14 @@ from __future__ import annotations
 import json
 from typing import Any, TypeVar
 
-from grafana_foundation_sdk.builders import bargauge, common as cb, dashboard as db, prometheus, stat, table, timeseries
-from grafana_foundation_sdk.cog import builder as cogbuilder, runtime, variants
+from grafana_foundation_sdk.builders import bargauge, prometheus, stat, table, timeseries
+from grafana_foundation_sdk.builders import common as cb
+from grafana_foundation_sdk.builders import dashboard as db
+from grafana_foundation_sdk.cog import builder as cogbuilder
+from grafana_foundation_sdk.cog import runtime, variants
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
-from grafana_foundation_sdk.models import common as cm, dashboard as dm
+from grafana_foundation_sdk.models import common as cm
+from grafana_foundation_sdk.models import dashboard as dm
 
 from verl_otel import semconv as sc
 from verl_otel.dashboards import grafana as g
@@ -29,8 +33,14 @@ T = TypeVar("T")
 #: the Prometheus annotation's keys the SDK's AnnotationQuery has no field for (raw, _PromAnnotation)
 PROM_ANNOTATION_RAW = ("step", "titleFormat", "textFormat", "useValueForTime")
 _INSTANT_KINDS = ("bargauge", "stat", "table")  # one value per series: Prometheus' instant query
-_PANEL_BUILDERS = {"timeseries": timeseries.Panel, "stat": stat.Panel, "bargauge": bargauge.Panel,
-                   "table": table.Panel, "traces-table": table.Panel}
+#: the SDK's panel builder per kind (each has .id/.title/...; the base class types none of them)
+_PANEL_BUILDERS: dict[str, Any] = {
+    "timeseries": timeseries.Panel,
+    "stat": stat.Panel,
+    "bargauge": bargauge.Panel,
+    "table": table.Panel,
+    "traces-table": table.Panel,
+}
 
 
 def plain(obj: Any) -> Any:
@@ -80,16 +90,31 @@ class _Built(cogbuilder.Builder[T]):
 # -- variables ----------------------------------------------------------------------------------------------------
 def _datasource_variable(name: str, label: str, kind: str, uid: str) -> db.DatasourceVariable:
     # label = the provisioned datasource's name; its uid is the default, so the stack works as is
-    return (db.DatasourceVariable(name).label(label).type(kind).regex("").hide(dm.VariableHide.DONT_HIDE)
-            .multi(False).include_all(False).current(dm.VariableOption(selected=True, text=label, value=uid)))
+    return (
+        db.DatasourceVariable(name)
+        .label(label)
+        .type(kind)
+        .regex("")
+        .hide(dm.VariableHide.DONT_HIDE)
+        .multi(False)
+        .include_all(False)
+        .current(dm.VariableOption(selected=True, text=label, value=uid))
+    )
 
 
 def _query_variable(name: str, query: str) -> db.QueryVariable:
-    return (db.QueryVariable(name).label(name).datasource(PROM)
-            .query({"query": query, "refId": f"var-{name}"})
-            .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED).sort(dm.VariableSort.ALPHABETICAL_ASC)
-            .include_all(True).multi(True).all_value(".*")
-            .current(dm.VariableOption(selected=True, text=["All"], value=["$__all"])))
+    return (
+        db.QueryVariable(name)
+        .label(name)
+        .datasource(PROM)
+        .query({"query": query, "refId": f"var-{name}"})
+        .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(dm.VariableSort.ALPHABETICAL_ASC)
+        .include_all(True)
+        .multi(True)
+        .all_value(".*")
+        .current(dm.VariableOption(selected=True, text=["All"], value=["$__all"]))
+    )
 
 
 def variable_builders() -> list[cogbuilder.Builder[dm.VariableModel]]:
@@ -103,7 +128,9 @@ def variable_builders() -> list[cogbuilder.Builder[dm.VariableModel]]:
         # every verl process of the selected runs (trainer, agent-loop workers, ...), not one kind only
         _query_variable("instance", f'label_values({{__name__=~"verl_.+", {run}}}, instance)'),
         # the run's OTEL_SERVICE_NAME, for the Jaeger searches: no metric label carries it on the pull path
-        db.TextBoxVariable("service").label("Jaeger service").hide(dm.VariableHide.DONT_HIDE)
+        db.TextBoxVariable("service")
+        .label("Jaeger service")
+        .hide(dm.VariableHide.DONT_HIDE)
         .default_value(sc.SERVICE_NAME_DEFAULT)
         .current(dm.VariableOption(text=sc.SERVICE_NAME_DEFAULT, value=sc.SERVICE_NAME_DEFAULT))
         .description("OTEL_SERVICE_NAME of the runs (verl-otel's default: verl)"),
@@ -112,8 +139,14 @@ def variable_builders() -> list[cogbuilder.Builder[dm.VariableModel]]:
 
 # -- panels -------------------------------------------------------------------------------------------------------
 def _prom_query(p: g.Panel, index: int, t: g.Target) -> prometheus.Dataquery:
-    q = (prometheus.Dataquery().ref_id(g.ref_id(index)).datasource(PROM).expr(t.expr)
-         .legend_format(t.legend or "__auto").exemplar(t.exemplar))
+    q = (
+        prometheus.Dataquery()
+        .ref_id(g.ref_id(index))
+        .datasource(PROM)
+        .expr(t.expr)
+        .legend_format(t.legend or "__auto")
+        .exemplar(t.exemplar)
+    )
     return q.instant() if t.instant or p.kind in _INSTANT_KINDS else q.range()
 
 
@@ -125,8 +158,12 @@ def _link(link: dict[str, Any]) -> db.DashboardLink:
 def _kind_options(p: g.Panel, b: Any) -> None:
     """The per-type options of the panel builder ``b`` (which the dict ``_PANEL_BUILDERS`` picked for ``p.kind``)."""
     if p.kind == "timeseries":
-        b.legend(cb.VizLegendOptions().display_mode(cm.LegendDisplayMode.LIST)
-                 .placement(cm.LegendPlacement.BOTTOM).show_legend(True))
+        b.legend(
+            cb.VizLegendOptions()
+            .display_mode(cm.LegendDisplayMode.LIST)
+            .placement(cm.LegendPlacement.BOTTOM)
+            .show_legend(True)
+        )
         b.tooltip(cb.VizTooltipOptions().mode(cm.TooltipDisplayMode.MULTI).sort(cm.SortOrder.DESCENDING))
         b.draw_style(cm.GraphDrawStyle.LINE).line_width(1).fill_opacity(30 if p.stacked else 0)
         b.show_points(cm.VisibilityMode.AUTO)
@@ -139,8 +176,9 @@ def _kind_options(p: g.Panel, b: Any) -> None:
         else:
             b.orientation(cm.VizOrientation.HORIZONTAL).display_mode(cm.BarGaugeDisplayMode.GRADIENT)
             b.show_unfilled(True).min(0)
-            b.thresholds(db.ThresholdsConfig().mode(dm.ThresholdsMode.ABSOLUTE)
-                         .steps([dm.Threshold(value=None, color="blue")]))
+            b.thresholds(
+                db.ThresholdsConfig().mode(dm.ThresholdsMode.ABSOLUTE).steps([dm.Threshold(value=None, color="blue")])
+            )
     else:
         b.show_header(True)
 
@@ -153,15 +191,24 @@ def _color(p: g.Panel) -> dm.FieldColorModeId:
 
 def panel_builder(p: g.Panel) -> cogbuilder.Builder[dm.Panel]:
     x, y, w, h = p.grid
-    b = (_PANEL_BUILDERS[p.kind]().id(p.id).title(p.title).description(p.description)
-         .grid_pos(dm.GridPos(x=x, y=y, w=w, h=h)))
+    b = (
+        _PANEL_BUILDERS[p.kind]()
+        .id(p.id)
+        .title(p.title)
+        .description(p.description)
+        .grid_pos(dm.GridPos(x=x, y=y, w=w, h=h))
+    )
     if p.repeat:
         b.repeat(p.repeat).repeat_direction("v")
     if p.kind == "traces-table":  # a Jaeger search: the slowest recent step traces, each a link
         # Jaeger's tag search takes no regex: with a repeat on $experiment each copy has one concrete value
         assert p.repeat == "experiment", "a Jaeger search needs one experiment per panel"
-        return (b.datasource(JAEGER).with_target(RawQuery(g.jaeger_step_search("$experiment")))
-                .show_header(True).sort_by([cb.TableSortByFieldState().display_name("Duration").desc(True)]))
+        return (
+            b.datasource(JAEGER)
+            .with_target(RawQuery(g.jaeger_step_search("$experiment")))
+            .show_header(True)
+            .sort_by([cb.TableSortByFieldState().display_name("Duration").desc(True)])
+        )
     b.datasource(PROM).unit(p.unit).color_scheme(db.FieldColor().mode(_color(p)))
     for i, t in enumerate(p.targets):
         b.with_target(_prom_query(p, i, t))
@@ -193,11 +240,25 @@ def _extra_variable(v: dict[str, Any]) -> dm.VariableModel:
 
 
 def dashboard_builder(d: g.Dashboard) -> db.Dashboard:
-    b = (db.Dashboard(d.title).uid(d.uid).description(d.description).tags(list(d.tags)).version(1).editable()
-         .tooltip(dm.DashboardCursorSync.CROSSHAIR).refresh(d.refresh).time("now-3h", "now").timezone("browser")
-         .variables(variable_builders())
-         .link(db.DashboardLink("verl-otel dashboards").type(dm.DashboardLinkType.DASHBOARDS).tags(["verl-otel"])
-               .as_dropdown(True)))
+    b = (
+        db.Dashboard(d.title)
+        .uid(d.uid)
+        .description(d.description)
+        .tags(list(d.tags))
+        .version(1)
+        .editable()
+        .tooltip(dm.DashboardCursorSync.CROSSHAIR)
+        .refresh(d.refresh)
+        .time("now-3h", "now")
+        .timezone("browser")
+        .variables(variable_builders())
+        .link(
+            db.DashboardLink("verl-otel dashboards")
+            .type(dm.DashboardLinkType.DASHBOARDS)
+            .tags(["verl-otel"])
+            .as_dropdown(True)
+        )
+    )
     for v in d.extra_vars:
         b.with_variable(_Built(_extra_variable(v)))
     for a in d.annotations:

@@ -22,7 +22,7 @@ JAEGER_DS = {"type": "jaeger", "uid": "${jaeger}"}
 GRAFANA_BUILTINS = frozenset({"__rate_interval", "__interval", "__from", "__to", "__all", "__field"})
 
 #: label matchers every verl query gets; the variables are defined per dashboard
-FILTERS = (f'{sc.LABEL_PROJECT}=~"$project", {sc.LABEL_EXPERIMENT}=~"$experiment", instance=~"$instance"')
+FILTERS = f'{sc.LABEL_PROJECT}=~"$project", {sc.LABEL_EXPERIMENT}=~"$experiment", instance=~"$instance"'
 #: what "All" means for each filter variable (all_expressions() substitutes these for a concrete query)
 ALL_VALUES = {"$project": ".*", "$experiment": ".*", "$instance": ".*", "$__rate_interval": "1m"}
 
@@ -109,8 +109,15 @@ def jaeger_step_search(experiment: str, project: str | None = None) -> dict[str,
     tags = f'{sc.ATTR_EXPERIMENT}="{experiment}"'
     if project is not None:
         tags = f'{sc.ATTR_PROJECT}="{project}" {tags}'
-    return {"refId": "A", "datasource": JAEGER_DS, "queryType": "search", "service": "$service",
-            "operation": sc.SPAN_STEP, "tags": tags, "limit": SLOW_STEPS_SEARCHED}
+    return {
+        "refId": "A",
+        "datasource": JAEGER_DS,
+        "queryType": "search",
+        "service": "$service",
+        "operation": sc.SPAN_STEP,
+        "tags": tags,
+        "limit": SLOW_STEPS_SEARCHED,
+    }
 
 
 def explore_link(title: str, queries: list[dict[str, Any]], datasource: str) -> dict[str, Any]:

@@ -9,7 +9,45 @@ import json
 import shutil
 from pathlib import Path
 
-_WORDS = ["what", "is", "the", "answer", "to", "plus", "minus", "times", "how", "many", "apples", "does", "tom", "have", "?", ".", ",", "#", "let", "me", "think", "step", "by", "step", "so", "final", "yes", "no", "a", "an", "of", "in", "on", "and", "or", "it", "####"]
+_WORDS = [
+    "what",
+    "is",
+    "the",
+    "answer",
+    "to",
+    "plus",
+    "minus",
+    "times",
+    "how",
+    "many",
+    "apples",
+    "does",
+    "tom",
+    "have",
+    "?",
+    ".",
+    ",",
+    "#",
+    "let",
+    "me",
+    "think",
+    "step",
+    "by",
+    "step",
+    "so",
+    "final",
+    "yes",
+    "no",
+    "a",
+    "an",
+    "of",
+    "in",
+    "on",
+    "and",
+    "or",
+    "it",
+    "####",
+]
 _SPECIALS = ["<pad>", "<s>", "</s>", "<unk>", "<|user|>", "<|assistant|>", "<|system|>", "<|end|>"]
 _CHAT_TEMPLATE = (
     "{% for m in messages %}{{ '<|' + m['role'] + '|> ' + m['content'] + ' <|end|> ' }}{% endfor %}"
@@ -55,14 +93,29 @@ def _model(model_dir: Path) -> None:
         vocab.setdefault(tok, len(vocab))
     wl = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     wl.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=wl, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
-                                        unk_token="<unk>", additional_special_tokens=_SPECIALS[4:])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=wl,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        additional_special_tokens=_SPECIALS[4:],
+    )
     tokenizer.chat_template = _CHAT_TEMPLATE
     tokenizer.save_pretrained(model_dir)
-    config = LlamaConfig(vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256,
-                         bos_token_id=vocab["<s>"], eos_token_id=vocab["</s>"], pad_token_id=vocab["<pad>"],
-                         architectures=["LlamaForCausalLM"])
+    config = LlamaConfig(
+        vocab_size=len(vocab),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=vocab["<s>"],
+        eos_token_id=vocab["</s>"],
+        pad_token_id=vocab["<pad>"],
+        architectures=["LlamaForCausalLM"],
+    )
     torch.manual_seed(0)
     LlamaForCausalLM(config).save_pretrained(model_dir)
 
@@ -79,13 +132,23 @@ def vllm_model(root: Path) -> Path:
 
     shutil.rmtree(model_dir, ignore_errors=True)
     src = Path(root) / "tiny_model"
-    shutil.copytree(src, model_dir, ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "config.json",
-                                                                  "generation_config.json"))
+    shutil.copytree(
+        src, model_dir, ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "config.json", "generation_config.json")
+    )
     base = json.loads((src / "config.json").read_text())
-    config = LlamaConfig(vocab_size=base["vocab_size"], hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256,
-                         bos_token_id=base["bos_token_id"], eos_token_id=base["eos_token_id"],
-                         pad_token_id=base["pad_token_id"], architectures=["LlamaForCausalLM"])
+    config = LlamaConfig(
+        vocab_size=base["vocab_size"],
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=base["bos_token_id"],
+        eos_token_id=base["eos_token_id"],
+        pad_token_id=base["pad_token_id"],
+        architectures=["LlamaForCausalLM"],
+    )
     torch.manual_seed(0)
     LlamaForCausalLM(config).save_pretrained(model_dir)
     stamp.write_text(_VERSION)
@@ -108,10 +171,15 @@ def _data(root: Path) -> None:
         out = []
         for i in range(n):
             a, b = i % 7 + 1, i % 5 + 2
-            out.append({"data_source": "openai/gsm8k",
-                        "prompt": [{"role": "user", "content": f"what is {a} plus {b} ?"}],
-                        "ability": "math", "reward_model": {"style": "rule", "ground_truth": str(a + b)},
-                        "extra_info": {"split": split, "index": i}})
+            out.append(
+                {
+                    "data_source": "openai/gsm8k",
+                    "prompt": [{"role": "user", "content": f"what is {a} plus {b} ?"}],
+                    "ability": "math",
+                    "reward_model": {"style": "rule", "ground_truth": str(a + b)},
+                    "extra_info": {"split": split, "index": i},
+                }
+            )
         return out
 
     pd.DataFrame(rows(64, "train")).to_parquet(root / "train.parquet")

@@ -73,15 +73,22 @@ class GlooCheckpointEngine(CheckpointEngine):
         return {"host": host, "port": port}
 
     @classmethod
-    def build_topology(cls, actor_wg_world_size: int, rollout_world_size: int,
-                       metadata: list[dict[str, Any]]) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+    def build_topology(
+        cls, actor_wg_world_size: int, rollout_world_size: int, metadata: list[dict[str, Any]]
+    ) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
         master = metadata[0]
         assert master.get("port"), "actor rank 0 must be the checkpoint engine master"
         world = 1 + rollout_world_size
-        actor: dict[str, list[Any]] = {"rank": [0] + [-1] * (actor_wg_world_size - 1), "world_size": [world] * actor_wg_world_size,
-                 "master": [master] * actor_wg_world_size}
-        rollout: dict[str, list[Any]] = {"rank": list(range(1, world)), "world_size": [world] * rollout_world_size,
-                   "master": [master] * rollout_world_size}
+        actor: dict[str, list[Any]] = {
+            "rank": [0] + [-1] * (actor_wg_world_size - 1),
+            "world_size": [world] * actor_wg_world_size,
+            "master": [master] * actor_wg_world_size,
+        }
+        rollout: dict[str, list[Any]] = {
+            "rank": list(range(1, world)),
+            "world_size": [world] * rollout_world_size,
+            "master": [master] * rollout_world_size,
+        }
         return actor, rollout
 
     # verl calls it with the keywords build_topology returned (its base class declares **kwargs)
@@ -113,8 +120,9 @@ class GlooCheckpointEngine(CheckpointEngine):
         return payload.numel()
 
     @torch.no_grad()
-    async def send_weights(self, weights: Iterable[tuple[str, torch.Tensor]] | Any,
-                           global_steps: int | None = None) -> dict[str, float]:
+    async def send_weights(
+        self, weights: Iterable[tuple[str, torch.Tensor]] | Any, global_steps: int | None = None
+    ) -> dict[str, float]:
         if self.rank < 0:
             async for _ in _items(weights):
                 pass
@@ -151,7 +159,7 @@ class GlooCheckpointEngine(CheckpointEngine):
             self.bytes_moved += payload_len
             for name, dtype, shape, offset, nbytes in pickle.loads(meta_bytes.numpy().tobytes()):
                 # clone: a view of another dtype needs an aligned storage offset
-                yield name, payload[offset: offset + nbytes].clone().view(dtype).view(shape)
+                yield name, payload[offset : offset + nbytes].clone().view(dtype).view(shape)
             if last:
                 self.syncs += 1
                 return

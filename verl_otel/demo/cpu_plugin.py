@@ -48,7 +48,8 @@ class _CpuDevice:
     memory_allocated = memory_reserved = staticmethod(lambda *a, **k: 0)
     # verl's perf/max_memory_* metrics: the process' peak RSS means something on a CPU
     max_memory_allocated = max_memory_reserved = staticmethod(
-        lambda *a, **k: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+        lambda *a, **k: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    )
     get_rng_state = staticmethod(lambda *a, **k: torch.get_rng_state())
     set_rng_state = staticmethod(lambda state, *a, **k: torch.set_rng_state(state))
     manual_seed = manual_seed_all = staticmethod(lambda seed: torch.manual_seed(seed))
@@ -137,8 +138,7 @@ def _preinit_gloo() -> None:
     import torch.distributed as dist
 
     if not dist.is_initialized():
-        dist.init_process_group(backend="gloo", rank=int(os.environ["RANK"]),
-                                world_size=int(os.environ["WORLD_SIZE"]))
+        dist.init_process_group(backend="gloo", rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
 
 
 def _linger_seconds() -> float:
@@ -164,8 +164,10 @@ def _lingering(fit: Any) -> Any:
             _record_fit_seconds(start)
             seconds = _linger_seconds()
             if seconds > 0:
-                print(f"[verl-otel demo] fit() done; keeping the run's processes up for {seconds:g}s (--linger)",
-                      flush=True)
+                print(
+                    f"[verl-otel demo] fit() done; keeping the run's processes up for {seconds:g}s (--linger)",
+                    flush=True,
+                )
                 time.sleep(seconds)
 
     return run
@@ -188,8 +190,11 @@ def _lingering_async(fit: Any) -> Any:
         finally:
             _record_fit_seconds(start)
             if _linger_seconds() > 0:
-                print(f"[verl-otel demo] fit() done; keeping the run's processes up for {_linger_seconds():g}s "
-                      "(--linger)", flush=True)
+                print(
+                    f"[verl-otel demo] fit() done; keeping the run's processes up for {_linger_seconds():g}s "
+                    "(--linger)",
+                    flush=True,
+                )
                 await asyncio.sleep(_linger_seconds())
 
     return run
@@ -229,8 +234,9 @@ def _slow_workers(ew: Any) -> None:
     is_critic = lambda w: getattr(getattr(w, "config", None), "model_type", None) == "value_model"  # noqa: E731
     # the updates are slowed inside verl's own call (train_mini_batch runs inside update_actor), as a
     # really slow update would be, so the worker's span shows the delay too
-    tw.train_mini_batch = _slowed(_slowed(tw.__dict__["train_mini_batch"], "update_critic", is_critic),
-                                  "update_actor", lambda w: not is_critic(w))
+    tw.train_mini_batch = _slowed(
+        _slowed(tw.__dict__["train_mini_batch"], "update_critic", is_critic), "update_actor", lambda w: not is_critic(w)
+    )
 
 
 def _copying_save(fsdp_utils: Any) -> None:

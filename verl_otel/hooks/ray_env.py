@@ -37,5 +37,3 @@ def _add_env(kwargs: dict[str, Any]) -> None:
 def init_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     safe(_add_env, kwargs)
     return wrapped(*args, **kwargs)
-
-

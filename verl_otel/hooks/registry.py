@@ -2,7 +2,8 @@
 
 Ray freezes an actor's methods when the class is made remote, so patches must be in place at import
 time in every process: each target registers a post-import hook (:mod:`.import_hooks`) that wraps the
-function (with wrapt, imported then) the moment its module loads (or at once if it is already loaded). Adding a verl version is adding a row.
+function (with wrapt, imported then) the moment its module loads (or at once if it is already loaded).
+Adding a verl version is adding a row.
 A target that cannot be hooked (renamed, moved, outside its version range) is said on the process role's
 start-up line (:mod:`.coverage`); training goes on.
 """
@@ -160,8 +161,11 @@ def _apply(key: str, module: ModuleType) -> None:
             return
         found = _resolve(module, target.attr) if target.how != "add" else _resolve_new(module, target.attr)
         if found is None:
-            reason = (f"cannot add {target.attr} in {target.module} of verl {version}: no such class, or it has one"
-                      if target.how == "add" else f"{target.attr} not in {target.module} of verl {version}: renamed?")
+            reason = (
+                f"cannot add {target.attr} in {target.module} of verl {version}: no such class, or it has one"
+                if target.how == "add"
+                else f"{target.attr} not in {target.module} of verl {version}: renamed?"
+            )
             _record_off(key, reason, target.feature)
             return
         owner, name = found

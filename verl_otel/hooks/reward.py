@@ -9,6 +9,7 @@ worker takes it out before verl's reward manager runs."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -86,8 +87,6 @@ def compute_rm_score(wrapped: Callable[..., Any], instance: Any, args: tuple[Any
             safe(undo)
 
 
-
-
 def _trace_id(traceparent: str) -> str:
     parts = traceparent.split("-")  # W3C: version-traceid-spanid-flags
     return parts[1] if len(parts) == 4 else ""
@@ -110,8 +109,6 @@ async def verl_otel_flush(self: Any, trace_id: str | None = None, wait_s: float 
     if wait_s > 0:
         import asyncio
 
-        try:
+        with contextlib.suppress(Exception):  # the trainer waits with its own deadline
             await asyncio.to_thread(runtime.current().flush_wait, min(wait_s, 60.0))
-        except Exception:  # noqa: BLE001 - the trainer waits with its own deadline
-            pass
     return emitted

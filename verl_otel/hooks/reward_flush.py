@@ -37,8 +37,11 @@ class RewardFlush(StepObserver):
             method = getattr(worker, METHOD, None)
             if method is None:  # made remote without our method (telemetry off where verl made it)
                 self._off = True
-                warn_once("reward-flush", "the reward-loop workers have no step-end flush: reward spans are "
-                          "emitted after 2 s idle only (a run's last step may lack them)")
+                warn_once(
+                    "reward-flush",
+                    "the reward-loop workers have no step-end flush: reward spans are "
+                    "emitted after 2 s idle only (a run's last step may lack them)",
+                )
                 return []
             refs.append(method.remote(trace_id, wait_s))
         return refs

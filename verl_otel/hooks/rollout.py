@@ -57,10 +57,21 @@ def _wire_agent_loop(rt: runtime.Runtime) -> None:
 
         def _bar(worker: int | None, batch: Any) -> None:
             if (batch.completed % progress.rollout_interval == 0 or batch.done) and progress.step_selected(
-                    batch.step if batch.version is None else batch.version):
-                print(rollout_line(batch.step, worker, batch.mode, batch.completed, batch.expected,
-                                   time.monotonic() - batch.start, progress.rollout_bar_width, batch.version),
-                      flush=True)
+                batch.step if batch.version is None else batch.version
+            ):
+                print(
+                    rollout_line(
+                        batch.step,
+                        worker,
+                        batch.mode,
+                        batch.completed,
+                        batch.expected,
+                        time.monotonic() - batch.start,
+                        progress.rollout_bar_width,
+                        batch.version,
+                    ),
+                    flush=True,
+                )
 
         TRACKER.on_progress.append(_bar)
 
@@ -87,8 +98,9 @@ def _current_traceparent() -> str | None:
 
 
 # -- trainer side ------------------------------------------------------------------------------
-def _dispatched(manager: Any, mode: str, step: int, prompts: int, samples: int, shape: tuple[int, ...],
-                meta_keys: list[Any]) -> None:
+def _dispatched(
+    manager: Any, mode: str, step: int, prompts: int, samples: int, shape: tuple[int, ...], meta_keys: list[Any]
+) -> None:
     """The [VERL_PROGRESS] lines of a dispatch in the fit() process: the rollout start details and the total bar."""
     from verl_otel.hooks.rollout_total import bar_for
     from verl_otel.telemetry import progress_console as pc
@@ -99,10 +111,12 @@ def _dispatched(manager: Any, mode: str, step: int, prompts: int, samples: int, 
         return
     n = samples // max(1, prompts)
     if mode == sc.MODE_TRAIN:
-        pc.note(sc.PHASE_ROLLOUT, step, pc.rollout_details((prompts, *shape[1:]), n, meta_keys,
-                                                             console.settings.meta_preview))
-    bar_for(console.settings).dispatched(list(getattr(manager, "agent_loop_workers", None) or ()), mode, step,
-                                         samples)
+        pc.note(
+            sc.PHASE_ROLLOUT,
+            step,
+            pc.rollout_details((prompts, *shape[1:]), n, meta_keys, console.settings.meta_preview),
+        )
+    bar_for(console.settings).dispatched(list(getattr(manager, "agent_loop_workers", None) or ()), mode, step, samples)
 
 
 def _rollout_n(manager: Any, validate: bool) -> int:
@@ -158,7 +172,9 @@ def patch_legacy_manager(original: Callable[..., Any]) -> Callable[..., Any] | N
     return auto_await(generate_sequences)
 
 
-def tq_manager_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def tq_manager_generate(
+    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     prompts: Any = args[0] if args else kwargs.get("prompts")
     tp = safe(_current_traceparent)
     if tp is not None and hasattr(prompts, "set_non_tensor"):
@@ -189,8 +205,13 @@ def _on_legacy_batch(worker: Any, batch: Any) -> str:
     meta = getattr(batch, "meta_info", None) or {}
     mode = _mode(meta.get("validate", False))
     version = meta.get(sc.PARAM_VERSION_KEY)
-    TRACKER.batch_started(mode, int(meta.get("global_steps", -1)), len(batch), meta.get(sc.TRACEPARENT_KEY),
-                          None if version is None else int(version))
+    TRACKER.batch_started(
+        mode,
+        int(meta.get("global_steps", -1)),
+        len(batch),
+        meta.get(sc.TRACEPARENT_KEY),
+        None if version is None else int(version),
+    )
     return mode
 
 
@@ -202,7 +223,9 @@ async def _finish_after(coro: Coroutine[Any, Any, Any], mode: str | None) -> Any
             safe(TRACKER.finish, mode)
 
 
-def legacy_worker_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def legacy_worker_generate(
+    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     batch = args[0] if args else kwargs.get("batch")
     mode = safe(_on_legacy_batch, instance, batch)
     return _finish_after(wrapped(*args, **kwargs), mode)
@@ -252,8 +275,14 @@ async def _timed_sample(coro: Coroutine[Any, Any, Any], mode: str, token: int, t
         return out
 
 
-def _sample_done(ctx: _SampleCtx, reset: contextvars.Token[Any], mode: str, token: int, trajectory: dict[str, Any],
-                 err: BaseException | None) -> None:
+def _sample_done(
+    ctx: _SampleCtx,
+    reset: contextvars.Token[Any],
+    mode: str,
+    token: int,
+    trajectory: dict[str, Any],
+    err: BaseException | None,
+) -> None:
     safe(_SAMPLE.reset, reset)
     if ctx.engine is not None and ctx.engine[1]:  # its span, if it gets one, takes the id its requests named
         trajectory = {**trajectory, sc.SAMPLE_SPAN_ID_KEY: ctx.engine[1]}
@@ -309,10 +338,9 @@ def _on_tq_batch(instance: Any, batch: Any) -> None:
     TRACKER.batch_started(_mode(validate), step, len(batch) * n, tp)
 
 
-def tq_worker_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
-                        kwargs: dict[str, Any]) -> Any:
+def tq_worker_generate(
+    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     batch = args[0] if args else kwargs.get("batch")
     safe(_on_tq_batch, instance, batch)
     return wrapped(*args, **kwargs)
-
-

@@ -113,8 +113,10 @@ class TotalBar:
             d.printed = done
             if finished and self._active.get((d.mode, d.step)) is d:
                 self._active.pop((d.mode, d.step))
-        print(rollout_line(d.step, None, d.mode, done, d.total, time.monotonic() - d.start,
-                           self._s.rollout_bar_width), flush=True)
+        print(
+            rollout_line(d.step, None, d.mode, done, d.total, time.monotonic() - d.start, self._s.rollout_bar_width),
+            flush=True,
+        )
 
 
 _BARS: list[TotalBar] = []

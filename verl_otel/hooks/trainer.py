@@ -117,8 +117,9 @@ def log_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...
             safe(TRACER.metrics_logged, data, step)
 
 
-def extract_reward_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
-                           kwargs: dict[str, Any]) -> Any:
+def extract_reward_wrapper(
+    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     """verl's ``extract_reward(batch)`` inside the ``reward`` phase: its extra-info keys end the [VERL_PROGRESS]
     ``reward done`` line."""
     result = wrapped(*args, **kwargs)
@@ -131,12 +132,19 @@ def _note_reward_keys(result: Any) -> None:
 
     console = pc.active()
     in_reward = TRACER.innermost_span(sc.PHASE_REWARD) is not None  # not validation's call
-    if console is not None and in_reward and isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict):
+    if (
+        console is not None
+        and in_reward
+        and isinstance(result, tuple)
+        and len(result) == 2
+        and isinstance(result[1], dict)
+    ):
         pc.note(sc.PHASE_REWARD, TRACER.step_number, pc.key_preview(result[1], console.settings.meta_preview))
 
 
-def val_generations_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
-                             kwargs: dict[str, Any]) -> Any:
+def val_generations_wrapper(
+    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     try:
         return wrapped(*args, **kwargs)
     finally:
@@ -159,8 +167,9 @@ fit_legacy = _fit_wrapper(sc.TRAINER_LEGACY)
 fit_v1 = _fit_wrapper(sc.TRAINER_V1)
 
 
-def fit_step_fully_async(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
-                          kwargs: dict[str, Any]) -> Any:
+def fit_step_fully_async(
+    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     """fully_async's ``fit_step()`` is one step: it logs inside its ``step`` timer and validates and
     checkpoints after it, so the step trace spans the call, not the timer."""
     coro = wrapped(*args, **kwargs)
@@ -173,8 +182,9 @@ async def _scoped_step(coro: Any) -> Any:
         return await coro
 
 
-def fit_validate_fully_async(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
-                              kwargs: dict[str, Any]) -> Any:
+def fit_validate_fully_async(
+    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     """fully_async's ``_fit_validate()`` asks the rollouter to validate (no timer, mostly a no-op):
     a ``validate`` phase is added when validation metrics came back during the call."""
     coro = wrapped(*args, **kwargs)
@@ -188,5 +198,3 @@ async def _validation_window(coro: Any) -> Any:
     finally:
         if start is not None:
             safe(TRACER.validation_window_end, start)
-
-

@@ -49,8 +49,9 @@ def _strategy(worker: Any, section: str) -> str:
     from verl_otel.telemetry.progress_console import strategy_label
 
     engine = getattr(worker, "engine_config", None)  # TrainingWorker; ActorRolloutRefWorker has config.<role>
-    strategy = getattr(engine, "strategy", None) or getattr(getattr(getattr(worker, "config", None), section, None),
-                                                             "strategy", None)
+    strategy = getattr(engine, "strategy", None) or getattr(
+        getattr(getattr(worker, "config", None), section, None), "strategy", None
+    )
     return strategy_label(strategy)
 
 
@@ -153,8 +154,7 @@ class _rank0_lines:  # noqa: N801 - used as a context manager
 def _phase_method(method: str, phase: str, role: str) -> Callable[..., Any]:
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         data = _data(args, kwargs)
-        with _span(method, role, instance, data), PeakMemory(phase, role), _rank0_lines(method, role, instance,
-                                                                                            data):
+        with _span(method, role, instance, data), PeakMemory(phase, role), _rank0_lines(method, role, instance, data):
             return wrapped(*args, **kwargs)
 
     return wrapper

@@ -85,7 +85,8 @@ def run_info(trainer: Any, kind: str) -> RunInfo:
     """What the step tracer knows of a run, from verl's trainer object and its config."""
     config = getattr(trainer, "config", None)
     planned = _int(getattr(trainer, "total_training_steps", None)) or _int(
-        config_value(config, "trainer.total_training_steps"))
+        config_value(config, "trainer.total_training_steps")
+    )
     mode = config_value(config, "trainer.v1.trainer_mode") if kind == sc.TRAINER_V1 else None
     return RunInfo(
         trainer=kind,
@@ -133,8 +134,11 @@ def sample_attributes(trajectory: Mapping[str, Any] | None, output: Any) -> dict
     and its per-sample output (tokens, turns, tool calls, score, vLLM/SGLang timings)."""
     traj = trajectory or {}
     attrs: dict[str, Any] = {}
-    for key, attr in (("step", sc.ATTR_GLOBAL_STEP), ("sample_index", sc.ATTR_SAMPLE_INDEX),
-                      ("rollout_n", sc.ATTR_SAMPLE_ROLLOUT_N)):
+    for key, attr in (
+        ("step", sc.ATTR_GLOBAL_STEP),
+        ("sample_index", sc.ATTR_SAMPLE_INDEX),
+        ("rollout_n", sc.ATTR_SAMPLE_ROLLOUT_N),
+    ):
         if traj.get(key) is not None:
             value = _int(traj[key])
             if value is not None:
@@ -218,8 +222,10 @@ def resumed_version(rollouter: Any) -> int | None:
     """The parameter version a resumed rollouter starts at: verl's ``load_checkpoint`` set ``global_steps``
     to version x samples per sync x trigger steps + 1."""
     per_sync = as_float(rollouter, "required_samples") or 0
-    trigger = as_float(getattr(getattr(rollouter, "config", None), "async_training", None),
-                       "trigger_parameter_sync_step") or 1
+    trigger = (
+        as_float(getattr(getattr(rollouter, "config", None), "async_training", None), "trigger_parameter_sync_step")
+        or 1
+    )
     steps = as_float(rollouter, "global_steps") or 1
     return int((steps - 1) // (per_sync * trigger)) if per_sync > 0 and steps > 1 else None
 
@@ -304,5 +310,9 @@ def rollout_engine(client: Any) -> str | None:
 def rollout_server(server: Any) -> tuple[int | None, int | None, str | None, int | None]:
     """(replica rank, node rank, address, port) of verl's vLLM server actor; the address once it serves."""
     host, port = getattr(server, "_server_address", None), getattr(server, "_server_port", None)
-    return (_int(getattr(server, "replica_rank", None)), _int(getattr(server, "node_rank", None)),
-            str(host) if host else None, port if isinstance(port, int) else None)
+    return (
+        _int(getattr(server, "replica_rank", None)),
+        _int(getattr(server, "node_rank", None)),
+        str(host) if host else None,
+        port if isinstance(port, int) else None,
+    )

@@ -49,12 +49,9 @@ def _traced_method(method: str) -> str | None:
     return None
 
 
-def func_generator(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
-                    kwargs: dict[str, Any]) -> Any:
+def func_generator(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     functor = wrapped(*args, **kwargs)
     method = str(args[1] if len(args) > 1 else kwargs.get("method_name"))
     if _traced_method(method) is None:
         return functor
     return safe(_carrying, functor) or functor
-
-

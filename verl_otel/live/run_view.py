@@ -81,7 +81,7 @@ def phases_of(metrics: dict[str, float]) -> dict[str, float]:
     """Phase durations from a step's logged metrics: verl's timing_s/<timer> keys, under our phase names."""
     out: dict[str, float] = {}
     for key, value in metrics.items():
-        timer = key[len(TIMING_PREFIX):] if key.startswith(TIMING_PREFIX) else None
+        timer = key[len(TIMING_PREFIX) :] if key.startswith(TIMING_PREFIX) else None
         if timer in sc.VERL_TIMER_TO_PHASE:
             name = sc.VERL_TIMER_TO_PHASE[timer]
             out[name] = out.get(name, 0.0) + value
@@ -114,8 +114,9 @@ def build_view(scrape: Scrape, run: str | None = None) -> RunView:
     """The frame of one read. ``run`` (project/experiment) selects a run when the source holds several."""
     chosen, others = (run, []) if run else _pick_run(scrape.series)
     rows = [s for s in scrape.series if not chosen or _run_of(s) in (chosen, "")]
-    view = RunView(source=scrape.source, targets=scrape.targets, failed=list(scrape.failed), run=chosen,
-                   other_runs=others)
+    view = RunView(
+        source=scrape.source, targets=scrape.targets, failed=list(scrape.failed), run=chosen, other_runs=others
+    )
     by_name: dict[str, list[Series]] = {}
     for s in rows:
         by_name.setdefault(s.name, []).append(s)
@@ -146,18 +147,32 @@ def build_view(scrape: Scrape, run: str | None = None) -> RunView:
 
 
 def _workers(by_name: dict[str, list[Series]]) -> list[WorkerProgress]:
-    fields_ = {sc.ROLLOUT_SAMPLES_COMPLETED.name: "completed", sc.ROLLOUT_SAMPLES_EXPECTED.name: "expected",
-               sc.ROLLOUT_SAMPLES_INFLIGHT.name: "inflight", sc.ROLLOUT_OLDEST_INFLIGHT.name: "oldest_inflight_s",
-               sc.ROLLOUT_ELAPSED.name: "elapsed_s", sc.ROLLOUT_ETA.name: "eta_s"}
+    fields_ = {
+        sc.ROLLOUT_SAMPLES_COMPLETED.name: "completed",
+        sc.ROLLOUT_SAMPLES_EXPECTED.name: "expected",
+        sc.ROLLOUT_SAMPLES_INFLIGHT.name: "inflight",
+        sc.ROLLOUT_OLDEST_INFLIGHT.name: "oldest_inflight_s",
+        sc.ROLLOUT_ELAPSED.name: "elapsed_s",
+        sc.ROLLOUT_ETA.name: "eta_s",
+    }
     rows: dict[tuple[str, str, str], dict[str, float]] = {}
     for name, attr in fields_.items():
         for s in by_name.get(name, []):
             key = (s.labels.get("instance", ""), s.labels.get(sc.LABEL_WORKER, ""), s.labels.get(sc.LABEL_MODE, ""))
             rows.setdefault(key, {})[attr] = s.value
-    out = [WorkerProgress(worker=w, mode=m, completed=r.get("completed", 0.0), expected=r.get("expected", 0.0),
-                          inflight=r.get("inflight", 0.0), oldest_inflight_s=r.get("oldest_inflight_s", 0.0),
-                          elapsed_s=r.get("elapsed_s"), eta_s=r.get("eta_s"))
-           for (_inst, w, m), r in rows.items()]
+    out = [
+        WorkerProgress(
+            worker=w,
+            mode=m,
+            completed=r.get("completed", 0.0),
+            expected=r.get("expected", 0.0),
+            inflight=r.get("inflight", 0.0),
+            oldest_inflight_s=r.get("oldest_inflight_s", 0.0),
+            elapsed_s=r.get("elapsed_s"),
+            eta_s=r.get("eta_s"),
+        )
+        for (_inst, w, m), r in rows.items()
+    ]
     return sorted(out, key=lambda w: (w.mode != sc.MODE_TRAIN, w.mode, _num(w.worker)))
 
 
@@ -167,12 +182,18 @@ def _num(text: str) -> tuple[int, str]:
 
 def _updates(by_name: dict[str, list[Series]]) -> list[UpdateProgress]:
     rows: dict[str, dict[str, float]] = {}
-    for metric, attr in ((sc.UPDATE_MINIBATCHES_COMPLETED, "completed"), (sc.UPDATE_MINIBATCHES_EXPECTED, "expected"),
-                         (sc.UPDATE_EPOCH, "epoch"), (sc.UPDATE_ETA, "eta_s")):
+    for metric, attr in (
+        (sc.UPDATE_MINIBATCHES_COMPLETED, "completed"),
+        (sc.UPDATE_MINIBATCHES_EXPECTED, "expected"),
+        (sc.UPDATE_EPOCH, "epoch"),
+        (sc.UPDATE_ETA, "eta_s"),
+    ):
         for s in by_name.get(metric.name, []):
             rows.setdefault(s.labels.get(sc.LABEL_ROLE, ""), {})[attr] = s.value
-    return [UpdateProgress(role, r.get("completed", 0.0), r.get("expected", 0.0), r.get("epoch"), r.get("eta_s"))
-            for role, r in sorted(rows.items())]
+    return [
+        UpdateProgress(role, r.get("completed", 0.0), r.get("expected", 0.0), r.get("epoch"), r.get("eta_s"))
+        for role, r in sorted(rows.items())
+    ]
 
 
 def _means(by_name: dict[str, list[Series]], metric: sc.MetricDef, label: str | None) -> dict[str, float]:

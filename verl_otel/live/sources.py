@@ -142,8 +142,9 @@ class PrometheusQuery:
         """verl's logged scalars whose key matches the regex ``keys``, as Prometheus kept them: one dict per
         trainer scrape, oldest first (what a /metrics page forgets: earlier steps' phase times, the grad-norm
         history). ``run``: project/experiment."""
-        matchers = [f'{sc.LABEL_KEY}=~"{keys}"'] + ([f'{sc.LABEL_EXPERIMENT}="{self.experiment}"']
-                                                    if self.experiment else [])
+        matchers = [f'{sc.LABEL_KEY}=~"{keys}"'] + (
+            [f'{sc.LABEL_EXPERIMENT}="{self.experiment}"'] if self.experiment else []
+        )
         sel = sc.TRAINING_METRIC.name + "{" + ",".join(matchers) + "}"
         by_time: dict[tuple[str, float], dict[str, float]] = {}
         for row in self._query(f"{sel}[{window}]"):

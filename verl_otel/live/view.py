@@ -50,10 +50,15 @@ def _pct(done: float, total: float) -> str:
 
 
 def header(view: RunView, now: float) -> RenderableType:
-    where = f"{view.targets} target{'s' * (view.targets != 1)}" + (f", {len(view.failed)} unreachable"
-                                                                    if view.failed else "")
-    title = Text.assemble(("verl-otel top", "bold"), "  ", (view.run or "(run not labelled)", "cyan"),
-                          f"  {time.strftime('%H:%M:%S', time.localtime(now))}  {view.source} ({where})")
+    where = f"{view.targets} target{'s' * (view.targets != 1)}" + (
+        f", {len(view.failed)} unreachable" if view.failed else ""
+    )
+    title = Text.assemble(
+        ("verl-otel top", "bold"),
+        "  ",
+        (view.run or "(run not labelled)", "cyan"),
+        f"  {time.strftime('%H:%M:%S', time.localtime(now))}  {view.source} ({where})",
+    )
     lines: list[RenderableType] = [title]
     if view.other_runs:
         lines.append(Text(f"other runs in this source: {', '.join(view.other_runs)} (--run to pick one)", "dim"))
@@ -70,14 +75,21 @@ def header(view: RunView, now: float) -> RenderableType:
         ago = f"last step ended {dur(now - view.last_step_ts)} ago" if view.last_step_ts else ""
         done = step - 1 if view.active and step >= 1 else step  # the step running now is not done
         if planned:
-            row.add_row(Text(f"step {_n(step)}/{_n(planned)}", "bold"), _bar(done, planned), _pct(done, planned),
-                        f"ETA {dur(view.eta_s)}", ago)
+            row.add_row(
+                Text(f"step {_n(step)}/{_n(planned)}", "bold"),
+                _bar(done, planned),
+                _pct(done, planned),
+                f"ETA {dur(view.eta_s)}",
+                ago,
+            )
         else:
             row.add_row(Text(f"step {_n(step)}", "bold"), f"ETA {dur(view.eta_s)}", ago)
     lines.append(row)
     if view.active:
-        now_running = ", ".join(f"{p} {dur(e)}" + (f" (mean {dur(view.phase_mean_s[p])})" if p in view.phase_mean_s
-                                                    else "") for p, e in sorted(view.active.items()))
+        now_running = ", ".join(
+            f"{p} {dur(e)}" + (f" (mean {dur(view.phase_mean_s[p])})" if p in view.phase_mean_s else "")
+            for p, e in sorted(view.active.items())
+        )
         lines.append(Text.assemble(("running: ", "bold"), (now_running, "yellow")))
     else:
         lines.append(Text("running: no phase", "dim"))
@@ -99,30 +111,53 @@ def rollout_table(view: RunView, limit: int = MAX_WORKERS) -> RenderableType | N
     for mode in view.modes():
         rows = [w for w in view.workers if w.mode == mode]
         for w in _shown(rows, limit):
-            table.add_row(w.worker, mode, _bar(w.completed, w.expected), f"{_n(w.completed)}/{_n(w.expected)}",
-                          _pct(w.completed, w.expected), _n(w.inflight), dur(w.oldest_inflight_s) if w.inflight else "-",
-                          dur(w.elapsed_s), dur(w.eta_s) if w.running else "-")
+            table.add_row(
+                w.worker,
+                mode,
+                _bar(w.completed, w.expected),
+                f"{_n(w.completed)}/{_n(w.expected)}",
+                _pct(w.completed, w.expected),
+                _n(w.inflight),
+                dur(w.oldest_inflight_s) if w.inflight else "-",
+                dur(w.elapsed_s),
+                dur(w.eta_s) if w.running else "-",
+            )
         if len(rows) > limit:
             table.add_row(Text(f"... {len(rows) - limit} more", "dim"), mode)
         done, expected = view.totals(mode)
         etas = [w.eta_s for w in rows if w.running and w.eta_s is not None]
-        table.add_row(Text("total", "bold"), mode, _bar(done, expected), f"{_n(done)}/{_n(expected)}",
-                      _pct(done, expected), _n(sum(w.inflight for w in rows)), "", "",
-                      dur(max(etas)) if etas else "-", style="bold")
+        table.add_row(
+            Text("total", "bold"),
+            mode,
+            _bar(done, expected),
+            f"{_n(done)}/{_n(expected)}",
+            _pct(done, expected),
+            _n(sum(w.inflight for w in rows)),
+            "",
+            "",
+            dur(max(etas)) if etas else "-",
+            style="bold",
+        )
     return table
 
 
 def update_table(view: RunView) -> RenderableType | None:
     if not view.updates:
         return None
-    table = Table(title="update (optimizer mini-batches, all PPO epochs)", title_justify="left", box=None,
-                  padding=(0, 1))
+    table = Table(
+        title="update (optimizer mini-batches, all PPO epochs)", title_justify="left", box=None, padding=(0, 1)
+    )
     for col in ("role", "progress", "done", "%", "epoch", "ETA"):
         table.add_column(col, justify="left" if col in ("role", "progress") else "right")
     for u in view.updates:
-        table.add_row(u.role, _bar(u.completed, u.expected), f"{_n(u.completed)}/{_n(u.expected)}",
-                      _pct(u.completed, u.expected), "-" if u.epoch is None else _n(u.epoch),
-                      dur(u.eta_s) if u.completed < u.expected else "-")
+        table.add_row(
+            u.role,
+            _bar(u.completed, u.expected),
+            f"{_n(u.completed)}/{_n(u.expected)}",
+            _pct(u.completed, u.expected),
+            "-" if u.epoch is None else _n(u.epoch),
+            dur(u.eta_s) if u.completed < u.expected else "-",
+        )
     return table
 
 
@@ -154,8 +189,9 @@ def _s(x: float | None) -> str:
 
 
 def health_table(signals: list[Signal]) -> RenderableType:
-    table = Table(title="health (the guides' signals, alert-rule thresholds)", title_justify="left", box=None,
-                  padding=(0, 1))
+    table = Table(
+        title="health (the guides' signals, alert-rule thresholds)", title_justify="left", box=None, padding=(0, 1)
+    )
     table.add_column("state")
     table.add_column("signal")
     table.add_column("now")
@@ -165,14 +201,31 @@ def health_table(signals: list[Signal]) -> RenderableType:
     return table
 
 
-def frame(view: RunView, history: History, signals: list[Signal], now: float | None = None,
-          steps_shown: int = 5, workers_shown: int = MAX_WORKERS) -> RenderableType:
+def frame(
+    view: RunView,
+    history: History,
+    signals: list[Signal],
+    now: float | None = None,
+    steps_shown: int = 5,
+    workers_shown: int = MAX_WORKERS,
+) -> RenderableType:
     now = time.time() if now is None else now
-    parts = [header(view, now), *map(_spaced, (rollout_table(view, workers_shown), update_table(view),
-                                                steps_table(history, view, steps_shown), health_table(signals)))]
+    parts = [
+        header(view, now),
+        *map(
+            _spaced,
+            (
+                rollout_table(view, workers_shown),
+                update_table(view),
+                steps_table(history, view, steps_shown),
+                health_table(signals),
+            ),
+        ),
+    ]
     if view.failed:
-        parts.append(Text("unreachable: " + "; ".join(view.failed[:4]) + (" ..." if len(view.failed) > 4 else ""),
-                          "dim"))
+        parts.append(
+            Text("unreachable: " + "; ".join(view.failed[:4]) + (" ..." if len(view.failed) > 4 else ""), "dim")
+        )
     if view.dropped:
         parts.append(Text(f"telemetry dropped {_n(view.dropped)} items (verl_otel_dropped_total)", "dim"))
     return Group(*(p for p in parts if p is not None))

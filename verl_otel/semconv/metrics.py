@@ -30,7 +30,21 @@ MODE_VALIDATE: Final = "validate"
 
 #: Histogram buckets, seconds: one second to hours (a step takes minutes).
 DURATION_BUCKETS_S: Final[tuple[float, ...]] = (
-    1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400,
+    1,
+    2,
+    5,
+    10,
+    20,
+    30,
+    60,
+    120,
+    300,
+    600,
+    1200,
+    1800,
+    3600,
+    7200,
+    14400,
 )
 
 
@@ -62,151 +76,253 @@ def _otel_name_for(name: str, kind: MetricKind) -> str:
 _ROLLOUT_LABELS = (LABEL_WORKER, LABEL_MODE)
 
 ROLLOUT_SAMPLES_COMPLETED = MetricDef(
-    "verl_rollout_samples_completed", "gauge",
+    "verl_rollout_samples_completed",
+    "gauge",
     "Samples (agent loops) finished so far in the current rollout of this agent-loop worker.",
-    _ROLLOUT_LABELS, unit="{sample}",
+    _ROLLOUT_LABELS,
+    unit="{sample}",
 )
 ROLLOUT_SAMPLES_EXPECTED = MetricDef(
-    "verl_rollout_samples_expected", "gauge",
-    "Samples this agent-loop worker was given in the current rollout.", _ROLLOUT_LABELS, unit="{sample}",
+    "verl_rollout_samples_expected",
+    "gauge",
+    "Samples this agent-loop worker was given in the current rollout.",
+    _ROLLOUT_LABELS,
+    unit="{sample}",
 )
 ROLLOUT_SAMPLES_INFLIGHT = MetricDef(
-    "verl_rollout_samples_inflight", "gauge",
-    "Samples started and not yet finished on this agent-loop worker.", _ROLLOUT_LABELS, unit="{sample}",
+    "verl_rollout_samples_inflight",
+    "gauge",
+    "Samples started and not yet finished on this agent-loop worker.",
+    _ROLLOUT_LABELS,
+    unit="{sample}",
 )
 ROLLOUT_OLDEST_INFLIGHT = MetricDef(
-    "verl_rollout_oldest_inflight_seconds", "gauge",
+    "verl_rollout_oldest_inflight_seconds",
+    "gauge",
     "Age of the longest-running unfinished sample: a lost request keeps growing here.",
-    _ROLLOUT_LABELS, unit="s",
+    _ROLLOUT_LABELS,
+    unit="s",
 )
 ROLLOUT_ELAPSED = MetricDef(
-    "verl_rollout_elapsed_seconds", "gauge",
-    "Seconds since the current rollout started on this worker.", _ROLLOUT_LABELS, unit="s",
+    "verl_rollout_elapsed_seconds",
+    "gauge",
+    "Seconds since the current rollout started on this worker.",
+    _ROLLOUT_LABELS,
+    unit="s",
 )
 ROLLOUT_ETA = MetricDef(
-    "verl_rollout_eta_seconds", "gauge",
+    "verl_rollout_eta_seconds",
+    "gauge",
     "Estimated seconds until this worker's rollout completes (elapsed/completed x remaining).",
-    _ROLLOUT_LABELS, unit="s",
+    _ROLLOUT_LABELS,
+    unit="s",
 )
 
 TRAINING_STEP = MetricDef(
-    "verl_training_step", "gauge", "Current trainer global step.", unit="{step}",
+    "verl_training_step",
+    "gauge",
+    "Current trainer global step.",
+    unit="{step}",
 )
 TRAINING_STEPS_PLANNED = MetricDef(
-    "verl_training_steps_planned", "gauge", "Total global steps this run plans (trainer.total_training_steps).",
+    "verl_training_steps_planned",
+    "gauge",
+    "Total global steps this run plans (trainer.total_training_steps).",
     unit="{step}",
 )
 TRAINING_LAST_STEP = MetricDef(
-    "verl_training_last_step_timestamp_seconds", "gauge",
-    "Unix time the last global step ended (step-stalled alerts compare it with the typical step time).", unit="s",
+    "verl_training_last_step_timestamp_seconds",
+    "gauge",
+    "Unix time the last global step ended (step-stalled alerts compare it with the typical step time).",
+    unit="s",
 )
 TRAINING_ETA = MetricDef(
-    "verl_training_eta_seconds", "gauge", "Run ETA from the mean of recent step durations.", unit="s",
+    "verl_training_eta_seconds",
+    "gauge",
+    "Run ETA from the mean of recent step durations.",
+    unit="s",
 )
 PHASE_ACTIVE = MetricDef(
-    "verl_phase_active", "gauge", "1 while the phase runs, else 0.", (LABEL_PHASE,), unit="",
+    "verl_phase_active",
+    "gauge",
+    "1 while the phase runs, else 0.",
+    (LABEL_PHASE,),
+    unit="",
 )
 PHASE_ELAPSED = MetricDef(
-    "verl_phase_elapsed_seconds", "gauge",
+    "verl_phase_elapsed_seconds",
+    "gauge",
     "Live elapsed time of the running phase (the heartbeat: growing = running, frozen at 0 = idle).",
-    (LABEL_PHASE,), unit="s",
+    (LABEL_PHASE,),
+    unit="s",
 )
 STEP_DURATION = MetricDef(
-    "verl_step_duration_seconds", "histogram",
-    "Duration of each global step; exemplars carry the step's trace id.", unit="s", buckets=DURATION_BUCKETS_S,
+    "verl_step_duration_seconds",
+    "histogram",
+    "Duration of each global step; exemplars carry the step's trace id.",
+    unit="s",
+    buckets=DURATION_BUCKETS_S,
 )
 PHASE_DURATION = MetricDef(
-    "verl_phase_duration_seconds", "histogram",
-    "Duration of each phase run; exemplars carry the step's trace id.", (LABEL_PHASE,), unit="s",
+    "verl_phase_duration_seconds",
+    "histogram",
+    "Duration of each phase run; exemplars carry the step's trace id.",
+    (LABEL_PHASE,),
+    unit="s",
     buckets=DURATION_BUCKETS_S,
 )
 
 UPDATE_MINIBATCHES_COMPLETED = MetricDef(
-    "verl_update_minibatches_completed", "gauge",
-    "Optimizer mini-batches done in the current actor/critic update.", (LABEL_ROLE,), unit="{minibatch}",
+    "verl_update_minibatches_completed",
+    "gauge",
+    "Optimizer mini-batches done in the current actor/critic update.",
+    (LABEL_ROLE,),
+    unit="{minibatch}",
 )
 UPDATE_MINIBATCHES_EXPECTED = MetricDef(
-    "verl_update_minibatches_expected", "gauge",
-    "Optimizer mini-batches the current actor/critic update will run (all PPO epochs).", (LABEL_ROLE,),
+    "verl_update_minibatches_expected",
+    "gauge",
+    "Optimizer mini-batches the current actor/critic update will run (all PPO epochs).",
+    (LABEL_ROLE,),
     unit="{minibatch}",
 )
 UPDATE_EPOCH = MetricDef(
-    "verl_update_epoch", "gauge", "Current PPO epoch (1-based) of the update.", (LABEL_ROLE,), unit="{epoch}",
+    "verl_update_epoch",
+    "gauge",
+    "Current PPO epoch (1-based) of the update.",
+    (LABEL_ROLE,),
+    unit="{epoch}",
 )
 UPDATE_ETA = MetricDef(
-    "verl_update_eta_seconds", "gauge", "Estimated seconds until the current update completes.", (LABEL_ROLE,),
+    "verl_update_eta_seconds",
+    "gauge",
+    "Estimated seconds until the current update completes.",
+    (LABEL_ROLE,),
     unit="s",
 )
 
 TRAINING_METRIC = MetricDef(
-    "verl_training_metric", "gauge",
-    "Every scalar verl logs per step, by verl's own key (e.g. critic/score/mean).", (LABEL_KEY,), unit="",
+    "verl_training_metric",
+    "gauge",
+    "Every scalar verl logs per step, by verl's own key (e.g. critic/score/mean).",
+    (LABEL_KEY,),
+    unit="",
 )
 PHASE_PEAK_MEMORY = MetricDef(
-    "verl_phase_peak_memory_bytes", "gauge",
+    "verl_phase_peak_memory_bytes",
+    "gauge",
     "Peak accelerator memory allocated during the last run of the phase (torch.cuda only).",
-    (LABEL_PHASE, LABEL_ROLE), unit="By",
+    (LABEL_PHASE, LABEL_ROLE),
+    unit="By",
 )
 
 OTEL_DROPPED = MetricDef(
-    "verl_otel_dropped_total", "counter",
-    "Telemetry items dropped (queue full, exporter failure, bad value, key cap), by reason.", (LABEL_REASON,),
+    "verl_otel_dropped_total",
+    "counter",
+    "Telemetry items dropped (queue full, exporter failure, bad value, key cap), by reason.",
+    (LABEL_REASON,),
     unit="{item}",
 )
 
 # Async trainers (fully_async). The role label says which process observed the value.
 ASYNC_SAMPLES_PRODUCED = MetricDef(
-    "verl_async_samples_produced_total", "counter",
-    "Samples (prompt groups) the rollouter put into the MessageQueue since it started.", unit="{sample}",
+    "verl_async_samples_produced_total",
+    "counter",
+    "Samples (prompt groups) the rollouter put into the MessageQueue since it started.",
+    unit="{sample}",
 )
 ASYNC_SAMPLES_DROPPED = MetricDef(
-    "verl_async_samples_dropped_total", "counter",
-    "Samples the MessageQueue dropped because it was full.", unit="{sample}",
+    "verl_async_samples_dropped_total",
+    "counter",
+    "Samples the MessageQueue dropped because it was full.",
+    unit="{sample}",
 )
 ASYNC_QUEUE_DEPTH = MetricDef(
-    "verl_async_queue_depth", "gauge",
+    "verl_async_queue_depth",
+    "gauge",
     "Samples waiting in the MessageQueue, as last seen by this process (rollouter: just before each of "
-    "its puts; trainer: after each take).", (LABEL_ROLE,), unit="{sample}",
+    "its puts; trainer: after each take).",
+    (LABEL_ROLE,),
+    unit="{sample}",
 )
 ASYNC_QUEUE_CAPACITY = MetricDef(
-    "verl_async_queue_capacity", "gauge", "MessageQueue size limit (max_queue_size).", unit="{sample}",
+    "verl_async_queue_capacity",
+    "gauge",
+    "MessageQueue size limit (max_queue_size).",
+    unit="{sample}",
 )
 ASYNC_PARAM_VERSION = MetricDef(
-    "verl_async_param_version", "gauge",
+    "verl_async_param_version",
+    "gauge",
     "Parameter version: the trainer's current_param_version, or the version the rollouter generates with.",
-    (LABEL_ROLE,), unit="{version}",
+    (LABEL_ROLE,),
+    unit="{version}",
 )
 ASYNC_STALENESS = MetricDef(
-    "verl_async_staleness", "gauge",
+    "verl_async_staleness",
+    "gauge",
     "Largest staleness (trainer version minus generating version) in the last batch the trainer took.",
     unit="{version}",
 )
 ASYNC_STALENESS_MEAN = MetricDef(
-    "verl_async_staleness_mean", "gauge",
-    "Mean staleness over the samples of the last batch the trainer took.", unit="{version}",
+    "verl_async_staleness_mean",
+    "gauge",
+    "Mean staleness over the samples of the last batch the trainer took.",
+    unit="{version}",
 )
 ASYNC_IDLE_RATIO = MetricDef(
-    "verl_async_idle_ratio", "gauge",
+    "verl_async_idle_ratio",
+    "gauge",
     "Live share of the current parameter-version window spent idle: the trainer waiting for samples, "
-    "the rollouter paused (verl's own fully_async/<role>/idle_ratio, evaluated now).", (LABEL_ROLE,), unit="1",
+    "the rollouter paused (verl's own fully_async/<role>/idle_ratio, evaluated now).",
+    (LABEL_ROLE,),
+    unit="1",
 )
 ASYNC_ROLLOUTER_PAUSED = MetricDef(
-    "verl_async_rollouter_paused", "gauge",
-    "1 while the rollouter holds back new samples (queue full or staleness limit reached), else 0.", unit="",
+    "verl_async_rollouter_paused",
+    "gauge",
+    "1 while the rollouter holds back new samples (queue full or staleness limit reached), else 0.",
+    unit="",
 )
 ASYNC_ROLLOUTER_INFLIGHT = MetricDef(
-    "verl_async_rollouter_inflight", "gauge", "Samples the rollouter is generating now.", unit="{sample}",
+    "verl_async_rollouter_inflight",
+    "gauge",
+    "Samples the rollouter is generating now.",
+    unit="{sample}",
 )
 
 METRICS: Final[tuple[MetricDef, ...]] = (
-    ROLLOUT_SAMPLES_COMPLETED, ROLLOUT_SAMPLES_EXPECTED, ROLLOUT_SAMPLES_INFLIGHT, ROLLOUT_OLDEST_INFLIGHT,
-    ROLLOUT_ELAPSED, ROLLOUT_ETA,
-    TRAINING_STEP, TRAINING_STEPS_PLANNED, TRAINING_LAST_STEP, TRAINING_ETA, PHASE_ACTIVE, PHASE_ELAPSED, STEP_DURATION,
+    ROLLOUT_SAMPLES_COMPLETED,
+    ROLLOUT_SAMPLES_EXPECTED,
+    ROLLOUT_SAMPLES_INFLIGHT,
+    ROLLOUT_OLDEST_INFLIGHT,
+    ROLLOUT_ELAPSED,
+    ROLLOUT_ETA,
+    TRAINING_STEP,
+    TRAINING_STEPS_PLANNED,
+    TRAINING_LAST_STEP,
+    TRAINING_ETA,
+    PHASE_ACTIVE,
+    PHASE_ELAPSED,
+    STEP_DURATION,
     PHASE_DURATION,
-    UPDATE_MINIBATCHES_COMPLETED, UPDATE_MINIBATCHES_EXPECTED, UPDATE_EPOCH, UPDATE_ETA,
-    TRAINING_METRIC, PHASE_PEAK_MEMORY, OTEL_DROPPED,
-    ASYNC_SAMPLES_PRODUCED, ASYNC_SAMPLES_DROPPED, ASYNC_QUEUE_DEPTH, ASYNC_QUEUE_CAPACITY, ASYNC_PARAM_VERSION,
-    ASYNC_STALENESS, ASYNC_STALENESS_MEAN, ASYNC_IDLE_RATIO, ASYNC_ROLLOUTER_PAUSED, ASYNC_ROLLOUTER_INFLIGHT,
+    UPDATE_MINIBATCHES_COMPLETED,
+    UPDATE_MINIBATCHES_EXPECTED,
+    UPDATE_EPOCH,
+    UPDATE_ETA,
+    TRAINING_METRIC,
+    PHASE_PEAK_MEMORY,
+    OTEL_DROPPED,
+    ASYNC_SAMPLES_PRODUCED,
+    ASYNC_SAMPLES_DROPPED,
+    ASYNC_QUEUE_DEPTH,
+    ASYNC_QUEUE_CAPACITY,
+    ASYNC_PARAM_VERSION,
+    ASYNC_STALENESS,
+    ASYNC_STALENESS_MEAN,
+    ASYNC_IDLE_RATIO,
+    ASYNC_ROLLOUTER_PAUSED,
+    ASYNC_ROLLOUTER_INFLIGHT,
 )
 assert len({m.name for m in METRICS}) == len(METRICS), "metric names must be unique"
 
@@ -245,6 +361,12 @@ DROP_EXPORT: Final = "export_failed"
 DROP_QUEUE: Final = "queue_full"
 DROP_WRITE: Final = "write_failed"  # the trace file could not be written (disk full, not a regular file)
 DROP_BAD_KEY: Final = "bad_key"  # a metric key that cannot be turned into text
-DROP_REASONS: Final = (DROP_NON_SCALAR, DROP_NON_FINITE, DROP_KEY_CAP, DROP_EXPORT, DROP_QUEUE, DROP_WRITE,
-                       DROP_BAD_KEY)
-
+DROP_REASONS: Final = (
+    DROP_NON_SCALAR,
+    DROP_NON_FINITE,
+    DROP_KEY_CAP,
+    DROP_EXPORT,
+    DROP_QUEUE,
+    DROP_WRITE,
+    DROP_BAD_KEY,
+)

@@ -117,8 +117,16 @@ ATTR_WORKER_RANK: Final = "verl.worker.rank"
 ATTR_WORKER_BATCH: Final = "verl.worker.batch_size"
 #: spans of a step's trace that are not phases
 NON_PHASE_SPANS: Final[frozenset[str]] = frozenset(
-    {SPAN_STEP, SPAN_FIT_END, SPAN_ROLLOUT_WORKER, SPAN_ROLLOUT_SAMPLE, SPAN_REWARD_WORKER, SPAN_REWARD_SCORE,
-     *WORKER_SPAN_NAMES.values()})
+    {
+        SPAN_STEP,
+        SPAN_FIT_END,
+        SPAN_ROLLOUT_WORKER,
+        SPAN_ROLLOUT_SAMPLE,
+        SPAN_REWARD_WORKER,
+        SPAN_REWARD_SCORE,
+        *WORKER_SPAN_NAMES.values(),
+    }
+)
 
 # Resource attributes: what each process is (and of which run, where the process knows it)
 RES_PROJECT: Final = ATTR_PROJECT
@@ -173,4 +181,3 @@ ROLLOUT_SAMPLE_TRACE_ATTR: Final = "_verl_otel_rollout_trace"
 TRAINER_LEGACY: Final = "legacy"
 TRAINER_V1: Final = "v1"
 TRAINER_FULLY_ASYNC: Final = "fully_async"
-

@@ -4,9 +4,9 @@
 engine needs the sample's span id when the request starts. So a sample that talks to the engine gets its
 span id up front (:func:`sample_context`: 64 random bits and a string, no OTel call), the request carries
 ``traceparent(step trace, that id)`` and, if the sample is one of the slowest, its span is made with that
-id (``runtime.preset_span_id``, our tracer provider's id generator), so the engine's span is its child. Only samples of a
-sampled trace carry a context; the engine's spans of the samples that get no span of their own keep that
-parent id (they stay in the step's trace, under a parent that is not exported).
+id (``runtime.preset_span_id``, our tracer provider's id generator), so the engine's span is its child.
+Only samples of a sampled trace carry a context; the engine's spans of the samples that get no span of
+their own keep that parent id (they stay in the step's trace, under a parent that is not exported).
 """
 
 from __future__ import annotations

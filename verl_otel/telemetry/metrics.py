@@ -70,8 +70,11 @@ class MetricsState:
                 if n >= self.max_series_per_metric:
                     self._drop_locked(sc.DROP_KEY_CAP)
                     cap = self.max_series_per_metric
-                    warn_once(f"cap:{metric.name}", f"{metric.name}: more than {cap} distinct label sets; "
-                              f"new ones are dropped (raise {sc.ENV_MAX_METRIC_KEYS} to keep more)")
+                    warn_once(
+                        f"cap:{metric.name}",
+                        f"{metric.name}: more than {cap} distinct label sets; "
+                        f"new ones are dropped (raise {sc.ENV_MAX_METRIC_KEYS} to keep more)",
+                    )
                     return False
                 self._keys_per_metric[metric.name] = n + 1
             self._values[key] = value
@@ -122,6 +125,7 @@ class MetricsState:
 
     def histograms(self) -> list[tuple[sc.MetricDef, Labels, HistogramSeries]]:
         with self._lock:
-            return [(m, labels, HistogramSeries(s.bounds, list(s.counts), s.total, s.count, dict(s.exemplars)))
-                    for (m, labels), s in self._hist.items()]
-
+            return [
+                (m, labels, HistogramSeries(s.bounds, list(s.counts), s.total, s.count, dict(s.exemplars)))
+                for (m, labels), s in self._hist.items()
+            ]

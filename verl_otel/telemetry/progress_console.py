@@ -42,12 +42,22 @@ def step_tag(step: int, version: int | None = None) -> str:
     return f"{PREFIX}[step={step}]"
 
 
-def rollout_line(step: int, worker: int | None, mode: str, done: int, total: int, elapsed: float,
-                 width: int, version: int | None = None) -> str:
+def rollout_line(
+    step: int,
+    worker: int | None,
+    mode: str,
+    done: int,
+    total: int,
+    elapsed: float,
+    width: int,
+    version: int | None = None,
+) -> str:
     who = "[rollout_manager]" if worker is None else f"[rollout_worker={worker}]"
     pct = 100.0 * done / total if total > 0 else 0.0
-    return (f"{step_tag(step, version)}{who}[{mode}] {bar(done, total, width)} {done}/{total} ({pct:.1f}%) "
-            f"elapsed={fmt_s(elapsed)} eta={fmt_s(rate_eta(elapsed, done, total))}")
+    return (
+        f"{step_tag(step, version)}{who}[{mode}] {bar(done, total, width)} {done}/{total} ({pct:.1f}%) "
+        f"elapsed={fmt_s(elapsed)} eta={fmt_s(rate_eta(elapsed, done, total))}"
+    )
 
 
 def strategy_label(strategy: Any) -> str:
@@ -55,17 +65,30 @@ def strategy_label(strategy: Any) -> str:
     return STRATEGY_LABEL.get(text, text or "dp")
 
 
-def update_line(role: str, strategy: str, done: int, total: int, elapsed: float, epoch: int | None = None,
-                epochs: int | None = None, mini: int | None = None, minis: int | None = None, width: int = 22) -> str:
-    """The actor/critic bar; ``(epoch e/E, mini m/M)`` when the split is known (the [VERL_PROGRESS] dp actor), without it
-    as the [VERL_PROGRESS] megatron actor prints."""
+def update_line(
+    role: str,
+    strategy: str,
+    done: int,
+    total: int,
+    elapsed: float,
+    epoch: int | None = None,
+    epochs: int | None = None,
+    mini: int | None = None,
+    minis: int | None = None,
+    width: int = 22,
+) -> str:
+    """The actor/critic bar; ``(epoch e/E, mini m/M)`` when the split is known (the [VERL_PROGRESS] dp actor),
+    without it as the [VERL_PROGRESS] megatron actor prints."""
     split = f" (epoch {epoch}/{epochs}, mini {mini}/{minis})" if epoch and epochs and mini and minis else ""
-    return (f"{PREFIX}[{role}={strategy}][phase=update_policy] {bar(done, total, width)} {done}/{total}{split} "
-            f"elapsed={fmt_s(elapsed)} eta={fmt_s(rate_eta(elapsed, done, total))}")
+    return (
+        f"{PREFIX}[{role}={strategy}][phase=update_policy] {bar(done, total, width)} {done}/{total}{split} "
+        f"elapsed={fmt_s(elapsed)} eta={fmt_s(rate_eta(elapsed, done, total))}"
+    )
 
 
-def worker_line(step: int | None, role: str, strategy: str, rank: int, method: str,
-                seconds: float | None = None) -> str:
+def worker_line(
+    step: int | None, role: str, strategy: str, rank: int, method: str, seconds: float | None = None
+) -> str:
     """A training worker's (rank 0's) start/done line of one call; no step tag when its batch does not say it."""
     what = f"{method} start" if seconds is None else f"{method} done: {seconds:.2f}s"
     tag = PREFIX if step is None else step_tag(step)
@@ -92,7 +115,8 @@ class _Running:
 
 
 class ProgressConsole(StepObserver):
-    """Phase start/done lines with the [VERL_PROGRESS] details and one heartbeat per running phase, in the fit() process.
+    """Phase start/done lines with the [VERL_PROGRESS] details and one heartbeat per running phase, in the fit()
+    process.
 
     A phase's start line waits for its details when they come from a hook called inside the phase (legacy:
     the rollout manager's call opens after verl's ``gen`` timer): it is printed when they arrive, or plainly
@@ -150,8 +174,9 @@ class ProgressConsole(StepObserver):
         if not self._s.step_selected(global_step):
             return
         if phase == sc.PHASE_REWARD:  # the [VERL_PROGRESS] reward line names its time and the extra keys verl returned
-            self._print(f"{step_tag(global_step)} reward done: reward_time={seconds:.2f}s, "
-                        f"reward_extra_keys={details or '[]'}")
+            self._print(
+                f"{step_tag(global_step)} reward done: reward_time={seconds:.2f}s, reward_extra_keys={details or '[]'}"
+            )
         else:
             self._print(f"{step_tag(global_step)} {phase} done: {seconds:.2f}s")
 

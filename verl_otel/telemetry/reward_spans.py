@@ -19,7 +19,19 @@ class RewardSpans(SlowestCalls):
     """Reward-loop calls: a ``reward.worker`` span per group, its slowest calls under it."""
 
     def _emit(self, parent: str, group: Group) -> None:
-        attrs = {sc.ATTR_REWARD_CALLS: group.calls, sc.ATTR_REWARD_CALLS_SPANNED: len(group.slowest),
-                 sc.ATTR_REWARD_ERRORS: group.errors}
-        emit_group(sc.SPAN_REWARD_WORKER, extract(parent), attrs, group.first_ns, group.last_ns,
-                   sc.SPAN_REWARD_SCORE, (call for _, _, call in group.slowest), group.errors, "reward calls")
+        attrs = {
+            sc.ATTR_REWARD_CALLS: group.calls,
+            sc.ATTR_REWARD_CALLS_SPANNED: len(group.slowest),
+            sc.ATTR_REWARD_ERRORS: group.errors,
+        }
+        emit_group(
+            sc.SPAN_REWARD_WORKER,
+            extract(parent),
+            attrs,
+            group.first_ns,
+            group.last_ns,
+            sc.SPAN_REWARD_SCORE,
+            (call for _, _, call in group.slowest),
+            group.errors,
+            "reward calls",
+        )

@@ -66,8 +66,9 @@ class RolloutTracker:
         self.on_dispatch: list[Callable[[str, str], None]] = []  # a chunk arrived with the trainer's context
 
     # -- dispatch -------------------------------------------------------------------------------
-    def batch_started(self, mode: str, step: int, n_samples: int, parent: str | None,
-                      version: int | None = None) -> None:
+    def batch_started(
+        self, mode: str, step: int, n_samples: int, parent: str | None, version: int | None = None
+    ) -> None:
         """A chunk of ``n_samples`` reached this worker. A finished rollout of that mode starts
         anew; an unfinished one (async trainers overlap) grows."""
         with self._lock:
@@ -92,8 +93,9 @@ class RolloutTracker:
             batch.active[token] = time.monotonic()
         return token
 
-    def sample_finished(self, mode: str, token: int, trajectory: Any, output: Any,
-                        error: BaseException | None = None) -> None:
+    def sample_finished(
+        self, mode: str, token: int, trajectory: Any, output: Any, error: BaseException | None = None
+    ) -> None:
         now = time.monotonic()
         with self._lock:
             batch = self._batches.get(mode)
@@ -119,10 +121,21 @@ class RolloutTracker:
             raw, batch.finished = batch.finished, []
             # wall-clock = monotonic + offset, computed once per batch, not per sample
             offset_ns = time.time_ns() - time.monotonic_ns()
-            finished = [FinishedSample(int(s * 1e9) + offset_ns, int(e * 1e9) + offset_ns, e - s, traj, out, err)
-                        for s, e, traj, out, err in raw]
-            snapshot = Batch(batch.mode, batch.step, batch.expected, batch.completed, batch.start, batch.start_ns,
-                             {}, finished, batch.parent)
+            finished = [
+                FinishedSample(int(s * 1e9) + offset_ns, int(e * 1e9) + offset_ns, e - s, traj, out, err)
+                for s, e, traj, out, err in raw
+            ]
+            snapshot = Batch(
+                batch.mode,
+                batch.step,
+                batch.expected,
+                batch.completed,
+                batch.start,
+                batch.start_ns,
+                {},
+                finished,
+                batch.parent,
+            )
         for cb in self.on_batch_done:
             cb(self.worker, snapshot)
 
@@ -131,8 +144,10 @@ class RolloutTracker:
         now = time.monotonic()
         worker = "" if self.worker is None else str(self.worker)
         with self._lock:
-            rows = [(b.mode, b.expected, b.completed, len(b.active), min(b.active.values(), default=None),
-                     b.start, b.end) for b in self._batches.values()]
+            rows = [
+                (b.mode, b.expected, b.completed, len(b.active), min(b.active.values(), default=None), b.start, b.end)
+                for b in self._batches.values()
+            ]
         for mode, expected, completed, inflight, oldest, start, end in rows:
             labels = (worker, mode)
             elapsed = (end if end is not None else now) - start

@@ -35,12 +35,28 @@ def emit_batch(worker: int | None, batch: Batch, max_sample_spans: int, describe
     if worker is not None:
         attrs[sc.ATTR_WORKER_INDEX] = worker
     # a sample whose engine requests named its span id up front gets that id (telemetry/engine_context.py)
-    calls = [Call(s.start_ns, s.end_ns, describe(s.trajectory, s.output), s.error,
-                  (s.trajectory or {}).get(sc.SAMPLE_SPAN_ID_KEY) if isinstance(s.trajectory, dict) else None)
-             for s in slowest]
+    calls = [
+        Call(
+            s.start_ns,
+            s.end_ns,
+            describe(s.trajectory, s.output),
+            s.error,
+            (s.trajectory or {}).get(sc.SAMPLE_SPAN_ID_KEY) if isinstance(s.trajectory, dict) else None,
+        )
+        for s in slowest
+    ]
     errors = sum(1 for s in batch.finished if s.error is not None)
-    emit_group(sc.SPAN_ROLLOUT_WORKER, extract(batch.parent), attrs, batch.start_ns, time.time_ns(),
-               sc.SPAN_ROLLOUT_SAMPLE, calls, errors, "samples")
+    emit_group(
+        sc.SPAN_ROLLOUT_WORKER,
+        extract(batch.parent),
+        attrs,
+        batch.start_ns,
+        time.time_ns(),
+        sc.SPAN_ROLLOUT_SAMPLE,
+        calls,
+        errors,
+        "samples",
+    )
     runtime.current().flush_soon()
 
 
@@ -51,8 +67,9 @@ class BatchSpans:
     that batch arrived (the outcome must not depend on how loaded the machine is). One that no parent
     reaches within ``orphan_wait_s`` is emitted as a root of its own."""
 
-    def __init__(self, max_sample_spans: int, orphan_wait_s: float = 120.0,
-                 describe: Describe = _no_attributes) -> None:
+    def __init__(
+        self, max_sample_spans: int, orphan_wait_s: float = 120.0, describe: Describe = _no_attributes
+    ) -> None:
         self.max_sample_spans, self.orphan_wait_s, self.describe = max_sample_spans, orphan_wait_s, describe
         self._lock = threading.Lock()
         self._orphans: list[tuple[float, int | None, Batch]] = []

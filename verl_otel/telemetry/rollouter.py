@@ -116,8 +116,9 @@ class RolloutWindows:
             self.sample_spans.flush(idle_only=False)
         runtime.current().flush_wait()
 
-    def sample_finished(self, tag: tuple[str, int] | None, start_ns: int, attributes: dict[str, Any],
-                        error: BaseException | None) -> None:
+    def sample_finished(
+        self, tag: tuple[str, int] | None, start_ns: int, attributes: dict[str, Any], error: BaseException | None
+    ) -> None:
         """A sample of the window ``tag`` went through generation into the queue (or failed)."""
         spans = self.sample_spans
         if spans is not None and tag and tag[0]:
@@ -141,8 +142,9 @@ class RolloutWindows:
     # -- spans ------------------------------------------------------------------------------------
     def _open_locked(self) -> None:
         version, now = self.version, self._readings()
-        span = runtime.current().tracer.start_span(sc.SPAN_ROLLOUTER_GENERATE, context=otel_context.Context(),
-                                                   attributes={sc.ATTR_PARAM_VERSION: version})
+        span = runtime.current().tracer.start_span(
+            sc.SPAN_ROLLOUTER_GENERATE, context=otel_context.Context(), attributes={sc.ATTR_PARAM_VERSION: version}
+        )
         tp = inject(trace.set_span_in_context(span))
         self._window = _Window(span, version, now.produced or 0.0, now.dropped or 0.0, (tp, version) if tp else None)
 
@@ -162,13 +164,18 @@ class RolloutWindows:
         span.end()
         if runtime.current().settings.console and now.produced is not None:
             idle_text = f", idle {idle:.0%}" if idle is not None else ""
-            print(f"[verl-otel] rollouter param version {window.version}: {int(now.produced - window.produced0)} "
-                  f"samples queued, {int((now.dropped or 0) - window.dropped0)} dropped{idle_text}", flush=True)
+            print(
+                f"[verl-otel] rollouter param version {window.version}: {int(now.produced - window.produced0)} "
+                f"samples queued, {int((now.dropped or 0) - window.dropped0)} dropped{idle_text}",
+                flush=True,
+            )
 
     def validate_span(self) -> Span:
         self.validating = runtime.current().tracer.start_span(
-            sc.SPAN_ROLLOUTER_VALIDATE, context=otel_context.Context(),
-            attributes={sc.ATTR_PARAM_VERSION: self.version, sc.ATTR_PHASE: sc.PHASE_VALIDATE})
+            sc.SPAN_ROLLOUTER_VALIDATE,
+            context=otel_context.Context(),
+            attributes={sc.ATTR_PARAM_VERSION: self.version, sc.ATTR_PHASE: sc.PHASE_VALIDATE},
+        )
         return self.validating
 
     def validate_context(self) -> otel_context.Context | None:
@@ -190,8 +197,11 @@ class RolloutWindows:
         if self.read is None:
             return
         now = self._readings()
-        for metric, value in ((sc.ASYNC_SAMPLES_PRODUCED, now.produced), (sc.ASYNC_SAMPLES_DROPPED, now.dropped),
-                              (sc.ASYNC_QUEUE_CAPACITY, now.capacity)):
+        for metric, value in (
+            (sc.ASYNC_SAMPLES_PRODUCED, now.produced),
+            (sc.ASYNC_SAMPLES_DROPPED, now.dropped),
+            (sc.ASYNC_QUEUE_CAPACITY, now.capacity),
+        ):
             if value is not None:
                 yield metric, (), value
         yield sc.ASYNC_PARAM_VERSION, _ROLLOUTER, float(self.version)

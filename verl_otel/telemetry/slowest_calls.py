@@ -50,8 +50,9 @@ class SlowestCalls:
         self._seq = itertools.count()
         self._ticking = False
 
-    def record(self, parent: str, start_ns: int, end_ns: int, attributes: dict[str, Any],
-               error: BaseException | None = None) -> None:
+    def record(
+        self, parent: str, start_ns: int, end_ns: int, attributes: dict[str, Any], error: BaseException | None = None
+    ) -> None:
         """One finished call (hot path: a dict lookup and a heap push under a lock)."""
         call = Call(start_ns, end_ns, attributes, error)
         key = (end_ns - start_ns, next(self._seq), call)
@@ -78,8 +79,11 @@ class SlowestCalls:
         parents ``parents`` accepts, if given); how many."""
         now = time.monotonic()
         with self._lock:
-            ready = [p for p, g in self._groups.items() if (not idle_only or now - g.touched >= self.idle_s)
-                     and (parents is None or parents(p))]
+            ready = [
+                p
+                for p, g in self._groups.items()
+                if (not idle_only or now - g.touched >= self.idle_s) and (parents is None or parents(p))
+            ]
             groups = [(p, self._groups.pop(p)) for p in ready]
         for parent, group in groups:
             self._emit(parent, group)
@@ -98,19 +102,26 @@ def emit_calls(name: str, parent: Context, calls: Iterable[Call]) -> None:
     tel = runtime.current()
     for call in sorted(calls, key=lambda c: c.start_ns):
         with runtime.preset_span_id(call.span_id):
-            span = tel.tracer.start_span(name, context=parent, attributes=call.attributes,
-                                         start_time=call.start_ns)
+            span = tel.tracer.start_span(name, context=parent, attributes=call.attributes, start_time=call.start_ns)
         if call.error is not None:
             mark_failed(span, call.error, tel.settings.max_text)
         span.end(end_time=call.end_ns)
 
 
-def emit_group(name: str, parent: Context, attributes: dict[str, Any], start_ns: int, end_ns: int,
-               child: str, calls: Iterable[Call], errors: int, what: str) -> None:
+def emit_group(
+    name: str,
+    parent: Context,
+    attributes: dict[str, Any],
+    start_ns: int,
+    end_ns: int,
+    child: str,
+    calls: Iterable[Call],
+    errors: int,
+    what: str,
+) -> None:
     """A group span from ``start_ns`` to ``end_ns`` with its calls as ``child`` spans under it; ERROR with
     "N <what> failed" when any call of the group failed (spanned or not)."""
-    group: Span = runtime.current().tracer.start_span(name, context=parent, attributes=attributes,
-                                                      start_time=start_ns)
+    group: Span = runtime.current().tracer.start_span(name, context=parent, attributes=attributes, start_time=start_ns)
     emit_calls(child, trace.set_span_in_context(group), calls)
     if errors:
         group.set_status(Status(StatusCode.ERROR, f"{errors} {what} failed"))

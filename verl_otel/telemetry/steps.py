@@ -227,8 +227,11 @@ class StepTracer:
             step.val_logged = False
             parent = step.open[-1].span if step.open else step.span
             span = runtime.current().tracer.start_span(
-                sc.PHASE_VALIDATE, context=trace.set_span_in_context(parent), start_time=start_ns,
-                attributes={sc.ATTR_PHASE: sc.PHASE_VALIDATE, sc.ATTR_GLOBAL_STEP: step.number})
+                sc.PHASE_VALIDATE,
+                context=trace.set_span_in_context(parent),
+                start_time=start_ns,
+                attributes={sc.ATTR_PHASE: sc.PHASE_VALIDATE, sc.ATTR_GLOBAL_STEP: step.number},
+            )
             span.end()
             seconds = max(0.0, (time.time_ns() - start_ns) / 1e9)
             step.phases[sc.PHASE_VALIDATE] = step.phases.get(sc.PHASE_VALIDATE, 0.0) + seconds
@@ -285,10 +288,15 @@ class StepTracer:
         run = self._run
         attrs: dict[str, Any] = {sc.ATTR_GLOBAL_STEP: number}
         if run is not None:
-            attrs.update({sc.ATTR_TRAINER: run.trainer, sc.ATTR_PROJECT: run.project,
-                          sc.ATTR_EXPERIMENT: run.experiment})
-            for key, val in ((sc.ATTR_ROLLOUT_N, run.rollout_n), (sc.ATTR_BATCH_SIZE, run.batch_size),
-                             (sc.ATTR_STEPS_PLANNED, run.steps_planned), (sc.ATTR_TRAINER_MODE, run.mode)):
+            attrs.update(
+                {sc.ATTR_TRAINER: run.trainer, sc.ATTR_PROJECT: run.project, sc.ATTR_EXPERIMENT: run.experiment}
+            )
+            for key, val in (
+                (sc.ATTR_ROLLOUT_N, run.rollout_n),
+                (sc.ATTR_BATCH_SIZE, run.batch_size),
+                (sc.ATTR_STEPS_PLANNED, run.steps_planned),
+                (sc.ATTR_TRAINER_MODE, run.mode),
+            ):
                 if val is not None:
                     attrs[key] = val
         # a fresh root: each step is its own trace whatever context the caller runs in
@@ -302,8 +310,9 @@ class StepTracer:
             step = self._ensure_step()
             parent = step.open[-1].span if step.open else step.span
             span = runtime.current().tracer.start_span(
-                phase, context=trace.set_span_in_context(parent), attributes={sc.ATTR_PHASE: phase,
-                                                                               sc.ATTR_GLOBAL_STEP: step.number}
+                phase,
+                context=trace.set_span_in_context(parent),
+                attributes={sc.ATTR_PHASE: phase, sc.ATTR_GLOBAL_STEP: step.number},
             )
             token = _Open(phase, span, time.monotonic())
             step.open.append(token)
@@ -347,8 +356,9 @@ class StepTracer:
             return
         span.end()
         self._last_number = step.number
-        result = StepResult(step.number, seconds, dict(step.phases),
-                            format(span.get_span_context().trace_id, "032x"), step.error)
+        result = StepResult(
+            step.number, seconds, dict(step.phases), format(span.get_span_context().trace_id, "032x"), step.error
+        )
         self._notify("on_step_end", result)
         runtime.current().flush_soon()
 

@@ -35,8 +35,9 @@ def cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(0, limit - 3)] + "..."
 
 
-def mark_failed(span: Span, exc: BaseException, limit: int, *, record: bool = True,
-                description: str | None = None) -> None:
+def mark_failed(
+    span: Span, exc: BaseException, limit: int, *, record: bool = True, description: str | None = None
+) -> None:
     """Set ``span`` to ERROR for ``exc``: an ``exception`` event (type, message and stack trace, each
     cut to ``limit`` characters, VERL_OTEL_MAX_TEXT) and the status' description."""
     message = as_text(exc, limit) or "<unprintable>"
@@ -46,6 +47,12 @@ def mark_failed(span: Span, exc: BaseException, limit: int, *, record: bool = Tr
             stack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=20))
         except Exception:  # noqa: BLE001
             stack = ""
-        span.add_event("exception", {sc.ATTR_EXC_TYPE: name, sc.ATTR_EXC_MESSAGE: cut(message, limit),
-                                     sc.ATTR_EXC_STACKTRACE: utf8(cut(stack, limit))})
+        span.add_event(
+            "exception",
+            {
+                sc.ATTR_EXC_TYPE: name,
+                sc.ATTR_EXC_MESSAGE: cut(message, limit),
+                sc.ATTR_EXC_STACKTRACE: utf8(cut(stack, limit)),
+            },
+        )
     span.set_status(Status(StatusCode.ERROR, cut(description or f"{name}: {message}", min(limit, 512))))

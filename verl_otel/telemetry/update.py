@@ -59,8 +59,20 @@ class UpdateBar:
             return
         if upd.completed % self.progress.bar_interval == 0 or upd.completed >= upd.expected:
             epoch, mini = upd.last_done()
-            print(update_line(role, upd.label, upd.completed, upd.expected, time.monotonic() - upd.start,
-                              epoch, upd.epochs, mini, upd.per_epoch), flush=True)
+            print(
+                update_line(
+                    role,
+                    upd.label,
+                    upd.completed,
+                    upd.expected,
+                    time.monotonic() - upd.start,
+                    epoch,
+                    upd.epochs,
+                    mini,
+                    upd.per_epoch,
+                ),
+                flush=True,
+            )
 
 
 class UpdateTracker:

@@ -21,8 +21,10 @@ from verl_otel.telemetry.values import to_scalar
 
 #: verl's validation metric keys: ``val-core/<data source>/<variable>/<metric>`` with metrics such as
 #: ``mean@4`` or ``best@4/std`` (process_validation_metrics); a data source may itself hold slashes
-_VAL_KEY = re.compile(rf"^{sc.VERL_VAL_METRIC_PREFIX}[a-z]+/(?P<source>.+)/[^/]+/"
-                      r"(?:(?:mean|std)@\d+|(?:best|worst|maj)@\d+/(?:mean|std))$")
+_VAL_KEY = re.compile(
+    rf"^{sc.VERL_VAL_METRIC_PREFIX}[a-z]+/(?P<source>.+)/[^/]+/"
+    r"(?:(?:mean|std)@\d+|(?:best|worst|maj)@\d+/(?:mean|std))$"
+)
 
 
 def data_sources(metrics: Mapping[str, Any]) -> list[str]:
@@ -76,8 +78,11 @@ def record(samples: Sequence[Sequence[Any]], step: Any) -> None:
             number = int(step)
         except (TypeError, ValueError):
             number = -1
-        span = tel.tracer.start_span(sc.PHASE_VALIDATE, context=otel_context.Context(),
-                                     attributes={sc.ATTR_PHASE: sc.PHASE_VALIDATE, sc.ATTR_GLOBAL_STEP: number})
+        span = tel.tracer.start_span(
+            sc.PHASE_VALIDATE,
+            context=otel_context.Context(),
+            attributes={sc.ATTR_PHASE: sc.PHASE_VALIDATE, sc.ATTR_GLOBAL_STEP: number},
+        )
     span.set_attribute(sc.ATTR_VAL_GENERATIONS, len(samples))
     for sample in samples:
         if isinstance(sample, (list, tuple)):

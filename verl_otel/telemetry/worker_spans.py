@@ -27,8 +27,7 @@ class WorkerSpan:
         name = sc.WORKER_SPAN_NAMES.get(method)
         if traceparent is None or name is None:
             return
-        attrs: dict[str, Any] = {sc.ATTR_WORKER_METHOD: method, sc.ATTR_WORKER_ROLE: role,
-                                 sc.ATTR_WORKER_RANK: rank}
+        attrs: dict[str, Any] = {sc.ATTR_WORKER_METHOD: method, sc.ATTR_WORKER_ROLE: role, sc.ATTR_WORKER_RANK: rank}
         if size is not None:
             attrs[sc.ATTR_WORKER_BATCH] = size
         self.span = runtime.current().tracer.start_span(name, context=extract(traceparent), attributes=attrs)
