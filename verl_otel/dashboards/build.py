@@ -71,10 +71,7 @@ def splice(readme: str, generated: str) -> str:
     return f"{head}{BEGIN}\n\n{generated}\n{END}{tail}"
 
 
-_DEFAULTS = alerts.Thresholds()
-
-
-def outputs(root: Path = ROOT, thresholds: alerts.Thresholds = _DEFAULTS) -> dict[Path, str]:
+def outputs(root: Path = ROOT, thresholds: alerts.Thresholds = alerts.DEFAULTS) -> dict[Path, str]:
     files = {
         Path("grafana") / f"{d.uid}.json": json.dumps(grafana.render(d), indent=2, ensure_ascii=False) + "\n"
         for d in panels.DASHBOARDS

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from verl_otel import semconv as sc
-from verl_otel.dashboards.alerts import Thresholds, duration_seconds
+from verl_otel.dashboards.thresholds import DEFAULTS, Thresholds, duration_seconds
 from verl_otel.live.run_view import TIMING_PREFIX, History, RunView
 
 State = Literal["ok", "tripped", "no data"]
@@ -39,11 +39,8 @@ def _sig(name: str, bad: bool | None, detail: str) -> Signal:
     return Signal(name, "no data" if bad is None else ("tripped" if bad else "ok"), detail)
 
 
-_DEFAULTS = Thresholds()
-
-
 def signals(
-    view: RunView, history: History, t: Thresholds = _DEFAULTS, gpu_memory_gb: float | None = None
+    view: RunView, history: History, t: Thresholds = DEFAULTS, gpu_memory_gb: float | None = None
 ) -> list[Signal]:
     m = view.metrics
     out = []

@@ -1,0 +1,74 @@
+"""The training-progress dashboard's fully_async rows: the rollouter beside the trainer."""
+
+from __future__ import annotations
+
+from verl_otel import semconv as sc
+from verl_otel.dashboards.grafana import (
+    Panel,
+    Target,
+    m,
+)
+
+_R = "$__rate_interval"
+
+
+# -- fully_async: the rollouter beside the trainer ------------------------------------------------------
+_ASYNC_ONLY = "fully_async only (`verl-otel demo --trainer fully_async`)"
+ASYNC_VERSIONS = Panel(
+    13,
+    "Async rollout: parameter version and staleness",
+    "Trainer and rollouter parameter versions, and the largest / mean staleness (versions behind) of the last "
+    "batch the trainer took. Healthy: the versions move together and staleness stays at or below "
+    "async_training.staleness_threshold.",
+    "timeseries",
+    (
+        Target(f"max by (role) ({m(sc.ASYNC_PARAM_VERSION.name)})", "version {{role}}"),
+        Target(f"max({m(sc.ASYNC_STALENESS.name)})", "staleness max"),
+        Target(f"max({m(sc.ASYNC_STALENESS_MEAN.name)})", "staleness mean"),
+    ),
+    grid=(0, 40, 12, 8),
+    cpu_empty=_ASYNC_ONLY,
+)
+ASYNC_QUEUE = Panel(
+    14,
+    "Async rollout: MessageQueue depth",
+    "Samples waiting between rollouter and trainer (as each side last saw it) against the queue's limit. "
+    "Healthy: between the trainer's batch size and the limit; at the limit the rollouter pauses, near 0 the "
+    "trainer waits.",
+    "timeseries",
+    (
+        Target(f"max by (role) ({m(sc.ASYNC_QUEUE_DEPTH.name)})", "depth seen by {{role}}"),
+        Target(f"max({m(sc.ASYNC_QUEUE_CAPACITY.name)})", "limit"),
+    ),
+    grid=(12, 40, 12, 8),
+    cpu_empty=_ASYNC_ONLY,
+)
+ASYNC_IDLE = Panel(
+    15,
+    "Async rollout: idle ratio",
+    "Share of the current parameter-version window each side spent idle: the trainer waiting for samples, the "
+    "rollouter paused; and whether the rollouter is paused now. Healthy: both low; a trainer near 1 is "
+    "rollout-bound, a rollouter near 1 is held back by the staleness limit.",
+    "timeseries",
+    (
+        Target(f"max by (role) ({m(sc.ASYNC_IDLE_RATIO.name)})", "idle {{role}}"),
+        Target(f"max({m(sc.ASYNC_ROLLOUTER_PAUSED.name)})", "rollouter paused"),
+    ),
+    unit="percentunit",
+    grid=(0, 48, 12, 8),
+    cpu_empty=_ASYNC_ONLY,
+)
+ASYNC_PRODUCED = Panel(
+    16,
+    "Async rollout: samples produced",
+    "Samples per second the rollouter puts into the queue, samples dropped by a full queue, and samples being "
+    "generated now. Healthy: a steady rate, no drops.",
+    "timeseries",
+    (
+        Target(f"sum(rate({m(sc.ASYNC_SAMPLES_PRODUCED.name)}[{_R}]))", "produced/s"),
+        Target(f"sum(rate({m(sc.ASYNC_SAMPLES_DROPPED.name)}[{_R}]))", "dropped/s"),
+        Target(f"sum({m(sc.ASYNC_ROLLOUTER_INFLIGHT.name)})", "in flight", unit="none"),
+    ),
+    grid=(12, 48, 12, 8),
+    cpu_empty=_ASYNC_ONLY,
+)
