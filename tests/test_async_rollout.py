@@ -119,7 +119,7 @@ def test_async_panels_show_the_run_in_real_prometheus(run, prom_factory):  # noq
     from helpers.prom import MetricsEndpoint
 
     from verl_otel.dashboards import all_expressions, concrete
-    from verl_otel.dashboards.panels import _ASYNC_ONLY
+    from verl_otel.dashboards.async_panels import _ASYNC_ONLY
 
     record, _ = run
     exprs = [(where, expr) for where, expr, why in all_expressions() if why == _ASYNC_ONLY]

@@ -49,8 +49,10 @@ def test_uninstrument_restores_verl_functions():
     assert registry.installed() == []
 
 
-def test_missing_hook_target_is_named_on_the_startup_line(otel_log):
+def test_missing_hook_target_is_named_on_the_startup_line(otel_log, monkeypatch):
     from verl_otel.hooks import coverage
+
+    monkeypatch.setattr(registry, "_late", False)  # as before this process' first start-up line (another test's)
 
     target = HookTarget("verl.utils.tracking", "Tracking.no_such_method_in_any_verl", lambda w, i, a, k: w(*a, **k),
                         "an imaginary feature")
