@@ -134,7 +134,7 @@ def test_async_gauges_and_panels_on_real_prometheus(fully_async_run):
     """Prometheus scraped the rollouter's and the trainer's /metrics (file_sd): the fully_async panels, as
     Grafana sends them, all have data; the versions and counts match the run."""
     from verl_otel.dashboards import all_expressions, concrete
-    from verl_otel.dashboards.panels import _ASYNC_ONLY
+    from verl_otel.dashboards.async_panels import _ASYNC_ONLY
 
     run = fully_async_run
     prom = run.prom
