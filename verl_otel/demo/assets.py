@@ -84,9 +84,8 @@ def build(root: Path) -> Path:
 
 
 def _model(model_dir: Path) -> None:
-    import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     vocab: dict[str, int] = {}
     for tok in _SPECIALS + _WORDS + [str(i) for i in range(100)]:
@@ -103,17 +102,25 @@ def _model(model_dir: Path) -> None:
     )
     tokenizer.chat_template = _CHAT_TEMPLATE
     tokenizer.save_pretrained(model_dir)
+    _save_llama(model_dir, len(vocab), vocab["<s>"], vocab["</s>"], vocab["<pad>"], hidden=16)
+
+
+def _save_llama(model_dir: Path, vocab_size: int, bos: int, eos: int, pad: int, hidden: int) -> None:
+    """A 1-layer, 2-head Llama with seeded random weights (``hidden`` wide, MLP twice that) into ``model_dir``."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     config = LlamaConfig(
-        vocab_size=len(vocab),
-        hidden_size=16,
-        intermediate_size=32,
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
         num_hidden_layers=1,
         num_attention_heads=2,
         num_key_value_heads=2,
         max_position_embeddings=256,
-        bos_token_id=vocab["<s>"],
-        eos_token_id=vocab["</s>"],
-        pad_token_id=vocab["<pad>"],
+        bos_token_id=bos,
+        eos_token_id=eos,
+        pad_token_id=pad,
         architectures=["LlamaForCausalLM"],
     )
     torch.manual_seed(0)
@@ -127,8 +134,6 @@ def vllm_model(root: Path) -> Path:
     stamp = model_dir / ".built"
     if stamp.exists():
         return model_dir
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     shutil.rmtree(model_dir, ignore_errors=True)
     src = Path(root) / "tiny_model"
@@ -136,21 +141,9 @@ def vllm_model(root: Path) -> Path:
         src, model_dir, ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "config.json", "generation_config.json")
     )
     base = json.loads((src / "config.json").read_text())
-    config = LlamaConfig(
-        vocab_size=base["vocab_size"],
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        bos_token_id=base["bos_token_id"],
-        eos_token_id=base["eos_token_id"],
-        pad_token_id=base["pad_token_id"],
-        architectures=["LlamaForCausalLM"],
+    _save_llama(
+        model_dir, base["vocab_size"], base["bos_token_id"], base["eos_token_id"], base["pad_token_id"], hidden=64
     )
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(model_dir)
     stamp.write_text(_VERSION)
     return model_dir
 
