@@ -3,6 +3,7 @@
 import logging
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable
@@ -46,6 +47,14 @@ def otel_log() -> Iterator[OtelLog]:
         _log.logger.setLevel(level)
         with _log._lock:
             _log._seen.update(seen)
+
+
+@pytest.fixture
+def recent_spans():
+    """A run's spans as the OTel SDK wrote them (helpers.step_spans.sdk_run), its first step an hour ago."""
+    from helpers.step_spans import S, sdk_run
+
+    return sdk_run(time.time_ns() - 3600 * S)
 
 
 @pytest.fixture

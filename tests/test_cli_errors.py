@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from test_slow_steps import otlp_json, sdk_run, write_lines
+from helpers.step_spans import otlp_json, sdk_run, write_lines
 from test_val_generations_cli import sdk_validations
 
 from verl_otel.cli.main import EXIT_BROKEN_PIPE

@@ -15,8 +15,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import set_span_in_context
 
+from helpers.step_spans import otlp_json
 from test_jaeger_client import jaeger  # noqa: F401 (fixture)
-from test_slow_steps import otlp_json
 
 from verl_otel import semconv as sc
 from verl_otel.analysis.jaeger import JaegerClient
