@@ -48,12 +48,19 @@ def test_collector_settings_the_stack_relies_on():
     assert prom["resource_to_telemetry_conversion"]["enabled"] is True, "verl_project/verl_experiment labels"
     assert cfg["exporters"]["otlp/jaeger"]["endpoint"] == "jaeger:4317"
     assert cfg["exporters"]["otlp/jaeger"]["tls"]["insecure"] is True
-    assert "traces" in cfg["service"]["pipelines"] and "otlp/jaeger" in cfg["service"]["pipelines"]["traces"]["exporters"]
+    assert (
+        "traces" in cfg["service"]["pipelines"] and "otlp/jaeger" in cfg["service"]["pipelines"]["traces"]["exporters"]
+    )
     assert not cfg.get("connectors"), "no panel reads span-derived metrics (spanmetrics was removed)"
     reader = cfg["service"]["telemetry"]["metrics"]["readers"][0]["pull"]["exporter"]["prometheus"]
     assert reader["host"] == "0.0.0.0", "Prometheus must reach the Collector's own metrics"
-    ports = {_port(t) for j in repo_yaml("deploy/prometheus/prometheus.yml")["scrape_configs"]
-             for c in j.get("static_configs", []) for t in c["targets"] if t.startswith("otel-collector:")}
+    ports = {
+        _port(t)
+        for j in repo_yaml("deploy/prometheus/prometheus.yml")["scrape_configs"]
+        for c in j.get("static_configs", [])
+        for t in c["targets"]
+        if t.startswith("otel-collector:")
+    }
     assert ports == {_port(prom["endpoint"]), reader["port"]}
 
 
@@ -73,8 +80,10 @@ def test_collector_memory_limiter_works_within_the_containers_limit():
     assert 0 < ml["spike_limit_percentage"] < ml["limit_percentage"] <= 90, "headroom for the Go runtime"
 
 
-_RESOURCE_OF_PROCESS = ("import json, sys; from verl_otel.export.providers import resource; "
-                       "print(json.dumps(dict(resource(sys.argv[1], None, {'verl.project': 'p'}).attributes)))")
+_RESOURCE_OF_PROCESS = (
+    "import json, sys; from verl_otel.export.providers import resource; "
+    "print(json.dumps(dict(resource(sys.argv[1], None, {'verl.project': 'p'}).attributes)))"
+)
 
 
 def _series_labels(attrs: dict, deleted: set[str]) -> dict[str, str]:
@@ -99,8 +108,17 @@ def test_push_path_series_identity_is_the_process_not_its_pid_or_sdk(tmp_path):
     deleted = {a["key"] for a in actions}
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "VERL_OTEL_"))}
     env["OTEL_RESOURCE_ATTRIBUTES"] = "service.instance.id=shared-by-all,cluster=c1"
-    procs = [subprocess.run([sys.executable, "-c", _RESOURCE_OF_PROCESS, "trainer"], env=env,
-                            capture_output=True, text=True, timeout=60, cwd=tmp_path) for _ in range(2)]
+    procs = [
+        subprocess.run(
+            [sys.executable, "-c", _RESOURCE_OF_PROCESS, "trainer"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
+        for _ in range(2)
+    ]
     assert all(p.returncode == 0 for p in procs), [p.stderr for p in procs]
     first, second = (json.loads(p.stdout) for p in procs)
     assert {"process.pid", "telemetry.sdk.version"} <= set(first), "the resource has them (spans keep them)"
@@ -109,7 +127,9 @@ def test_push_path_series_identity_is_the_process_not_its_pid_or_sdk(tmp_path):
     assert a["instance"] != b["instance"], "two processes: two instances (else they overwrite each other's series)"
     assert re.fullmatch(rf"[^/]+/trainer/{first['process.pid']}", a["instance"]), a["instance"]
     assert {k: v for k, v in a.items() if "instance" not in k} == {k: v for k, v in b.items() if "instance" not in k}
-    assert a["verl_project"] == "p" and a["verl_process_role"] == "trainer" and a["cluster"] == "c1" and a["job"] == "verl"
+    assert (
+        a["verl_project"] == "p" and a["verl_process_role"] == "trainer" and a["cluster"] == "c1" and a["job"] == "verl"
+    )
 
 
 def _port(address: str) -> int:
@@ -134,8 +154,10 @@ def test_jaeger_config_is_consistent():
 
 
 def _duration_s(text: str) -> float:
-    return sum(float(n) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}[u]
-               for n, u in re.findall(r"([\d.]+)(ms|s|m|h|d)", text))
+    return sum(
+        float(n) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}[u]
+        for n, u in re.findall(r"([\d.]+)(ms|s|m|h|d)", text)
+    )
 
 
 def test_jaeger_keeps_traces_on_a_volume_as_long_as_prometheus_keeps_exemplars():
@@ -148,6 +170,9 @@ def test_jaeger_keeps_traces_on_a_volume_as_long_as_prometheus_keeps_exemplars()
     for path in badger["directories"].values():
         assert any(path.startswith(dst.rstrip("/") + "/") for dst in volumes), f"{path} is not on a volume"
     assert set(volumes.values()) <= set(compose()["volumes"])
-    retention = next(a.split("=", 1)[1] for a in compose()["services"]["prometheus"]["command"]
-                     if a.startswith("--storage.tsdb.retention.time="))
+    retention = next(
+        a.split("=", 1)[1]
+        for a in compose()["services"]["prometheus"]["command"]
+        if a.startswith("--storage.tsdb.retention.time=")
+    )
     assert _duration_s(badger["ttl"]["spans"]) == _duration_s(retention), (badger["ttl"], retention)

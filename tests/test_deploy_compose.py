@@ -83,11 +83,19 @@ def test_only_otlp_ingress_has_its_own_bind_and_both_default_to_loopback():
     (Grafana, Prometheus with its lifecycle and remote-write endpoints, Jaeger, Alertmanager, DCGM) stays on
     VERL_OTEL_UI_BIND."""
     services = compose()["services"]
-    otlp = {(name, p.split(":")[-1]) for name, svc in services.items() for p in svc.get("ports", [])
-            if p.startswith(f"{OTLP_BIND}:")}
+    otlp = {
+        (name, p.split(":")[-1])
+        for name, svc in services.items()
+        for p in svc.get("ports", [])
+        if p.startswith(f"{OTLP_BIND}:")
+    }
     assert otlp == {("otel-collector", "4317"), ("otel-collector", "4318")}
-    ui = {(name, p.split(":")[-1]) for name, svc in services.items() for p in svc.get("ports", [])
-          if p.startswith(f"{UI_BIND}:")}
+    ui = {
+        (name, p.split(":")[-1])
+        for name, svc in services.items()
+        for p in svc.get("ports", [])
+        if p.startswith(f"{UI_BIND}:")
+    }
     assert {("grafana", "3000"), ("prometheus", "9090"), ("jaeger", "16686"), ("alertmanager", "9093")} <= ui
     assert env_default(OTLP_BIND) == env_default(UI_BIND) == "127.0.0.1"
     assert "VERL_OTEL_BIND" not in (ROOT / "docker-compose.yml").read_text(), "the old all-ports bind is gone"

@@ -26,14 +26,16 @@ def test_grafana_starts_through_the_guard_with_the_ui_bind():
     script = grafana["entrypoint"][-1]
     assert grafana["entrypoint"][0] == "/bin/sh" and mounts(grafana)[script] == "./deploy/grafana/guard.sh"
     env = grafana["environment"]
-    assert env["VERL_OTEL_UI_BIND"] == UI_BIND and f"{UI_BIND}:3000:3000" in grafana["ports"], \
+    assert env["VERL_OTEL_UI_BIND"] == UI_BIND and f"{UI_BIND}:3000:3000" in grafana["ports"], (
         "the guard must see the address Grafana's port is published on"
+    )
     default = re.search(r":-([^}]*)\}", env["GF_SECURITY_ADMIN_PASSWORD"])[1]
     assert f'default_password="{default}"' in GUARD.read_text(), "the guard knows compose's default password"
 
 
-def _guard(tmp_path: Path, bind: str | None, password: str | None,
-           cli_exit: int = 0) -> tuple[subprocess.CompletedProcess, list[str]]:
+def _guard(
+    tmp_path: Path, bind: str | None, password: str | None, cli_exit: int = 0
+) -> tuple[subprocess.CompletedProcess, list[str]]:
     """guard.sh under /bin/sh with stand-ins for the image's /run.sh and `grafana` CLI that record their calls."""
     calls = tmp_path / "calls"
     for name, code in (("run.sh", 0), ("grafana", cli_exit)):
@@ -41,9 +43,13 @@ def _guard(tmp_path: Path, bind: str | None, password: str | None,
         stub.parent.mkdir(exist_ok=True)
         stub.write_text(f'#!/bin/sh\necho "{name} $*" >> {calls}\nexit {code}\n')
         stub.chmod(0o755)
-    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "VERL_OTEL_GRAFANA_RUN": str(tmp_path / "bin" / "run.sh"),
-           "GF_PATHS_HOME": "/usr/share/grafana", "GF_PATHS_CONFIG": "/etc/grafana/grafana.ini",
-           "GF_PATHS_DATA": "/var/lib/grafana"}
+    env = {
+        "PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin",
+        "VERL_OTEL_GRAFANA_RUN": str(tmp_path / "bin" / "run.sh"),
+        "GF_PATHS_HOME": "/usr/share/grafana",
+        "GF_PATHS_CONFIG": "/etc/grafana/grafana.ini",
+        "GF_PATHS_DATA": "/var/lib/grafana",
+    }
     if bind is not None:
         env["VERL_OTEL_UI_BIND"] = bind
     if password is not None:
@@ -72,9 +78,11 @@ def test_grafana_guard_exposed_with_a_password_writes_it_into_the_database(tmp_p
     default, so the guard resets the stored admin password before Grafana starts."""
     proc, calls = _guard(tmp_path, "0.0.0.0", "s3cret pass")
     assert proc.returncode == 0, proc.stderr
-    assert calls == ["grafana cli --homepath /usr/share/grafana --config /etc/grafana/grafana.ini --configOverrides "
-                     "cfg:default.paths.data=/var/lib/grafana admin reset-admin-password s3cret pass",
-                     "run.sh --extra"]
+    assert calls == [
+        "grafana cli --homepath /usr/share/grafana --config /etc/grafana/grafana.ini --configOverrides "
+        "cfg:default.paths.data=/var/lib/grafana admin reset-admin-password s3cret pass",
+        "run.sh --extra",
+    ]
 
 
 def test_grafana_guard_stops_when_the_password_reset_fails(tmp_path):
@@ -118,8 +126,9 @@ def test_grafana_dashboards_resolve_to_provisioned_datasources():
             return current[m[1]] if m else ref["uid"]
 
         refs = [v["datasource"] for v in doc["templating"]["list"] if "datasource" in v]
-        refs += [p["datasource"] for p in doc["panels"]] + [t["datasource"] for p in doc["panels"]
-                                                             for t in p.get("targets", [])]
+        refs += [p["datasource"] for p in doc["panels"]] + [
+            t["datasource"] for p in doc["panels"] for t in p.get("targets", [])
+        ]
         for ref in refs:
             uid = resolve(ref)
             assert uid in uids and uids[uid]["type"] == ref["type"], (d.uid, ref)

@@ -30,8 +30,9 @@ needs_promtool = pytest.mark.skipif(not available(), reason="promtool not instal
 @needs_promtool
 @pytest.mark.parametrize("config", ["prometheus.yml", "prometheus-pull.yml"])
 def test_promtool_check_config(config):
-    proc = subprocess.run(["promtool", "check", "config", "--syntax-only", str(PROM_DIR / config)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["promtool", "check", "config", "--syntax-only", str(PROM_DIR / config)], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -42,8 +43,9 @@ def test_promtool_check_config_with_the_rules_it_loads(tmp_path):
     assert cfg["rule_files"] == ["/etc/prometheus/rules/*.yml"]
     cfg["rule_files"] = [str(PROM_DIR / "rules" / "*.yml")]
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(cfg))
-    proc = subprocess.run(["promtool", "check", "config", str(tmp_path / "prometheus.yml")],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["promtool", "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True, text=True
+    )
     assert proc.returncode == 0 and "SUCCESS" in proc.stdout, proc.stdout + proc.stderr
 
 
@@ -55,7 +57,8 @@ def test_prometheus_scrapes_the_services_compose_defines():
     pull = repo_yaml("deploy/prometheus/prometheus-pull.yml")
     sd_file = pull["scrape_configs"][0]["file_sd_configs"][0]["files"][0]
     assert Path(sd_file).name == sc.PROM_TARGETS_FILE and str(Path(sd_file).parent) in mounts(
-        services["prometheus-pull"])
+        services["prometheus-pull"]
+    )
     assert pull["remote_write"][0]["url"] == "http://127.0.0.1:9090/api/v1/write"
     assert f"{UI_BIND}:9090:9090" in services["prometheus"]["ports"]
     assert pull["remote_write"][0]["send_exemplars"] is True
@@ -64,14 +67,27 @@ def test_prometheus_scrapes_the_services_compose_defines():
 def test_pull_path_agent_remote_writes_the_runs_metrics(prom_factory, tmp_path):  # noqa: F811 (pytest fixture)
     """prometheus-pull.yml in a real Prometheus agent: it discovers a process through the run's file_sd file
     (the format verl-otel writes) and remote-writes its samples into a server started like the compose one."""
-    server = prom_factory(config={"global": {"scrape_interval": "1m"}, "scrape_configs": []},
-                          args=["--web.enable-remote-write-receiver"])
+    server = prom_factory(
+        config={"global": {"scrape_interval": "1m"}, "scrape_configs": []}, args=["--web.enable-remote-write-receiver"]
+    )
     metrics = f"# TYPE {sc.TRAINING_STEP.name} gauge\n{sc.TRAINING_STEP.name} 7\n"
     with MetricsEndpoint(metrics) as endpoint:
         sd_file = tmp_path / sc.PROM_TARGETS_FILE
-        sd_file.write_text(json.dumps([{"targets": [endpoint.address], "labels": {
-            sc.LABEL_PROJECT: "p", sc.LABEL_EXPERIMENT: "e", sc.LABEL_PROCESS_ROLE: sc.ROLE_TRAINER,
-            "__verl_otel_pid": "1"}}]))
+        sd_file.write_text(
+            json.dumps(
+                [
+                    {
+                        "targets": [endpoint.address],
+                        "labels": {
+                            sc.LABEL_PROJECT: "p",
+                            sc.LABEL_EXPERIMENT: "e",
+                            sc.LABEL_PROCESS_ROLE: sc.ROLE_TRAINER,
+                            "__verl_otel_pid": "1",
+                        },
+                    }
+                ]
+            )
+        )
         cfg = repo_yaml("deploy/prometheus/prometheus-pull.yml")
         cfg["global"]["scrape_interval"] = "1s"
         cfg["scrape_configs"][0]["file_sd_configs"][0]["files"] = [str(sd_file)]
@@ -94,13 +110,18 @@ def test_prometheus_sends_alerts_to_the_compose_alertmanager():
     am = services["alertmanager"]
     config = next(a.split("=", 1)[1] for a in am["command"] if a.startswith("--config.file="))
     assert mounts(am)[config] == "./deploy/alertmanager/alertmanager.yml"
-    targets = [t for a in repo_yaml("deploy/prometheus/prometheus.yml")["alerting"]["alertmanagers"]
-               for c in a["static_configs"] for t in c["targets"]]
+    targets = [
+        t
+        for a in repo_yaml("deploy/prometheus/prometheus.yml")["alerting"]["alertmanagers"]
+        for c in a["static_configs"]
+        for t in c["targets"]
+    ]
     assert targets == ["alertmanager:9093"] and f"{UI_BIND}:9093:9093" in am["ports"]
     receivers = yaml.safe_load(AM_CONFIG.read_text())["receivers"]
     url_files = [w["url_file"] for r in receivers for w in r.get("webhook_configs", [])]
-    assert url_files and all(Path(f).parent.as_posix() in mounts(am) for f in url_files), \
+    assert url_files and all(Path(f).parent.as_posix() in mounts(am) for f in url_files), (
         "the receiver's URL file lies in a mounted folder"
+    )
 
 
 def _amtool_version() -> tuple[int, ...]:
@@ -128,8 +149,9 @@ def _alertmanager_config_for(webhook_url: str | None, tmp_path: Path) -> Path:
 
 @pytest.mark.skipif(shutil.which("amtool") is None, reason="amtool not installed (`make prometheus` installs it)")
 def test_amtool_checks_the_alertmanager_config(tmp_path):
-    proc = subprocess.run(["amtool", "check-config", str(_alertmanager_config_for(None, tmp_path))],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["amtool", "check-config", str(_alertmanager_config_for(None, tmp_path))], capture_output=True, text=True
+    )
     assert proc.returncode == 0 and "SUCCESS" in proc.stdout, proc.stdout + proc.stderr
 
 
@@ -158,8 +180,10 @@ class _Webhook:
         self.server.server_close()
 
 
-@pytest.mark.skipif(shutil.which("prometheus-alertmanager") is None,
-                    reason="Alertmanager not installed (`make prometheus` installs Debian's)")
+@pytest.mark.skipif(
+    shutil.which("prometheus-alertmanager") is None,
+    reason="Alertmanager not installed (`make prometheus` installs Debian's)",
+)
 def test_a_firing_rule_reaches_the_receiver(prom_factory, tmp_path):  # noqa: F811 (pytest fixture)
     """prometheus.yml's `alerting:` and alertmanager.yml's route and receiver, in a real Prometheus and a real
     Alertmanager: a firing rule arrives as a webhook POST (the route's waits shortened, nothing else changed)."""
@@ -170,20 +194,50 @@ def test_a_firing_rule_reaches_the_receiver(prom_factory, tmp_path):  # noqa: F8
     am_config.write_text(yaml.safe_dump(doc))
     am_port = free_port()
     log = open(tmp_path / "alertmanager.log", "wb")
-    am = subprocess.Popen(["prometheus-alertmanager", f"--config.file={am_config}",
-                           f"--storage.path={tmp_path / 'am-data'}", f"--web.listen-address=127.0.0.1:{am_port}",
-                           "--cluster.listen-address="], stdout=log, stderr=subprocess.STDOUT)
+    am = subprocess.Popen(
+        [
+            "prometheus-alertmanager",
+            f"--config.file={am_config}",
+            f"--storage.path={tmp_path / 'am-data'}",
+            f"--web.listen-address=127.0.0.1:{am_port}",
+            "--cluster.listen-address=",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         rules = tmp_path / "rules.yml"
-        rules.write_text(yaml.safe_dump({"groups": [{"name": "check", "rules": [{
-            "alert": "VerlDeliveryCheck", "expr": "vector(1)",
-            "labels": {"severity": "warning", sc.LABEL_PROJECT: "p", sc.LABEL_EXPERIMENT: "e"},
-            "annotations": {"summary": "delivery check"}}]}]}))
+        rules.write_text(
+            yaml.safe_dump(
+                {
+                    "groups": [
+                        {
+                            "name": "check",
+                            "rules": [
+                                {
+                                    "alert": "VerlDeliveryCheck",
+                                    "expr": "vector(1)",
+                                    "labels": {"severity": "warning", sc.LABEL_PROJECT: "p", sc.LABEL_EXPERIMENT: "e"},
+                                    "annotations": {"summary": "delivery check"},
+                                }
+                            ],
+                        }
+                    ]
+                }
+            )
+        )
         cfg = repo_yaml("deploy/prometheus/prometheus.yml")
         cfg["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] = [f"127.0.0.1:{am_port}"]
         # resend-delay: an alert sent before the Alertmanager was discovered would wait a minute otherwise
-        prom_factory(config={"global": {"evaluation_interval": "1s"}, "rule_files": [str(rules)],
-                             "alerting": cfg["alerting"], "scrape_configs": []}, args=["--rules.alert.resend-delay=1s"])
+        prom_factory(
+            config={
+                "global": {"evaluation_interval": "1s"},
+                "rule_files": [str(rules)],
+                "alerting": cfg["alerting"],
+                "scrape_configs": [],
+            },
+            args=["--rules.alert.resend-delay=1s"],
+        )
         deadline = time.monotonic() + 60
         while not hook.bodies and time.monotonic() < deadline and am.poll() is None:
             time.sleep(0.5)

@@ -58,8 +58,9 @@ def test_cli_text_on_a_file_with_malformed_lines(tmp_path, capsys, recent_spans)
     assert lines[1].startswith(f"#1 step {SLOW_STEP} ") and "/trace/" not in out and "http" not in out
     assert lines[2].startswith("   cause: update_actor 3.4\u00d7 its median (")
     assert "update_weights 0.20s (1.0\u00d7) in 2 runs" in out
-    assert ("   slowest samples: #2 1.80s (n=0, worker 0), #7 0.80s (n=1, worker 1) ERROR, "
-            "#6 0.70s (n=0, worker 1)") in out
+    assert (
+        "   slowest samples: #2 1.80s (n=0, worker 0), #7 0.80s (n=1, worker 1) ERROR, #6 0.70s (n=0, worker 1)"
+    ) in out
     assert f"#2 step {N_STEPS} " in out
 
 
@@ -116,8 +117,10 @@ def test_since_parsing(text, seconds):
     assert make_parser().parse_args(["slow-steps", "--since", text]).since == seconds
 
 
-@pytest.mark.parametrize("argv", [["--since", "soon"], ["--since", "0h"], ["--top", "0"], ["--top", "x"],
-                                  ["--jaeger", "http://a", "--file", "b"]])
+@pytest.mark.parametrize(
+    "argv",
+    [["--since", "soon"], ["--since", "0h"], ["--top", "0"], ["--top", "x"], ["--jaeger", "http://a", "--file", "b"]],
+)
 def test_bad_options_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as ei:
         make_parser().parse_args(["slow-steps", *argv])
@@ -159,8 +162,9 @@ def test_cli_jaeger_no_traces_and_unreachable(capsys):
     try:
         assert run_cli("--jaeger", j.url, "--since", "30m") == 2
         err = capsys.readouterr().err
-        assert err.strip() == ("verl-otel slow-steps: no step traces found for service 'verl' in the last 30m "
-                               f"in Jaeger at {j.url}")
+        assert err.strip() == (
+            f"verl-otel slow-steps: no step traces found for service 'verl' in the last 30m in Jaeger at {j.url}"
+        )
     finally:
         j.close()
     port = closed_port()

@@ -58,11 +58,17 @@ def test_a_stopped_step_and_fit_end_are_not_steps(recent_spans):
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer(sc.INSTRUMENTATION_NAME)
     t = time.time_ns() - 60 * S
-    for name, attrs in ((sc.SPAN_STEP, {sc.ATTR_GLOBAL_STEP: N_STEPS + 1, sc.ATTR_STOPPED: True}),
-                        (sc.SPAN_FIT_END, {sc.ATTR_GLOBAL_STEP: N_STEPS})):
+    for name, attrs in (
+        (sc.SPAN_STEP, {sc.ATTR_GLOBAL_STEP: N_STEPS + 1, sc.ATTR_STOPPED: True}),
+        (sc.SPAN_FIT_END, {sc.ATTR_GLOBAL_STEP: N_STEPS}),
+    ):
         root = tracer.start_span(name, context=otel_context.Context(), start_time=t, attributes=attrs)
-        phase = tracer.start_span(sc.PHASE_ROLLOUT, context=set_span_in_context(root), start_time=t,
-                                  attributes={sc.ATTR_PHASE: sc.PHASE_ROLLOUT})
+        phase = tracer.start_span(
+            sc.PHASE_ROLLOUT,
+            context=set_span_in_context(root),
+            start_time=t,
+            attributes={sc.ATTR_PHASE: sc.PHASE_ROLLOUT},
+        )
         phase.end(end_time=t + S // 100)
         root.end(end_time=t + S // 100)
     provider.shutdown()
@@ -90,9 +96,22 @@ def test_a_slow_samples_engine_time_says_queue_prefill_or_decode():
         span("0" * 15 + "3", "0" * 15 + "2", sc.SPAN_ROLLOUT_WORKER, 0, 6, **{sc.ATTR_WORKER_INDEX: 0}),
         span("0" * 15 + "4", "0" * 15 + "3", sc.SPAN_ROLLOUT_SAMPLE, 0, 5, **{sc.ATTR_SAMPLE_INDEX: 3}),
         span("0" * 15 + "5", "0" * 15 + "3", sc.SPAN_ROLLOUT_SAMPLE, 0, 1, **{sc.ATTR_SAMPLE_INDEX: 4}),
-        *[span(f"{'0' * 14}a{turn}", "0" * 15 + "4", sc.SPAN_ENGINE_REQUEST, turn * 2, turn * 2 + 2,
-               **{sc.ENGINE_ATTR_QUEUE: 1.5, sc.ENGINE_ATTR_PREFILL: 0.1, sc.ENGINE_ATTR_DECODE: 0.4,
-                  sc.ATTR_ENGINE_REPLICA: 1}) for turn in range(2)],
+        *[
+            span(
+                f"{'0' * 14}a{turn}",
+                "0" * 15 + "4",
+                sc.SPAN_ENGINE_REQUEST,
+                turn * 2,
+                turn * 2 + 2,
+                **{
+                    sc.ENGINE_ATTR_QUEUE: 1.5,
+                    sc.ENGINE_ATTR_PREFILL: 0.1,
+                    sc.ENGINE_ATTR_DECODE: 0.4,
+                    sc.ATTR_ENGINE_REPLICA: 1,
+                },
+            )
+            for turn in range(2)
+        ],
     ]
     (step,) = build_steps(spans)
     assert [s.index for s in step.samples] == [3, 4] and sc.SPAN_ENGINE_REQUEST not in step.phases
@@ -100,8 +119,9 @@ def test_a_slow_samples_engine_time_says_queue_prefill_or_decode():
     assert fast.engine is None and slow.engine is not None
     assert (slow.engine.requests, slow.engine.replica) == (2, 1)
     assert (slow.engine.queue_s, slow.engine.prefill_s, slow.engine.decode_s) == pytest.approx((3.0, 0.2, 0.8))
-    assert sample_text(slow) == ("#3 5.00s (worker 0, engine: queue 3.00s, prefill 0.20s, decode 0.80s in 2 requests, "
-                                 "replica 1)")
+    assert sample_text(slow) == (
+        "#3 5.00s (worker 0, engine: queue 3.00s, prefill 0.20s, decode 0.80s in 2 requests, replica 1)"
+    )
     doc = to_json(rank([step], 1), None)[0]["slowest_samples"]
     assert doc[0]["engine"] == {"requests": 2, "queue_s": 3.0, "prefill_s": 0.2, "decode_s": 0.8, "replica": 1}
     assert doc[1]["engine"] is None

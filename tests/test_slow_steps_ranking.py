@@ -23,7 +23,7 @@ def test_slow_step_ranked_first_with_its_deviating_phase(recent_spans):
     assert ranking.steps_compared == N_STEPS  # step 0 (validation before training) is not compared
     assert [v.step.global_step for v in ranking.verdicts][:2] == [SLOW_STEP, N_STEPS]
     top = ranking.verdicts[0]
-    actor_median = sorted(actor_s(s) for s in range(1, N_STEPS + 1))[N_STEPS // 2 - 1: N_STEPS // 2 + 1]
+    actor_median = sorted(actor_s(s) for s in range(1, N_STEPS + 1))[N_STEPS // 2 - 1 : N_STEPS // 2 + 1]
     assert top.cause is not None and top.cause.phase == sc.PHASE_UPDATE_ACTOR and top.note is None
     assert top.cause.median_s == pytest.approx(sum(actor_median) / 2)
     assert top.cause.ratio == pytest.approx(actor_s(SLOW_STEP) / top.cause.median_s) and 3.3 < top.cause.ratio < 3.5
@@ -41,8 +41,7 @@ def test_usually_absent_phase_is_named_not_ratioed(recent_spans):
     assert ckpt.cause.excess_s == pytest.approx(CKPT_S) and sc.PHASE_SAVE_CHECKPOINT not in ckpt.ratios
     text = to_text(rank(steps, 5), "http://j")
     assert f"#2 step {N_STEPS} " in text
-    assert ("   cause: save_checkpoint 1.50s, a phase that does not run every step (ran in 1 of 10 steps)\n"
-            in text)
+    assert "   cause: save_checkpoint 1.50s, a phase that does not run every step (ran in 1 of 10 steps)\n" in text
     # where another phase adds more time, it is the cause and the occasional one is listed beside it
     slow_actor = dataclasses.replace(ckpt.step, phases={**ckpt.step.phases, sc.PHASE_UPDATE_ACTOR: 3.03})
     text = to_text(Ranking([explain(slow_actor, medians, 0.01, N_STEPS)], N_STEPS, medians, 0.01), "http://j")
@@ -53,9 +52,11 @@ def test_a_phase_of_only_some_steps_counts_with_all_its_time():
     """The demo's case (issue 16): validate in the slow steps, absent from the others; update_actor
     a little slower there too. Validation is what makes them slow, even when it ran in most steps."""
     steps = [_step(1, 5.0, rollout=3.0, update_actor=0.5), _step(3, 5.0, rollout=3.0, update_actor=0.5)]
-    steps += [_step(2, 7.25, rollout=3.0, update_actor=0.65, validate=2.1),
-              _step(4, 7.25, rollout=3.0, update_actor=0.65, validate=2.1),
-              _step(5, 7.25, rollout=3.0, update_actor=0.65, validate=2.1)]
+    steps += [
+        _step(2, 7.25, rollout=3.0, update_actor=0.65, validate=2.1),
+        _step(4, 7.25, rollout=3.0, update_actor=0.65, validate=2.1),
+        _step(5, 7.25, rollout=3.0, update_actor=0.65, validate=2.1),
+    ]
     ranking = rank(steps, 3)
     assert {v.step.global_step for v in ranking.verdicts} == {2, 4, 5}
     for v in ranking.verdicts:
@@ -114,7 +115,10 @@ def test_json_rendering_fields(recent_spans):
     assert top["cause"]["ratio_to_median"] == pytest.approx(expected, abs=0.01)
     assert list(top["phases"])[0] == "update_actor" and top["phase_runs"]["update_weights"] == 2
     assert [(s["index"], s["rollout_n"], s["worker"], s["mode"]) for s in top["slowest_samples"]] == [
-        (2, 0, 0, "train"), (7, 1, 1, "train"), (6, 0, 1, "train")]
+        (2, 0, 0, "train"),
+        (7, 1, 1, "train"),
+        (6, 0, 1, "train"),
+    ]
     assert top["slowest_samples"][1]["error"] is True and top["slowest_samples"][0]["duration_s"] == 1.8
     assert top["start"].endswith("Z")
     assert doc[1]["cause"]["phase"] == "save_checkpoint" and doc[1]["also_not_every_step"] == []

@@ -44,31 +44,52 @@ def sdk_run(t0_ns: int, n: int = N_STEPS, service: str = "verl") -> list[Readabl
         if step == 0:
             phases = [(sc.PHASE_VALIDATE, 30.0)]
         else:
-            phases = [(sc.PHASE_ROLLOUT, 2.0 + 0.01 * step), (sc.PHASE_OLD_LOG_PROB, 0.5),
-                      (sc.PHASE_ADV, 0.008 if step == SLOW_STEP else 0.002), (sc.PHASE_UPDATE_WEIGHTS, 0.1),
-                      (sc.PHASE_UPDATE_ACTOR, actor_s(step)), (sc.PHASE_UPDATE_WEIGHTS, 0.1)]
+            phases = [
+                (sc.PHASE_ROLLOUT, 2.0 + 0.01 * step),
+                (sc.PHASE_OLD_LOG_PROB, 0.5),
+                (sc.PHASE_ADV, 0.008 if step == SLOW_STEP else 0.002),
+                (sc.PHASE_UPDATE_WEIGHTS, 0.1),
+                (sc.PHASE_UPDATE_ACTOR, actor_s(step)),
+                (sc.PHASE_UPDATE_WEIGHTS, 0.1),
+            ]
             if step == n:
                 phases.append((sc.PHASE_SAVE_CHECKPOINT, CKPT_S))
         total = int(sum(d for _, d in phases) * S)
-        root = tracer.start_span(sc.SPAN_STEP, context=otel_context.Context(), start_time=t,
-                                 attributes={sc.ATTR_GLOBAL_STEP: step, sc.ATTR_TRAINER: "v1"})
+        root = tracer.start_span(
+            sc.SPAN_STEP,
+            context=otel_context.Context(),
+            start_time=t,
+            attributes={sc.ATTR_GLOBAL_STEP: step, sc.ATTR_TRAINER: "v1"},
+        )
         ctx = set_span_in_context(root)
         off = t
         for name, dur in phases:
-            ps = tracer.start_span(name, context=ctx, start_time=off,
-                                   attributes={sc.ATTR_PHASE: name, sc.ATTR_GLOBAL_STEP: step})
+            ps = tracer.start_span(
+                name, context=ctx, start_time=off, attributes={sc.ATTR_PHASE: name, sc.ATTR_GLOBAL_STEP: step}
+            )
             if name == sc.PHASE_ROLLOUT:
                 wctx = set_span_in_context(ps)
                 for w in range(2):
-                    ws = tracer.start_span(sc.SPAN_ROLLOUT_WORKER, context=wctx, start_time=off,
-                                           attributes={sc.ATTR_WORKER_INDEX: w, sc.ATTR_MODE: sc.MODE_TRAIN})
+                    ws = tracer.start_span(
+                        sc.SPAN_ROLLOUT_WORKER,
+                        context=wctx,
+                        start_time=off,
+                        attributes={sc.ATTR_WORKER_INDEX: w, sc.ATTR_MODE: sc.MODE_TRAIN},
+                    )
                     sctx = set_span_in_context(ws)
                     for k in range(4):
                         idx = 4 * w + k
                         secs = 0.1 * (idx + 1) + (1.5 if (step, idx) == (SLOW_STEP, 2) else 0.0)
-                        ss = tracer.start_span(sc.SPAN_ROLLOUT_SAMPLE, context=sctx, start_time=off,
-                                               attributes={sc.ATTR_SAMPLE_INDEX: idx, sc.ATTR_SAMPLE_ROLLOUT_N: k % 2,
-                                                           sc.ATTR_GLOBAL_STEP: step})
+                        ss = tracer.start_span(
+                            sc.SPAN_ROLLOUT_SAMPLE,
+                            context=sctx,
+                            start_time=off,
+                            attributes={
+                                sc.ATTR_SAMPLE_INDEX: idx,
+                                sc.ATTR_SAMPLE_ROLLOUT_N: k % 2,
+                                sc.ATTR_GLOBAL_STEP: step,
+                            },
+                        )
                         if idx == 7:
                             ss.set_status(Status(StatusCode.ERROR, "tool crashed"))
                         ss.end(end_time=off + int(secs * S))
@@ -96,7 +117,7 @@ def otlp_json(spans: list[ReadableSpan], hex_ids: bool = True) -> dict[str, Any]
 
 def write_lines(path: Path, spans: list[ReadableSpan], extra: list[str] = (), batch: int = 7) -> None:
     """Batches of spans, one request per line (as a BatchSpanProcessor would write them)."""
-    lines = [json.dumps(otlp_json(spans[i:i + batch])) for i in range(0, len(spans), batch)]
+    lines = [json.dumps(otlp_json(spans[i : i + batch])) for i in range(0, len(spans), batch)]
     for k, bad in enumerate(extra):  # garbage spread between good lines
         lines.insert(1 + 3 * k, bad)
     path.write_text("\n".join(lines) + "\n")
