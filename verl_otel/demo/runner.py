@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from verl_otel import semconv as sc
-from verl_otel.demo import assets
+from verl_otel.demo import assets, vllm_slow
 from verl_otel.demo.cli import ROLLOUTS, TRAINERS
 from verl_otel.demo.cpu_plugin import ENV_LINGER
 from verl_otel.demo.slow import ENV as ENV_SLOW
@@ -296,6 +296,7 @@ def run_demo(
         "-m",
         _MAIN.get(trainer, "verl.trainer.main_ppo"),
         *overrides(asset_dir, ckpt_dir, steps, test_freq, trainer, adv, rollout),
+        *(vllm_slow.overrides(spec) if rollout == "vllm" else []),
         *(extra_overrides or []),
     ]
     env = demo_env(out, asset_dir, spec, linger, extra_env, rollout)

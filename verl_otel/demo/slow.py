@@ -12,8 +12,8 @@ ENV = "VERL_OTEL_DEMO_SLOW"
 ENV_FIT_TIMES = "VERL_OTEL_DEMO_FIT_TIMES"  # a file each fit() of the demo appends its seconds to
 #: where each slowable phase sleeps
 PHASES = {
-    "rollout": "the stub LLM server, every training request of that step",
-    "rollout_sample": "the stub LLM server, one training request of that step (a long-tail sample)",
+    "rollout": "the LLM server, every training request of that step (before vLLM sees it)",
+    "rollout_sample": "one training request of that step, a long tail (vLLM: it decodes for that long)",
     "old_log_prob": "ActorRolloutRefWorker.compute_log_prob",
     "ref": "ActorRolloutRefWorker.compute_ref_log_prob",
     "update_actor": "ActorRolloutRefWorker.update_actor",
@@ -48,6 +48,9 @@ class SlowSpec:
 
     def seconds(self, phase: str, step: int) -> float:
         return self.delays.get((phase, step), 0.0)
+
+    def any(self, *phases: str) -> bool:
+        return any(p in phases for p, _ in self.delays)
 
     def to_env(self) -> str:
         return ",".join(f"{p}@{s}={sec}" for (p, s), sec in self.delays.items())

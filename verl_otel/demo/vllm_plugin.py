@@ -17,6 +17,7 @@ PyPI; no verl or vLLM file changes:
    with plain ``torch.nn.functional.linear`` on their live weights (a 64-wide model: speed does not matter).
 4. verl's abort (before a weight sync in the async trainers) calls ``AsyncLLM.pause_generation(
    wait_for_inflight_requests=False, ...)``, a keyword vLLM 0.32 replaced by ``mode="abort" | "wait"``.
+5. ``--slow`` delays (:mod:`verl_otel.demo.vllm_slow`): hooked only when one is asked for.
 """
 
 from __future__ import annotations
@@ -124,6 +125,25 @@ def _old_pause_keyword(module: Any) -> None:
         wrapt.wrap_function_wrapper(cls, "pause_generation", _pause_generation)
 
 
+def _slow_server(module: Any) -> None:
+    from verl_otel.demo import vllm_slow
+
+    if vllm_slow.asked():
+        # a plain function, not a wrapt proxy: Ray copies an actor's methods from the driver's class, and
+        # of a proxy it keeps the function inside
+        cls = module.vLLMHttpServer
+        cls.run_server = vllm_slow.remembering(cls.run_server)
+
+
+def _slow_engine(module: Any) -> None:
+    from verl_otel.demo import vllm_slow
+
+    if vllm_slow.asked():
+        wrapt.wrap_function_wrapper(module.AsyncLLM, "generate", vllm_slow.engine_generate)
+
+
 wrapt.register_post_import_hook(_register, "verl.workers.rollout.replica")
+wrapt.register_post_import_hook(_slow_server, "verl.workers.rollout.vllm_rollout.vllm_async_server")
+wrapt.register_post_import_hook(_slow_engine, "vllm.v1.engine.async_llm")
 wrapt.register_post_import_hook(_old_pause_keyword, "vllm.v1.engine.async_llm")
 wrapt.register_post_import_hook(_keep_weights, "vllm.model_executor.layers.utils")

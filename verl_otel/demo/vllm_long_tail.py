@@ -1,0 +1,41 @@
+"""The long-tail request of ``--slow rollout_sample@K=S`` with real vLLM (see :mod:`verl_otel.demo.vllm_slow`):
+a vLLM logits processor, loaded by name in vLLM's engine process (engine argument ``logits_processors``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
+
+from verl_otel.demo.vllm_slow import DEADLINE_KEY
+
+
+class LongTail(AdapterLogitsProcessor):
+    """Until its deadline a tail request cannot end (EOS masked); after it, EOS is its only token."""
+
+    def __init__(self, vllm_config: Any, device: Any, is_pin_memory: bool) -> None:
+        super().__init__(vllm_config, device, is_pin_memory)
+        eos = getattr(vllm_config.model_config.hf_config, "eos_token_id", None)
+        self.eos = [eos] if isinstance(eos, int) else list(eos or [])
+
+    def is_argmax_invariant(self) -> bool:
+        return False
+
+    def new_req_logits_processor(self, params: Any) -> Callable[[list[int], Any], Any] | None:
+        extra = getattr(params, "extra_args", None) or {}
+        deadline = extra.get(DEADLINE_KEY)
+        if deadline is None or not self.eos:
+            return None
+        eos = self.eos
+
+        def tail(_output_ids: list[int], logits: Any) -> Any:
+            if time.time() < float(deadline):
+                logits[eos] = float("-inf")
+            else:
+                logits.fill_(float("-inf"))
+                logits[eos] = 0.0
+            return logits
+
+        return tail
