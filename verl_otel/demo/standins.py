@@ -156,39 +156,7 @@ class StubReplica(RolloutReplica):
     server_kwargs: ClassVar[dict[str, Any]] = {}
 
     async def init_standalone(self) -> None:
-        """verl's version reserves a GPU placement group and starts a ``RayWorkerGroup`` of its
-        ``CheckpointEngineWorker``; here the same worker class runs as one 0-CPU actor per rank (the
-        demo's Ray has no CPU to spare for another placement group), with the environment a
-        ``RayWorkerGroup`` would give it."""
-        from verl.checkpoint_engine.base import CheckpointEngineWorker
-        from verl.utils.net_utils import get_free_port
-        from verl.workers.rollout.replica import RolloutMode
-
-        self.rollout_mode = RolloutMode.STANDALONE
-        host = ray.util.get_node_ip_address().strip("[]")
-        port, _ = get_free_port(host)
-        prefix = f"rollout_standalone_{self.replica_rank}"
-        workers: list[Any] = []
-        for rank in range(self.world_size):
-            env = {
-                "WORLD_SIZE": str(self.world_size),
-                "RANK": str(rank),
-                "WG_PREFIX": prefix,
-                "WG_BACKEND": "ray",
-                "RAY_LOCAL_WORLD_SIZE": str(self.world_size),
-                "MASTER_ADDR": host,
-                "MASTER_PORT": str(port),
-            }
-            workers.append(
-                ray.remote(CheckpointEngineWorker)
-                .options(
-                    num_cpus=0,
-                    name=f"{prefix}CheckpointEngineWorker_0:{rank}",
-                    runtime_env={"env_vars": env},
-                )
-                .remote(rollout_config=self.config, model_config=self.model_config, replica_rank=self.replica_rank)
-            )
-        self.workers = workers
+        standalone_workers(self)
         await self.launch_servers()
 
     async def launch_servers(self) -> None:
@@ -205,6 +173,38 @@ class StubReplica(RolloutReplica):
         self.servers = [server]
         self._server_handle = server
         self._server_address = f"stub-llm-{self.replica_rank}:0"
+
+
+def standalone_workers(replica: Any) -> None:
+    """verl's ``RolloutReplica.init_standalone`` reserves a GPU placement group and starts a
+    ``RayWorkerGroup`` of its ``CheckpointEngineWorker``; here the same worker class runs as one 0-CPU actor
+    per rank (the demo's Ray has no CPU to spare for another placement group), with the environment a
+    ``RayWorkerGroup`` would give it. The replica's ``launch_servers`` then starts its server(s)."""
+    from verl.checkpoint_engine.base import CheckpointEngineWorker
+    from verl.utils.net_utils import get_free_port
+    from verl.workers.rollout.replica import RolloutMode
+
+    replica.rollout_mode = RolloutMode.STANDALONE
+    host = ray.util.get_node_ip_address().strip("[]")
+    port, _ = get_free_port(host)
+    prefix = f"rollout_standalone_{replica.replica_rank}"
+    workers: list[Any] = []
+    for rank in range(replica.world_size):
+        env = {
+            "WORLD_SIZE": str(replica.world_size),
+            "RANK": str(rank),
+            "WG_PREFIX": prefix,
+            "WG_BACKEND": "ray",
+            "RAY_LOCAL_WORLD_SIZE": str(replica.world_size),
+            "MASTER_ADDR": host,
+            "MASTER_PORT": str(port),
+        }
+        workers.append(
+            ray.remote(CheckpointEngineWorker)
+            .options(num_cpus=0, name=f"{prefix}CheckpointEngineWorker_0:{rank}", runtime_env={"env_vars": env})
+            .remote(rollout_config=replica.config, model_config=replica.model_config, replica_rank=replica.replica_rank)
+        )
+    replica.workers = workers
 
 
 def _server_kwargs(rollout_config: Any) -> dict[str, Any]:

@@ -52,6 +52,13 @@ def _cpu_replica() -> type:
     class CpuVLLMReplica(server_mod.vLLMReplica):
         """verl's replica; its workers' accelerator lookup answers "0" on the CPU (see the module doc)."""
 
+        async def init_standalone(self) -> None:
+            # separate_async's own replica: its weight-receiving workers without a GPU placement group
+            from verl_otel.demo.standins import standalone_workers
+
+            standalone_workers(self)
+            await self.launch_servers()
+
         async def launch_servers(self) -> None:
             # the lookup runs in the workers (a lambda sent through __ray_call__): patch it there, for the call
             await _on_workers(self.workers, _patch_accelerator_ids)
