@@ -122,3 +122,19 @@ def fully_async_run(tmp_path_factory):
                      extra_env=PROGRESS_LOG)
     yield run
     run.prom.stop()
+
+
+@pytest.fixture
+def jaeger():
+    """``jaeger(routes)`` starts a local Jaeger query service (helpers/jaeger.py); all are closed after the test."""
+    from helpers.jaeger import FakeJaeger
+
+    made: list[FakeJaeger] = []
+
+    def make(routes: dict[str, Any]) -> Any:
+        made.append(FakeJaeger(routes))
+        return made[-1]
+
+    yield make
+    for j in made:
+        j.close()

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from helpers.step_spans import otlp_json, sdk_run, write_lines
-from test_val_generations_cli import sdk_validations
+from helpers.val_spans import sdk_validations
 
 from verl_otel.cli.main import EXIT_BROKEN_PIPE
 

@@ -94,3 +94,21 @@ def test_modules_stay_small():
     modules = [*ROOT.rglob("*.py"), *tests.glob("*.py"), *(tests / "helpers").glob("*.py")]
     big = {str(p.relative_to(ROOT.parent)): n for p in modules if (n := len(p.read_text().splitlines())) > 400}
     assert big == {}
+
+
+def _test_module_imports(tests: Path) -> dict[str, list[str]]:
+    found = {}
+    for p in sorted([*tests.glob("*.py"), *(tests / "helpers").glob("*.py")]):
+        bad = [name for name in _imports(p) if name.split(".")[0].startswith(("test_", "conftest"))]
+        if bad:
+            found[p.name] = bad
+    return found
+
+
+def test_test_modules_share_through_helpers_not_each_other(tmp_path):
+    """What several test modules use lives in tests/helpers/ (fixtures in conftest.py): importing another test
+    module runs its module-level code and ties two subjects together."""
+    assert _test_module_imports(Path(__file__).resolve().parent) == {}
+    (tmp_path / "helpers").mkdir()
+    (tmp_path / "test_a.py").write_text("from test_b import thing\n")
+    assert _test_module_imports(tmp_path) == {"test_a.py": ["test_b"]}, "the check sees a violation"

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from helpers.jaeger import FakeJaeger, closed_port, many_steps, v3_body
 from helpers.step_spans import N_STEPS, S, SLOW_STEP, sdk_run, write_lines
-from test_jaeger_client import FakeJaeger, closed_port, many_steps, v3_body
 
 from verl_otel import semconv as sc
 from verl_otel.analysis.otlp_json import read_file

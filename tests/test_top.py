@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
-from test_jaeger_client import FakeJaeger
+from helpers.jaeger import FakeJaeger
 from rich.console import Console
 
 from verl_otel import semconv as sc
