@@ -27,17 +27,17 @@ import ray
 import torch
 from omegaconf import OmegaConf
 from tqdm import tqdm
-
-import verl_otel.hooks.registry as registry
 from verl import DataProto
-from verl.experimental.fully_async_policy.fully_async_rollouter import FullyAsyncRollouter
 from verl.experimental.fully_async_policy.detach_utils import MetricsAggregator
+from verl.experimental.fully_async_policy.fully_async_rollouter import FullyAsyncRollouter
 from verl.experimental.fully_async_policy.fully_async_trainer import FullyAsyncTrainer
 from verl.experimental.fully_async_policy.message_queue import MessageQueue, MessageQueueClient
 from verl.utils.profiler import marked_timer
 from verl.utils.tracking import Tracking, ValidationGenerationsLogger
 
 from helpers.ray import ray_init
+
+import verl_otel.hooks.registry as registry
 from verl_otel import runtime
 
 PROMPTS, N, PER_STEP, STALENESS = 8, 2, 2, 1

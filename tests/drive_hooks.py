@@ -15,8 +15,8 @@ from verl.utils.profiler import marked_timer
 from verl.utils.tracking import Tracking, ValidationGenerationsLogger
 
 import verl_otel.hooks.registry as registry
-from verl_otel.telemetry.steps import TRACER
 from verl_otel.hooks import trainer as trainer_hooks
+from verl_otel.telemetry.steps import TRACER
 
 
 def listening_sockets() -> int:

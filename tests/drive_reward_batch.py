@@ -15,14 +15,15 @@ from pathlib import Path
 import numpy as np
 import ray
 import torch
-from hydra import compose, initialize_config_dir
-
 import verl
-import verl_otel.hooks.registry as registry
+from hydra import compose, initialize_config_dir
 from verl import DataProto
 from verl.experimental.reward_loop.reward_loop import RewardLoopManager
 from verl.utils.profiler import marked_timer
+
 from helpers.ray import ray_init
+
+import verl_otel.hooks.registry as registry
 from verl_otel.hooks import trainer as trainer_hooks
 from verl_otel.telemetry.steps import TRACER
 

@@ -241,7 +241,6 @@ def test_verl_sees_the_same_batch():
     """The tag rides on the RolloutSample object only: verl's assembled batch is the same with and without it,
     and our stand-in for verl's assemble function returns exactly what verl's returns."""
     import ray
-
     from verl.experimental.fully_async_policy import detach_utils
 
     from verl_otel.hooks.async_rollout import assemble_batch_from_rollout_samples as ours
@@ -259,10 +258,9 @@ def test_hooked_actor_classes_still_pickle_by_value():
     """Ray ships FullyAsyncTrainer/Rollouter by value: with our methods in place they must still pickle, and
     the pickled trainer must call our assemble stand-in by reference (it is importable)."""
     import ray
-
-    import verl_otel
     from verl.experimental.fully_async_policy import fully_async_rollouter, fully_async_trainer
 
+    import verl_otel
     from verl_otel.hooks.async_rollout import assemble_batch_from_rollout_samples as ours
 
     verl_otel.instrument()

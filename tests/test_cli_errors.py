@@ -3,8 +3,8 @@ reported at once on stderr with exit 2, before anything heavy (verl, torch) is i
 
 from __future__ import annotations
 
-import json
 import importlib.util
+import json
 import subprocess
 import sys
 import time

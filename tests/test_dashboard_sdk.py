@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from grafana_foundation_sdk.cog import runtime
-from grafana_foundation_sdk.models import bargauge, dashboard as dm, prometheus, stat, table, timeseries
+from grafana_foundation_sdk.models import bargauge, prometheus, stat, table, timeseries
+from grafana_foundation_sdk.models import dashboard as dm
 
 from verl_otel.dashboards import builders, grafana, panels
 

@@ -17,7 +17,7 @@ from helpers.prom import MetricsEndpoint, PromServer, available
 from helpers.synthetic_metrics import exposition
 
 from verl_otel import semconv as sc
-from verl_otel.dashboards import all_expressions, alerts, build, concrete, grafana, panels
+from verl_otel.dashboards import alerts, all_expressions, build, concrete, grafana, panels
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIABLES = {"datasource", "jaeger", "project", "experiment", "instance", "service"}

@@ -8,7 +8,6 @@ import asyncio
 import threading
 
 import torch
-
 from verl.checkpoint_engine.base import CheckpointEngineRegistry
 
 from verl_otel.demo.cpu_checkpoint_engine import BACKEND

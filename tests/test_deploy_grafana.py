@@ -16,7 +16,6 @@ from helpers.deploy import ROOT, UI_BIND, compose, mounts, repo_yaml
 from verl_otel.dashboards import panels
 from verl_otel.dashboards.grafana import JAEGER_UID, PROM_UID
 
-
 # -- Grafana's guard: no exposure with the default password -------------------------------------------------------
 GUARD = ROOT / "deploy/grafana/guard.sh"
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from helpers.bad_collectors import BadCollector
 from helpers.procs import clean_env
 from helpers.verl_log import step_metrics

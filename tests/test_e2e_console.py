@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
+
 from helpers.console_lines import PATTERNS, SEED_EXAMPLES, kind, progress_lines, shape_of
 from helpers.procs import ROOT
 

@@ -5,15 +5,14 @@ instrumentation from the environment alone."""
 import sys
 
 import pytest
-
-from helpers.procs import clean_env, run_py
-
 import verl.utils.profiler.performance as perf
 import verl.utils.tracking as tracking
 
+from helpers.procs import clean_env, run_py
+
 from verl_otel.hooks import registry
-from verl_otel.hooks.targets import ALL_TARGETS
 from verl_otel.hooks.registry import HookTarget
+from verl_otel.hooks.targets import ALL_TARGETS
 
 
 def _current(owner, name):

@@ -13,8 +13,8 @@ from helpers.jaeger import FIXTURES, NO_TRACES, closed_port, legacy_body, many_s
 
 from verl_otel import semconv as sc
 from verl_otel.analysis.jaeger import JaegerClient, JaegerError, rfc3339, trace_link
-from verl_otel.analysis.step_traces import build_steps
 from verl_otel.analysis.slow_steps import rank
+from verl_otel.analysis.step_traces import build_steps
 
 WINDOW = (1_700_000_000 * 10**9 + 123_456_789, 1_900_000_000 * 10**9)
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.procs import clean_env
 from helpers.otlp_receiver import OtlpReceiver, free_port
+from helpers.procs import clean_env
 
 pytestmark = pytest.mark.verl  # real Ray, two raylets: a minute on 2 cores
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from helpers.bad_collectors import BadCollector
 from helpers.procs import clean_env, run_py
 from helpers.traces import load_spans

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from helpers.jaeger import FakeJaeger, closed_port, many_steps, v3_body
-from helpers.step_spans import N_STEPS, S, SLOW_STEP, sdk_run, write_lines
+from helpers.step_spans import N_STEPS, SLOW_STEP, S, sdk_run, write_lines
 
 from verl_otel import semconv as sc
 from verl_otel.analysis.otlp_json import read_file

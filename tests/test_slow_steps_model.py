@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import set_span_in_context
 
-from helpers.step_spans import N_STEPS, S, SLOW_STEP, actor_s, otlp_json, verl_steps
+from helpers.step_spans import N_STEPS, SLOW_STEP, S, actor_s, otlp_json, verl_steps
 
 from verl_otel import semconv as sc
 from verl_otel.analysis.otlp_json import parse_request

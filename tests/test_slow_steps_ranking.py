@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from helpers.step_spans import CKPT_S, N_STEPS, S, SLOW_STEP, actor_s, verl_steps
+from helpers.step_spans import CKPT_S, N_STEPS, SLOW_STEP, S, actor_s, verl_steps
 
 from verl_otel import semconv as sc
 from verl_otel.analysis.slow_steps import Ranking, explain, phase_medians, rank, sample_text, to_json, to_text

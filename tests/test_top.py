@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
-from helpers.jaeger import FakeJaeger
 from rich.console import Console
+
+from helpers.jaeger import FakeJaeger
 
 from verl_otel import semconv as sc
 from verl_otel.cli.main import main

@@ -15,6 +15,7 @@ from verl import DataProto
 
 from helpers.procs import clean_env, run_py
 from helpers.traces import load_spans
+
 from verl_otel import semconv as sc
 from verl_otel.hooks.verl_batches import find_batch, put, take
 

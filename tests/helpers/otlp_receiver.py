@@ -21,6 +21,7 @@ from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metric
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from helpers.traces import spans_of_request
+
 from verl_otel.analysis.step_traces import Span
 
 

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from verl_otel import semconv as sc
+
 WIDTH = 160
 
 

@@ -16,8 +16,8 @@ from typing import Any, NamedTuple
 
 from google.protobuf.json_format import MessageToDict
 
-from verl_otel.analysis.step_traces import Span
 from verl_otel.analysis.otlp_json import parse_request, read_file
+from verl_otel.analysis.step_traces import Span
 
 
 def load_spans(path: Path | str) -> list[Span]:
