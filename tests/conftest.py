@@ -4,18 +4,18 @@ import logging
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `helpers` for the test modules
 
-from helpers.logs import OtelLog  # noqa: E402
-from helpers.procs import TESTS, clean_env, run_py  # noqa: E402
-from helpers.prom import PromServer, available  # noqa: E402
-from helpers.verl_runs import PROGRESS_LOG, start_demo  # noqa: E402
+from helpers.logs import OtelLog
+from helpers.procs import TESTS, clean_env, run_py
+from helpers.prom import PromServer, available
+from helpers.verl_runs import PROGRESS_LOG, start_demo
 
 
 @pytest.fixture

@@ -64,9 +64,8 @@ def main(asset_dir: str, out_path: str) -> None:
     trainer_hooks.declare_run(trainer)
     trainer_hooks.start_fit(trainer, "legacy")
     timing: dict = {}
-    with marked_timer("step", timing):
-        with marked_timer("reward", timing):
-            out = manager.compute_rm_score(data)
+    with marked_timer("step", timing), marked_timer("reward", timing):
+        out = manager.compute_rm_score(data)
     TRACER.fit_ended(None)
     time.sleep(4)  # the reward-loop worker emits its group once idle (2 s)
     record = {"rm_scores_shape": list(out.batch["rm_scores"].shape), "keys_before": keys_before,

@@ -59,9 +59,8 @@ def main() -> None:
     plain = func_generator(None, "init_model", lambda wg, *a, **k: (a, k), lambda wg, o: o, execute, False)
     batch = make_batch(kind)
     timing: dict = {}
-    with marked_timer("step", timing):
-        with marked_timer("update_actor", timing):
-            assert traced(batch) == "out"
+    with marked_timer("step", timing), marked_timer("update_actor", timing):
+        assert traced(batch) == "out"
     after = (list(batch.keys()) if kind == "td" else dict(getattr(batch, "extra_info", None) or batch.meta_info))
     TRACER.fit_ended(None)
     print(json.dumps({"after": [str(k) for k in after], "worker_saw_key": seen["worker_saw_key"],

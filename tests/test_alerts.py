@@ -142,7 +142,7 @@ def test_bad_threshold_overrides_are_refused(bad, tmp_path, monkeypatch):
     assert not (tmp_path / "x.yml").exists()
 
 
-def test_every_rule_evaluates_on_data_in_real_prometheus(prom_factory):  # noqa: F811 (pytest fixture)
+def test_every_rule_evaluates_on_data_in_real_prometheus(prom_factory):
     """Every rule expression, on two runs behind one instance, evaluates without error (a healthy synthetic run:
     rules may be empty, but must not fail)."""
     with MetricsEndpoint(exposition()) as endpoint:

@@ -113,7 +113,7 @@ def test_gauges_on_the_metrics_page(run):
     assert labels[sc.LABEL_EXPERIMENT] == "exp" and labels[sc.LABEL_PROCESS_ROLE] == sc.ROLE_ROLLOUTER, labels
 
 
-def test_async_panels_show_the_run_in_real_prometheus(run, prom_factory):  # noqa: F811 (pytest fixture)
+def test_async_panels_show_the_run_in_real_prometheus(run, prom_factory):
     """The dashboard's fully_async panels, as Grafana sends them, on a real Prometheus scraping the rollouter
     process' real /metrics page (as served at the run's end, with its file_sd labels): every query has data."""
     from helpers.prom import MetricsEndpoint

@@ -34,7 +34,7 @@ def test_console_only_settings_have_no_port_and_no_step_line():
 
 
 def _stats(proc):
-    return json.loads([x for x in proc.stdout.splitlines() if x.startswith("DRIVE_STATS ")][0].split(" ", 1)[1])
+    return json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("DRIVE_STATS ")).split(" ", 1)[1])
 
 
 def test_progress_log_alone_prints_the_seed_lines_and_exports_nothing(drive, tmp_path):
@@ -78,7 +78,7 @@ def test_real_console_only_output_is_in_the_seeds_formats():
     validations = [m["step"] for m in map(PATTERNS["start"].fullmatch, lines) if m and m["phase"] == "validate"]
     totals = {m["step"]: (m["done"], m["total"]) for m in map(PATTERNS["rollout_bar"].fullmatch, lines)
               if m and m["who"] == "rollout_manager" and m["mode"] == "validate"}
-    assert validations and {s: totals.get(s) for s in validations} == {s: ("4", "4") for s in validations}
+    assert validations and {s: totals.get(s) for s in validations} == dict.fromkeys(validations, ("4", "4"))
 
 
 @pytest.mark.parametrize("telemetry, mode", [("console", _env.MODE_CONSOLE), ("embedded", _env.MODE_TELEMETRY),

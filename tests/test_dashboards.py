@@ -56,7 +56,7 @@ def test_dashboard_structure(dash):
         assert p["description"].strip().endswith("."), f"{p['title']}: one sentence on what healthy looks like"
         assert "healthy" in p["description"].lower() or p["type"] == "stat", p["title"]
         g = p["gridPos"]
-        assert 0 <= g["x"] and g["x"] + g["w"] <= 24, p["title"]
+        assert g["x"] >= 0 and g["x"] + g["w"] <= 24, p["title"]
         mine = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
         assert not cells & mine, f"{p['title']} overlaps another panel"
         cells |= mine

@@ -64,7 +64,7 @@ def test_prometheus_scrapes_the_services_compose_defines():
     assert pull["remote_write"][0]["send_exemplars"] is True
 
 
-def test_pull_path_agent_remote_writes_the_runs_metrics(prom_factory, tmp_path):  # noqa: F811 (pytest fixture)
+def test_pull_path_agent_remote_writes_the_runs_metrics(prom_factory, tmp_path):
     """prometheus-pull.yml in a real Prometheus agent: it discovers a process through the run's file_sd file
     (the format verl-otel writes) and remote-writes its samples into a server started like the compose one."""
     server = prom_factory(
@@ -163,7 +163,7 @@ class _Webhook:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            def do_POST(self) -> None:
                 outer.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
                 self.send_response(200)
                 self.end_headers()
@@ -184,7 +184,7 @@ class _Webhook:
     shutil.which("prometheus-alertmanager") is None,
     reason="Alertmanager not installed (`make prometheus` installs Debian's)",
 )
-def test_a_firing_rule_reaches_the_receiver(prom_factory, tmp_path):  # noqa: F811 (pytest fixture)
+def test_a_firing_rule_reaches_the_receiver(prom_factory, tmp_path):
     """prometheus.yml's `alerting:` and alertmanager.yml's route and receiver, in a real Prometheus and a real
     Alertmanager: a firing rule arrives as a webhook POST (the route's waits shortened, nothing else changed)."""
     hook = _Webhook()

@@ -38,7 +38,7 @@ def test_each_step_is_one_trace_with_a_phase_run_per_mini_batch(separate_async_r
     assert _phases(by_step[0]) == Counter({"validate": 1})
     for number in range(1, run.steps + 1):
         tree = by_step[number]
-        want = Counter({p: SYNCS for p in PER_SYNC})
+        want = Counter(dict.fromkeys(PER_SYNC, SYNCS))
         want["update_weights"] = 1
         # the hybrid replica serves rollout after init and after each validation, and is taken
         # back for training at the next step begin
@@ -58,7 +58,7 @@ def test_each_step_is_one_trace_with_a_phase_run_per_mini_batch(separate_async_r
         # separate runs, one per mini-batch, in verl's order (not one span stretched over both)
         runs = sorted((s for s in tree.spans if s.name in PER_SYNC), key=lambda s: s.start_ns)
         assert [s.name for s in runs] == list(PER_SYNC) * SYNCS
-        sync = [s for s in tree.spans if s.name == "update_weights"][0]
+        sync = next(s for s in tree.spans if s.name == "update_weights")
         assert sync.start_ns >= runs[-1].end_ns
 
 

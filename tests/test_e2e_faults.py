@@ -108,7 +108,7 @@ def test_worker_killed_mid_step_ends_trace_and_expires_gauges(tmp_path):
                 rows = []
             if rows:
                 groups = json.loads(targets.read_text())
-                worker = [g for g in groups if g["labels"].get("verl_process_role") == "agent_loop_worker"][0]
+                worker = next(g for g in groups if g["labels"].get("verl_process_role") == "agent_loop_worker")
                 instance = worker["targets"][0]
                 before = prom.query(f'verl_rollout_samples_expected{{instance="{instance}"}}', time.time())
                 if before:  # kill only once Prometheus holds the worker's gauges
@@ -128,7 +128,7 @@ def test_worker_killed_mid_step_ends_trace_and_expires_gauges(tmp_path):
         by_step = steps(load_spans(tmp_path / "traces.jsonl"))
         assert by_step[1].root.status_error is False
         assert by_step[2].root.status_error is True, "the interrupted step's trace ends, marked ERROR"
-        rollout = [s for s in by_step[2].spans if s.name == "rollout"][0]
+        rollout = next(s for s in by_step[2].spans if s.name == "rollout")
         assert rollout.status_error
         assert killed["before"], "the worker's gauges were there before the kill"
         after = prom.query(f'verl_rollout_samples_expected{{instance="{killed["instance"]}"}}', killed["at"] + 6)

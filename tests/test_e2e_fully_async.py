@@ -38,7 +38,7 @@ def test_each_trained_step_is_one_trace_then_a_stop_and_fit_end(fully_async_run)
         assert root.attributes[sc.ATTR_TRAINER] == sc.TRAINER_FULLY_ASYNC and not root.status_error
         assert root.resource[sc.RES_ROLE] == sc.ROLE_TRAINER
         names = Counter(s.name for s in tree.spans)
-        assert TRAIN_PHASES <= set(names), (number, names)
+        assert set(names) >= TRAIN_PHASES, (number, names)
         assert names["param_sync"] == 1  # trigger_parameter_sync_step=1: a weight sync per step
         # the trainer asks the rollouter to validate at parameter versions divisible by test_freq (2)
         assert (sc.PHASE_VALIDATE in names) == (number % 2 == 0), (number, names)

@@ -25,7 +25,7 @@ DRIVE = str(Path(__file__).parent / "drive_hooks.py")
 def _stats(proc: subprocess.CompletedProcess) -> dict:
     assert proc.returncode == 0 and "DRIVE_DONE" in proc.stdout, (proc.stdout[-2000:], proc.stderr[-3000:])
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    line = [x for x in proc.stdout.splitlines() if x.startswith("DRIVE_STATS ")][0]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("DRIVE_STATS "))
     return json.loads(line.split(" ", 1)[1])
 
 
@@ -161,9 +161,9 @@ print("METRICS", sorted({{m.name for rm in data.resource_metrics for sm in rm.sc
 """
     proc = run_py(["-c", code], clean_env(VERL_OTEL_DIR=str(tmp_path / "data")), tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    names = [x for x in proc.stdout.splitlines() if x.startswith("NAMES")][0]
+    names = next(x for x in proc.stdout.splitlines() if x.startswith("NAMES"))
     assert "'step'" in names and "'update_actor'" in names, names
-    metrics = [x for x in proc.stdout.splitlines() if x.startswith("METRICS")][0]
+    metrics = next(x for x in proc.stdout.splitlines() if x.startswith("METRICS"))
     from verl_otel import semconv as sc
 
     assert sc.TRAINING_STEP.otel_name in metrics and sc.STEP_DURATION.otel_name in metrics, metrics

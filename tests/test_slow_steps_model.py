@@ -26,7 +26,7 @@ from verl_otel.analysis.step_traces import Span, build_steps
 # -- the model -----------------------------------------------------------------------------------------
 def test_steps_phases_runs_and_samples(recent_spans):
     steps = verl_steps(recent_spans)
-    assert [s.global_step for s in steps] == list(range(0, N_STEPS + 1))
+    assert [s.global_step for s in steps] == list(range(N_STEPS + 1))
     st = steps[SLOW_STEP]
     assert st.service == "verl" and len(st.trace_id) == 32 and not st.error
     assert st.phases[sc.PHASE_UPDATE_WEIGHTS] == pytest.approx(0.2) and st.phase_runs[sc.PHASE_UPDATE_WEIGHTS] == 2
@@ -74,7 +74,7 @@ def test_a_stopped_step_and_fit_end_are_not_steps(recent_spans):
     provider.shutdown()
     extra = list(exporter.get_finished_spans())
     steps = verl_steps(recent_spans + extra)
-    assert [s.global_step for s in steps] == list(range(0, N_STEPS + 1))
+    assert [s.global_step for s in steps] == list(range(N_STEPS + 1))
     assert phase_medians(steps) == phase_medians(verl_steps(recent_spans))
 
 

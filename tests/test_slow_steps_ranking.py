@@ -70,7 +70,7 @@ def test_a_phase_of_only_some_steps_counts_with_all_its_time():
 
 
 def _step(gs: int, secs: float, **phases: float) -> StepTrace:
-    return StepTrace(f"{gs:032x}", gs, gs * S, secs, "verl", False, dict(phases), {p: 1 for p in phases})
+    return StepTrace(f"{gs:032x}", gs, gs * S, secs, "verl", False, dict(phases), dict.fromkeys(phases, 1))
 
 
 def test_ties_at_the_shown_precision_go_to_the_larger_excess():
@@ -113,7 +113,7 @@ def test_json_rendering_fields(recent_spans):
     assert top["cause"]["phase"] == "update_actor" and top["cause"]["stands_out"] is True
     expected = actor_s(SLOW_STEP) / top["cause"]["median_s"]
     assert top["cause"]["ratio_to_median"] == pytest.approx(expected, abs=0.01)
-    assert list(top["phases"])[0] == "update_actor" and top["phase_runs"]["update_weights"] == 2
+    assert next(iter(top["phases"])) == "update_actor" and top["phase_runs"]["update_weights"] == 2
     assert [(s["index"], s["rollout_n"], s["worker"], s["mode"]) for s in top["slowest_samples"]] == [
         (2, 0, 0, "train"),
         (7, 1, 1, "train"),

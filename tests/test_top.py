@@ -241,7 +241,7 @@ def test_missing_targets_file_is_one_line_on_stderr(tmp_path, capsys):
 
 
 @pytest.mark.prometheus
-def test_prometheus_source_with_the_steps_before(prom_factory):  # noqa: F811
+def test_prometheus_source_with_the_steps_before(prom_factory):
     """From Prometheus, `--once` also shows the steps logged before it started (a range query): three
     steps pass through the trainer's real /metrics page while Prometheus scrapes it."""
     trainer = trainer_state(step=1)

@@ -43,7 +43,7 @@ def test_exception_in_phase_marks_span_and_step_error(drive, tmp_path):
     assert not by_step[1].root.status_error
     failed = by_step[2]
     assert failed.root.status_error, "the step of the failing phase ends, marked ERROR"
-    actor = [s for s in failed.spans if s.name == "update_actor"][0]
+    actor = next(s for s in failed.spans if s.name == "update_actor")
     assert actor.status_error and "exception" in event_names(actor)
 
 

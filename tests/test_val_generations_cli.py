@@ -100,7 +100,7 @@ def _legacy(doc: dict) -> bytes:
     return json.dumps({"data": list(traces.values()), "total": 0, "limit": 0, "offset": 0, "errors": None}).encode()
 
 
-def test_from_jaeger_v3_and_legacy(jaeger, doc, capsys):  # noqa: F811
+def test_from_jaeger_v3_and_legacy(jaeger, doc, capsys):
     j3 = jaeger({"/api/v3/traces": (200, json.dumps({"result": doc}).encode())})
     v3 = generations(JaegerClient(j3.url).find_traces("verl", 0, time.time_ns(), sc.PHASE_VALIDATE))
     assert _expected_order(v3) == EXPECTED

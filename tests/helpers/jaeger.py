@@ -34,7 +34,7 @@ class FakeJaeger:
         jaeger = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            def do_GET(self) -> None:
                 url = urlparse(self.path)
                 query = parse_qs(url.query)
                 jaeger.queries.append((url.path, query))

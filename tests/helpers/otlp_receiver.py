@@ -70,7 +70,7 @@ def _any(v: Any) -> Any:
 
 
 class _TraceSvc(trace_service_pb2_grpc.TraceServiceServicer):
-    def __init__(self, rx: "OtlpReceiver") -> None:
+    def __init__(self, rx: OtlpReceiver) -> None:
         self.rx = rx
 
     def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 - gRPC method name
@@ -80,7 +80,7 @@ class _TraceSvc(trace_service_pb2_grpc.TraceServiceServicer):
 
 
 class _MetricsSvc(metrics_service_pb2_grpc.MetricsServiceServicer):
-    def __init__(self, rx: "OtlpReceiver") -> None:
+    def __init__(self, rx: OtlpReceiver) -> None:
         self.rx = rx
 
     def Export(self, request: Any, context: Any) -> Any:  # noqa: N802
@@ -110,7 +110,7 @@ class OtlpReceiver:
         if self.delay_s:
             time.sleep(self.delay_s)
 
-    def start(self) -> "OtlpReceiver":
+    def start(self) -> OtlpReceiver:
         self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceSvc(self), self._grpc)
         metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(_MetricsSvc(self), self._grpc)
@@ -119,7 +119,7 @@ class OtlpReceiver:
         rx = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 rx._delay()
                 if self.path == "/v1/traces":
@@ -168,7 +168,7 @@ class OtlpReceiver:
             time.sleep(0.1)
         return False
 
-    def __enter__(self) -> "OtlpReceiver":
+    def __enter__(self) -> OtlpReceiver:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

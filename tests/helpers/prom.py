@@ -19,9 +19,10 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from helpers.otlp_receiver import free_port
 
@@ -68,7 +69,7 @@ class PromServer:
         return ["prometheus", f"--config.file={self.config_path}", f"--web.listen-address=127.0.0.1:{self.port}",
                 *storage, *self.args]
 
-    def start(self) -> "PromServer":
+    def start(self) -> PromServer:
         self.log = open(self.workdir / "prometheus.log", "wb")
         self.proc = subprocess.Popen(self.command(), stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
@@ -133,7 +134,7 @@ class PromServer:
             time.sleep(0.5)
         raise TimeoutError(f"{expr} stayed empty: {(self.workdir / 'prometheus.log').read_text()[-1500:]}")
 
-    def __enter__(self) -> "PromServer":
+    def __enter__(self) -> PromServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -148,7 +149,7 @@ class MetricsEndpoint:
         render = text if callable(text) else (lambda: text)
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            def do_GET(self) -> None:
                 body = render().encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -163,7 +164,7 @@ class MetricsEndpoint:
         self.address = f"127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def __enter__(self) -> "MetricsEndpoint":
+    def __enter__(self) -> MetricsEndpoint:
         self.thread.start()
         return self
 

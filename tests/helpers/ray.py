@@ -17,7 +17,7 @@ def ray_init(attempts: int = 3, **kwargs: Any) -> None:
         try:
             ray.init(**kwargs)
             return
-        except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception for this
+        except Exception as exc:  # Ray raises a bare Exception for this (re-raised unless a startup timeout)
             if STARTUP_TIMEOUT not in str(exc) or attempt == attempts:
                 raise
             ray.shutdown()

@@ -40,7 +40,7 @@ def sdk_run(t0_ns: int, n: int = N_STEPS, service: str = "verl") -> list[Readabl
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer(sc.INSTRUMENTATION_NAME)
     t = t0_ns
-    for step in range(0, n + 1):
+    for step in range(n + 1):
         if step == 0:
             phases = [(sc.PHASE_VALIDATE, 30.0)]
         else:
