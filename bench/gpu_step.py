@@ -19,6 +19,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import ClassVar
 
 PHASES = ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "update_weights")
 METRIC_KEYS = 150  # about what a verl GRPO step logs
@@ -29,7 +30,7 @@ class _Trainer:
 
     global_steps = 0
     total_training_steps = None
-    config = {"trainer": {"project_name": "bench", "experiment_name": "gpu", "total_training_steps": 0},
+    config: ClassVar[dict] = {"trainer": {"project_name": "bench", "experiment_name": "gpu", "total_training_steps": 0},
               "data": {"train_batch_size": 64}, "actor_rollout_ref": {"rollout": {"n": 8}}}
 
 

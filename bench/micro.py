@@ -13,6 +13,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from typing import ClassVar
 
 
 def _best_of(fn: Callable[[int], None], n: int, repeats: int = 5) -> float:
@@ -40,7 +41,7 @@ def span_us(n: int = 200, rounds: int = 30) -> tuple[float, float]:
 
     class Trainer:
         global_steps = 1
-        config = {"trainer": {"project_name": "p", "experiment_name": "e"}}
+        config: ClassVar[dict] = {"trainer": {"project_name": "p", "experiment_name": "e"}}
 
     trainer = Trainer()
     tracer.fit_started(verl_objects.run_info(trainer, "bench"), verl_objects.global_step_reader(trainer))
@@ -79,7 +80,7 @@ def step_end_us(rounds: int = 200, keys: int = 150) -> float:
 
     class Trainer:
         global_steps = 1
-        config = {"trainer": {"project_name": "p", "experiment_name": "e"}}
+        config: ClassVar[dict] = {"trainer": {"project_name": "p", "experiment_name": "e"}}
 
     trainer = Trainer()
     tracer.fit_started(verl_objects.run_info(trainer, "bench"), verl_objects.global_step_reader(trainer))

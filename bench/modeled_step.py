@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import ClassVar
 
 from verl.utils.profiler import marked_timer
 from verl.utils.tracking import Tracking
@@ -24,7 +25,7 @@ class TrainerState:
 
     global_steps = 0
     total_training_steps = None
-    config = {"trainer": {"project_name": "bench", "experiment_name": "modeled", "total_training_steps": 0},
+    config: ClassVar[dict] = {"trainer": {"project_name": "bench", "experiment_name": "modeled", "total_training_steps": 0},
               "data": {"train_batch_size": 64}, "actor_rollout_ref": {"rollout": {"n": 8}}}
 
 

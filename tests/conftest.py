@@ -59,8 +59,8 @@ def recent_spans():
 
 @pytest.fixture
 def prom_factory(tmp_path: Path) -> Iterator[Callable[..., PromServer]]:
-    """Start real Prometheus servers: ``prom_factory(config=..., args=..., agent=...)`` or ``prom_factory(file_sd=...)``;
-    all are stopped when the test ends. Skips when the binary is absent."""
+    """Start real Prometheus servers: ``prom_factory(config=..., args=..., agent=...)`` or
+    ``prom_factory(file_sd=...)``; all are stopped when the test ends. Skips when the binary is absent."""
     if not available():
         pytest.skip("prometheus/promtool not installed (`make prometheus` or apt-get install prometheus)")
     started: list[PromServer] = []

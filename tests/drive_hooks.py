@@ -10,6 +10,7 @@ import os
 import sys
 import threading
 import time
+from typing import ClassVar
 
 from verl.utils.profiler import marked_timer
 from verl.utils.tracking import Tracking, ValidationGenerationsLogger
@@ -32,7 +33,8 @@ def listening_sockets() -> int:
     count = 0
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
-            rows = open(table).read().splitlines()[1:]
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
         except OSError:
             continue
         count += sum(1 for r in rows if r.split()[3] == "0A" and r.split()[9] in mine)  # 0A: LISTEN
@@ -44,7 +46,7 @@ class FakeTrainerState:
 
     global_steps = 0
     total_training_steps = None
-    config = {"trainer": {"project_name": "proj", "experiment_name": "exp", "total_training_steps": 2},
+    config: ClassVar[dict] = {"trainer": {"project_name": "proj", "experiment_name": "exp", "total_training_steps": 2},
               "data": {"train_batch_size": 4}, "actor_rollout_ref": {"rollout": {"n": 2}}}
 
 

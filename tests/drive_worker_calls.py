@@ -8,6 +8,7 @@ Usage: python drive_worker_calls.py kv|td|dp
 
 import json
 import sys
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -27,7 +28,7 @@ from verl_otel.telemetry.worker_spans import WorkerSpan
 class FakeTrainerState:
     global_steps = 1
     total_training_steps = None
-    config = {"trainer": {"project_name": "proj", "experiment_name": "exp", "total_training_steps": 1},
+    config: ClassVar[dict] = {"trainer": {"project_name": "proj", "experiment_name": "exp", "total_training_steps": 1},
               "data": {"train_batch_size": 4}, "actor_rollout_ref": {"rollout": {"n": 2}}}
 
 

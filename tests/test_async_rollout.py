@@ -147,7 +147,7 @@ def test_idle_ratios(run):
     assert 0.05 < first <= 1.0, first
     # the rollouter ran ahead by the staleness limit and paused: idle until the sync
     paused = [s["gauges_before"][sc.ASYNC_ROLLOUTER_PAUSED.name] for s in record["syncs"][1:]]
-    assert [p for p, (_, verl) in zip(paused, compared) if verl > 0] == [1.0] * sum(v > 0 for _, v in compared)
+    assert [p for p, (_, verl) in zip(paused, compared, strict=True) if verl > 0] == [1.0] * sum(v > 0 for _, v in compared)
 
 
 def test_rollouter_validation_span(run):

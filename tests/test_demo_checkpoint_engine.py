@@ -64,7 +64,7 @@ def test_gloo_engine_moves_every_tensor_bucket_by_bucket():
     receiver.finalize()
     want = _weights()
     assert [n for n, _ in got] == [n for n, _ in want]
-    for (_, a), (_, b) in zip(got, want):
+    for (_, a), (_, b) in zip(got, want, strict=True):
         assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
     assert buckets == [["b", "a"], ["c"], ["d"]], buckets
     assert metrics == {"checkpoint_engine/payload_mbytes": sum(t.nbytes for _, t in want) / (1 << 20)}

@@ -120,7 +120,7 @@ def test_grafana_dashboards_resolve_to_provisioned_datasources():
         doc = json.loads((ROOT / "grafana" / f"{d.uid}.json").read_text())
         current = {v["name"]: v["current"]["value"] for v in doc["templating"]["list"] if v["type"] == "datasource"}
 
-        def resolve(ref: dict) -> str:
+        def resolve(ref: dict, current: dict = current) -> str:
             m = re.fullmatch(r"\$\{(\w+)\}", ref["uid"])
             return current[m[1]] if m else ref["uid"]
 

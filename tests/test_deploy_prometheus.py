@@ -193,18 +193,18 @@ def test_a_firing_rule_reaches_the_receiver(prom_factory, tmp_path):
     doc["route"]["group_wait"] = "1s"
     am_config.write_text(yaml.safe_dump(doc))
     am_port = free_port()
-    log = open(tmp_path / "alertmanager.log", "wb")
-    am = subprocess.Popen(
-        [
-            "prometheus-alertmanager",
-            f"--config.file={am_config}",
-            f"--storage.path={tmp_path / 'am-data'}",
-            f"--web.listen-address=127.0.0.1:{am_port}",
-            "--cluster.listen-address=",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    with open(tmp_path / "alertmanager.log", "wb") as log:  # the child writes to its own copy
+        am = subprocess.Popen(
+            [
+                "prometheus-alertmanager",
+                f"--config.file={am_config}",
+                f"--storage.path={tmp_path / 'am-data'}",
+                f"--web.listen-address=127.0.0.1:{am_port}",
+                "--cluster.listen-address=",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         rules = tmp_path / "rules.yml"
         rules.write_text(
@@ -244,7 +244,6 @@ def test_a_firing_rule_reaches_the_receiver(prom_factory, tmp_path):
     finally:
         am.terminate()
         am.wait(10)
-        log.close()
         hook.close()
     assert hook.bodies, (tmp_path / "alertmanager.log").read_text()[-2000:]
     body = hook.bodies[0]

@@ -2,6 +2,7 @@
 each in its own venv). The legacy trainer, the phase timer, the metrics log and the agent loop exist in
 every supported version; the v1 trainer from 0.9.0 on. Nothing may raise, whatever is missing."""
 
+import contextlib
 import importlib
 
 from packaging.version import Version
@@ -29,12 +30,10 @@ def test_hook_targets_resolve_for_installed_verl(otel_log):
     try:
         registry.install((*RAY_TARGETS, *ALL_TARGETS))
         for t in ALL_TARGETS:  # import every module so each post-import hook fires
-            try:
+            # a module of a newer verl, or of an engine not installed (verl's vLLM server raises ValueError
+            # without vLLM; vLLM's own module is absent): its targets stay uninstalled
+            with contextlib.suppress(ImportError, ValueError):
                 importlib.import_module(t.module)
-            except (ImportError, ValueError):
-                # a module of a newer verl, or of an engine not installed (verl's vLLM server raises ValueError
-                # without vLLM; vLLM's own module is absent): its targets stay uninstalled
-                pass
         installed = set(registry.installed())
     finally:
         registry.uninstall((*RAY_TARGETS, *ALL_TARGETS))

@@ -147,7 +147,8 @@ def test_garbage_body_is_a_clear_error(jaeger):
 
 @pytest.mark.parametrize("body", [
     b'{"result": {"resourceSpans": [{"scopeSpans": [{"spans": [{}]}]}]}}',  # a span without anything
-    b'{"result": {"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz", "spanId": "1", "name": "x"}]}]}]}}',
+    b'{"result": {"resourceSpans": [{"scopeSpans": [{"spans": '
+    b'[{"traceId": "zz", "spanId": "1", "name": "x"}]}]}]}}',
     b'[1, 2, 3]',
     b'"just a string"',
 ])
@@ -165,7 +166,7 @@ def test_http_errors_are_clear(jaeger):
     msg = _one_line_error(ei)
     assert "HTTP 500" in msg and "cassandra down" in msg
     j2 = jaeger({"/api/v3/traces": (400, b'{"error":{"message":"malformed parameter query.start_time_min"}}')})
-    with pytest.raises(JaegerError, match="HTTP 400.*start_time_min"):
+    with pytest.raises(JaegerError, match=r"HTTP 400.*start_time_min"):
         JaegerClient(j2.url).find_steps("verl", *WINDOW)
 
 

@@ -70,8 +70,8 @@ class PromServer:
                 *storage, *self.args]
 
     def start(self) -> PromServer:
-        self.log = open(self.workdir / "prometheus.log", "wb")
-        self.proc = subprocess.Popen(self.command(), stdout=self.log, stderr=subprocess.STDOUT)
+        with open(self.workdir / "prometheus.log", "wb") as log:  # the child writes to its own copy
+            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -93,7 +93,6 @@ class PromServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
             self.proc = None
-            self.log.close()
 
     def api(self, path: str, **params: Any) -> Any:
         url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params, doseq=True)}"

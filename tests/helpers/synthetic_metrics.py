@@ -39,7 +39,7 @@ def _labels(pairs: dict[str, str]) -> str:
 def _series(metric: sc.MetricDef) -> list[dict[str, str]]:
     out = []
     for (project, experiment), values in product(RUNS, product(*(_LABEL_VALUES[lbl] for lbl in metric.labels))):
-        out.append({sc.LABEL_PROJECT: project, sc.LABEL_EXPERIMENT: experiment, **dict(zip(metric.labels, values))})
+        out.append({sc.LABEL_PROJECT: project, sc.LABEL_EXPERIMENT: experiment, **dict(zip(metric.labels, values, strict=True))})
     return out
 
 

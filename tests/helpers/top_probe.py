@@ -45,7 +45,8 @@ class TopProbe:
     def _start_live(self, out: Path) -> None:
         self.session = f"verl-otel-top-probe-{out.name}"
         self.rc_file = out / "top-live.rc"
-        cmd = f"{sys.executable} -m verl_otel.cli.main top --targets {out} --interval 1; echo $? > {self.rc_file}; sleep 60"
+        top = f"{sys.executable} -m verl_otel.cli.main top --targets {out} --interval 1"
+        cmd = f"{top}; echo $? > {self.rc_file}; sleep 60"
         self._tmux("new-session", "-d", "-s", self.session, "-x", str(WIDTH), "-y", "70", cmd)
 
     def stop(self) -> int | None:

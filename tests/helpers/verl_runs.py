@@ -60,7 +60,7 @@ def start_demo(out: Path, trainer: str, steps: int, slow: list[str], scrape: boo
     out.mkdir(parents=True, exist_ok=True)
     prom = PromServer(out / "prom", out / "prometheus_targets.json").start() if scrape else None
     result: dict[str, int] = {}
-    env = {k: v for k, v in clean_env().items()}
+    env = dict(clean_env())
     th = threading.Thread(target=lambda: result.update(rc=run_demo(
         steps=steps, out=out, trainer=trainer, slow=slow, linger=LINGER_S if scrape else 0.0, quiet=True,
         extra_env=kw.pop("extra_env", None), **kw)))
