@@ -30,8 +30,11 @@ class _Trainer:
 
     global_steps = 0
     total_training_steps = None
-    config: ClassVar[dict] = {"trainer": {"project_name": "bench", "experiment_name": "gpu", "total_training_steps": 0},
-              "data": {"train_batch_size": 64}, "actor_rollout_ref": {"rollout": {"n": 8}}}
+    config: ClassVar[dict] = {
+        "trainer": {"project_name": "bench", "experiment_name": "gpu", "total_training_steps": 0},
+        "data": {"train_batch_size": 64},
+        "actor_rollout_ref": {"rollout": {"n": 8}},
+    }
 
 
 def _loop(steps: int, samples: int, device: str, alternate: bool = False) -> tuple[float, list[float], list[float]]:
@@ -65,7 +68,7 @@ def _loop(steps: int, samples: int, device: str, alternate: bool = False) -> tup
             for i in range(samples):  # one small forward per sample, as a server decodes per request
                 tok = TRACKER.sample_started("train") if calling else 0
                 with torch.no_grad():
-                    actor(batch[i % 256: i % 256 + 1])
+                    actor(batch[i % 256 : i % 256 + 1])
                 if calling:
                     TRACKER.sample_finished("train", tok, {"step": trainer.global_steps}, None)
         elif name in ("old_log_prob", "ref"):
@@ -122,13 +125,20 @@ def _in_process(args: argparse.Namespace) -> None:
     """The foreground cost without between-process noise: the same process, GPU state and background
     threads; only whether the step makes verl-otel's calls alternates (blocks of 5 steps)."""
     tmp = Path(tempfile.mkdtemp(prefix="verl-otel-gpu-bench-"))
-    os.environ.update(VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(tmp), VERL_OTEL_PROMETHEUS_PORT="0",
-                      VERL_PROGRESS_LOG="1", VERL_OTEL_CONSOLE="1")
+    os.environ.update(
+        VERL_OTEL_ENABLED="1",
+        VERL_OTEL_DIR=str(tmp),
+        VERL_OTEL_PROMETHEUS_PORT="0",
+        VERL_PROGRESS_LOG="1",
+        VERL_OTEL_CONSOLE="1",
+    )
     _, on, off = _loop(args.in_process, args.samples, args.device, alternate=True)
     med_on, med_off = statistics.median(on), statistics.median(off)
     print(f"{args.device} in-process: {len(on)} steps with the calls, {len(off)} without, alternating blocks of 5")
-    print(f"  step median with {med_on * 1e3:.2f} ms, without {med_off * 1e3:.2f} ms, "
-          f"difference {(med_on - med_off) * 1e3:.2f} ms")
+    print(
+        f"  step median with {med_on * 1e3:.2f} ms, without {med_off * 1e3:.2f} ms, "
+        f"difference {(med_on - med_off) * 1e3:.2f} ms"
+    )
     print(f"gpu_inprocess_ratio {med_on / med_off:.4f}")
 
 
@@ -138,8 +148,13 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--samples", type=int, default=256)
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--in-process", type=int, default=0, metavar="STEPS",
-                    help="instead: one all-on process, blocks of 5 steps alternating calls on/off")
+    ap.add_argument(
+        "--in-process",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="instead: one all-on process, blocks of 5 steps alternating calls on/off",
+    )
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -162,10 +177,18 @@ def main() -> None:
         variants = {
             "off": bench_env(VERL_OTEL_ENABLED="0"),
             "embedded": bench_env(VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(tmp / "e"), VERL_OTEL_CONSOLE="1"),
-            "all": bench_env(OTEL_EXPORTER_OTLP_ENDPOINT=rx.grpc_endpoint, VERL_OTEL_DIR=str(tmp / "a"),
-                             VERL_OTEL_PROMETHEUS_PORT="0", VERL_PROGRESS_LOG="1", VERL_OTEL_CONSOLE="1"),
-            "dead": bench_env(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{free_port()}",
-                              VERL_OTEL_DIR=str(tmp / "d"), VERL_OTEL_CONSOLE="1"),
+            "all": bench_env(
+                OTEL_EXPORTER_OTLP_ENDPOINT=rx.grpc_endpoint,
+                VERL_OTEL_DIR=str(tmp / "a"),
+                VERL_OTEL_PROMETHEUS_PORT="0",
+                VERL_PROGRESS_LOG="1",
+                VERL_OTEL_CONSOLE="1",
+            ),
+            "dead": bench_env(
+                OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{free_port()}",
+                VERL_OTEL_DIR=str(tmp / "d"),
+                VERL_OTEL_CONSOLE="1",
+            ),
         }
         walls: dict[str, list[float]] = {name: [] for name in variants}
         for r in range(args.rounds):
@@ -173,11 +196,15 @@ def main() -> None:
                 walls[name].append(worker_wall(worker, env, "GPU_WALL"))
                 print(f"round {r + 1} {name:9s} {walls[name][-1]:.3f}s", flush=True)
     base = statistics.median(walls["off"])
-    print(f"{args.device}: {args.steps} steps x ({args.samples} sample forwards + {len(PHASES)} phases + "
-          f"{METRIC_KEYS} logged metrics), median of {args.rounds} rounds")
+    print(
+        f"{args.device}: {args.steps} steps x ({args.samples} sample forwards + {len(PHASES)} phases + "
+        f"{METRIC_KEYS} logged metrics), median of {args.rounds} rounds"
+    )
     for name, vals in walls.items():
-        print(f"  {name:9s} {statistics.median(vals):.3f}s  ratio {statistics.median(vals) / base:.4f}  "
-              f"(min {min(vals):.3f}s max {max(vals):.3f}s)")
+        print(
+            f"  {name:9s} {statistics.median(vals):.3f}s  ratio {statistics.median(vals) / base:.4f}  "
+            f"(min {min(vals):.3f}s max {max(vals):.3f}s)"
+        )
     print(f"gpu_overhead_ratio {statistics.median(walls['all']) / base:.4f}")
 
 

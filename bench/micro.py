@@ -106,9 +106,11 @@ def startup_ms(repeats: int = 7) -> float:
     import sys
 
     # the .pth line sees none of our variables, so the timed import is the hook's whole start-up cost
-    code = ("import os, sys, time; os.environ['VERL_OTEL_ENABLED'] = '1'; t = time.perf_counter(); "
-            "import verl_otel._autoload; print((time.perf_counter() - t) * 1e3); "
-            "assert 'verl_otel.hooks.targets' in sys.modules")
+    code = (
+        "import os, sys, time; os.environ['VERL_OTEL_ENABLED'] = '1'; t = time.perf_counter(); "
+        "import verl_otel._autoload; print((time.perf_counter() - t) * 1e3); "
+        "assert 'verl_otel.hooks.targets' in sys.modules"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_OTEL_", "OTEL_"))}
     times = []
     for _ in range(repeats):

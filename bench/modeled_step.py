@@ -16,8 +16,15 @@ from verl.utils.profiler import marked_timer
 from verl.utils.tracking import Tracking
 
 # fractions of a step, roughly what a GRPO step on GPUs spends per phase
-PHASES = {"gen": 0.45, "reward": 0.02, "old_log_prob": 0.08, "ref": 0.08, "adv": 0.01, "update_actor": 0.30,
-          "update_weights": 0.06}
+PHASES = {
+    "gen": 0.45,
+    "reward": 0.02,
+    "old_log_prob": 0.08,
+    "ref": 0.08,
+    "adv": 0.01,
+    "update_actor": 0.30,
+    "update_weights": 0.06,
+}
 
 
 class TrainerState:
@@ -25,8 +32,11 @@ class TrainerState:
 
     global_steps = 0
     total_training_steps = None
-    config: ClassVar[dict] = {"trainer": {"project_name": "bench", "experiment_name": "modeled", "total_training_steps": 0},
-              "data": {"train_batch_size": 64}, "actor_rollout_ref": {"rollout": {"n": 8}}}
+    config: ClassVar[dict] = {
+        "trainer": {"project_name": "bench", "experiment_name": "modeled", "total_training_steps": 0},
+        "data": {"train_batch_size": 64},
+        "actor_rollout_ref": {"rollout": {"n": 8}},
+    }
 
 
 def main() -> None:
@@ -63,8 +73,9 @@ def main() -> None:
                             time.sleep(per)
                     else:
                         time.sleep(step_s * frac)
-        logger.log({"critic/score/mean": 0.5, "timing_s/step": timing["step"], **{f"k/{i}": i for i in range(100)}},
-                   step=step)
+        logger.log(
+            {"critic/score/mean": 0.5, "timing_s/step": timing["step"], **{f"k/{i}": i for i in range(100)}}, step=step
+        )
     wall = time.perf_counter() - t0
     if on:
         TRACER.fit_ended(None)

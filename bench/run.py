@@ -44,8 +44,9 @@ def worker_wall(args: list[str], env: dict[str, str], marker: str) -> float:
     out = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=600)
     lines = [x for x in out.stdout.splitlines() if x.startswith(marker)]
     if out.returncode or not lines:
-        raise SystemExit(f"{Path(args[0]).name} failed (rc {out.returncode}):\n"
-                         f"{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
+        raise SystemExit(
+            f"{Path(args[0]).name} failed (rc {out.returncode}):\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
+        )
     return float(lines[-1].split()[1])
 
 
@@ -60,10 +61,17 @@ def blackhole_run(steps: int = 60) -> dict[str, float]:
     from helpers.bad_collectors import BadCollector
 
     with BadCollector("blackhole") as bad:
-        out = subprocess.run([sys.executable, str(HERE.parent / "tests" / "drive_hooks.py"), str(steps)],
-                             env=bench_env(OTEL_EXPORTER_OTLP_ENDPOINT=bad.endpoint, OTEL_METRIC_EXPORT_INTERVAL="500",
-                                           VERL_OTEL_DIR=tempfile.mkdtemp(prefix="verl-otel-bench-")),
-                             capture_output=True, text=True, timeout=600)
+        out = subprocess.run(
+            [sys.executable, str(HERE.parent / "tests" / "drive_hooks.py"), str(steps)],
+            env=bench_env(
+                OTEL_EXPORTER_OTLP_ENDPOINT=bad.endpoint,
+                OTEL_METRIC_EXPORT_INTERVAL="500",
+                VERL_OTEL_DIR=tempfile.mkdtemp(prefix="verl-otel-bench-"),
+            ),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     lines = [x for x in out.stdout.splitlines() if x.startswith("DRIVE_STATS ")]
     if out.returncode or not lines:
         raise SystemExit(f"drive_hooks.py failed (rc {out.returncode}):\n{out.stderr[-3000:]}")
@@ -88,11 +96,17 @@ def main() -> None:
             "off": bench_env(VERL_OTEL_ENABLED="0"),
             "embedded": bench_env(VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(tmp / "embedded")),
             "otlp": bench_env(OTEL_EXPORTER_OTLP_ENDPOINT=rx.grpc_endpoint, VERL_OTEL_DIR=str(tmp / "otlp")),
-            "all": bench_env(OTEL_EXPORTER_OTLP_ENDPOINT=rx.grpc_endpoint, VERL_OTEL_DIR=str(tmp / "all"),
-                        VERL_OTEL_PROMETHEUS_PORT="0", VERL_PROGRESS_LOG="1", VERL_OTEL_CONSOLE="1"),
+            "all": bench_env(
+                OTEL_EXPORTER_OTLP_ENDPOINT=rx.grpc_endpoint,
+                VERL_OTEL_DIR=str(tmp / "all"),
+                VERL_OTEL_PROMETHEUS_PORT="0",
+                VERL_PROGRESS_LOG="1",
+                VERL_OTEL_CONSOLE="1",
+            ),
             # faults: the collector unreachable, and one answering every export after 3 s
-            "dead": bench_env(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{free_port()}",
-                              VERL_OTEL_DIR=str(tmp / "d")),
+            "dead": bench_env(
+                OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{free_port()}", VERL_OTEL_DIR=str(tmp / "d")
+            ),
             "slow": bench_env(OTEL_EXPORTER_OTLP_ENDPOINT=slow_rx.grpc_endpoint, VERL_OTEL_DIR=str(tmp / "s")),
         }
         for r in range(args.rounds):
@@ -100,8 +114,10 @@ def main() -> None:
                 results[name].append(modeled(env, args.steps, args.step_seconds, args.samples))
                 print(f"round {r + 1} {name:9s} {results[name][-1]:.3f}s", flush=True)
     base = statistics.median(results["off"])
-    print(f"modeled step: {args.steps} steps x {args.step_seconds}s, {args.samples} samples/step, "
-          f"median of {args.rounds} rounds")
+    print(
+        f"modeled step: {args.steps} steps x {args.step_seconds}s, {args.samples} samples/step, "
+        f"median of {args.rounds} rounds"
+    )
     for name, vals in results.items():
         print(f"  {name:9s} {statistics.median(vals):.3f}s  ratio {statistics.median(vals) / base:.4f}")
 

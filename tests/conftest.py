@@ -23,6 +23,7 @@ def drive(tmp_path: Path):
     def _run(steps: int = 2, fail_phase: str | None = None, **env: str) -> subprocess.CompletedProcess:
         args = [str(TESTS / "drive_hooks.py"), str(steps)] + ([fail_phase] if fail_phase else [])
         return run_py(args, clean_env(**env), tmp_path)
+
     return _run
 
 
@@ -80,8 +81,15 @@ def v1_run(tmp_path_factory):
     from helpers.top_probe import TopProbe
 
     probe = TopProbe()  # `verl-otel top` watching the run while it runs (tests/test_e2e_top.py)
-    run = start_demo(tmp_path_factory.mktemp("demo-v1"), "v1", 3, ["update_actor@3=3", "rollout_sample@3=2"],
-                     scrape=True, probe=probe, extra_env=PROGRESS_LOG)
+    run = start_demo(
+        tmp_path_factory.mktemp("demo-v1"),
+        "v1",
+        3,
+        ["update_actor@3=3", "rollout_sample@3=2"],
+        scrape=True,
+        probe=probe,
+        extra_env=PROGRESS_LOG,
+    )
     run.extra["top"] = probe
     run.extra["top_live_rc"] = probe.stop()
     yield run
@@ -98,8 +106,15 @@ def v1_run_6(tmp_path_factory):
 @pytest.fixture(scope="session")
 def legacy_run(tmp_path_factory):
     # the last step is not the slow one: its reward spans must come at its end, not after an idle wait
-    return start_demo(tmp_path_factory.mktemp("demo-legacy"), "legacy", 3, ["update_actor@2=3"], scrape=False,
-                      adv="gae", extra_env=PROGRESS_LOG)
+    return start_demo(
+        tmp_path_factory.mktemp("demo-legacy"),
+        "legacy",
+        3,
+        ["update_actor@2=3"],
+        scrape=False,
+        adv="gae",
+        extra_env=PROGRESS_LOG,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -118,8 +133,9 @@ def separate_async_run(tmp_path_factory):
 @pytest.fixture(scope="session")
 def fully_async_run(tmp_path_factory):
     # scraped: the async dashboard panels are queried on what the rollouter and trainer exported
-    run = start_demo(tmp_path_factory.mktemp("demo-fully-async"), "fully_async", 3, [], scrape=True,
-                     extra_env=PROGRESS_LOG)
+    run = start_demo(
+        tmp_path_factory.mktemp("demo-fully-async"), "fully_async", 3, [], scrape=True, extra_env=PROGRESS_LOG
+    )
     yield run
     run.prom.stop()
 

@@ -43,17 +43,32 @@ from verl_otel import runtime
 PROMPTS, N, PER_STEP, STALENESS = 8, 2, 2, 1
 MAX_REQUIRED = PER_STEP * (STALENESS + 1)
 
-CONFIG = OmegaConf.create({
-    "trainer": {"project_name": "proj", "experiment_name": "exp", "total_epochs": 1, "resume_mode": "disable",
-                "balance_batch": False, "test_freq": 2,
-                "log_val_generations": 2, "logger": ["console"], "save_freq": -1, "esi_redundant_time": 0,
-                "total_training_steps": PROMPTS // PER_STEP},
-    "global_profiler": {"steps": None},
-    "actor_rollout_ref": {"rollout": {"n": N, "temperature": 1.0, "multi_turn": {"enable": False}}},
-    "data": {"train_batch_size": 0},
-    "async_training": {"trigger_parameter_sync_step": 1, "staleness_threshold": STALENESS, "require_batches": 1,
-                       "use_trainer_do_validate": False},
-})
+CONFIG = OmegaConf.create(
+    {
+        "trainer": {
+            "project_name": "proj",
+            "experiment_name": "exp",
+            "total_epochs": 1,
+            "resume_mode": "disable",
+            "balance_batch": False,
+            "test_freq": 2,
+            "log_val_generations": 2,
+            "logger": ["console"],
+            "save_freq": -1,
+            "esi_redundant_time": 0,
+            "total_training_steps": PROMPTS // PER_STEP,
+        },
+        "global_profiler": {"steps": None},
+        "actor_rollout_ref": {"rollout": {"n": N, "temperature": 1.0, "multi_turn": {"enable": False}}},
+        "data": {"train_batch_size": 0},
+        "async_training": {
+            "trigger_parameter_sync_step": 1,
+            "staleness_threshold": STALENESS,
+            "require_batches": 1,
+            "use_trainer_do_validate": False,
+        },
+    }
+)
 
 
 class StandInServers:
@@ -66,12 +81,17 @@ class StandInServers:
         await asyncio.sleep(0.05)
         n = len(prompts)
         return DataProto.from_dict(
-            tensors={"responses": torch.ones(n, 3, dtype=torch.long), "attention_mask": torch.ones(n, 7, dtype=torch.long),
-                     "input_ids": torch.ones(n, 7, dtype=torch.long),
-                     "response_mask": torch.tensor([[1, 1, 0]] * n)},
-            non_tensors={"min_global_steps": np.array([start] * n, dtype=object),
-                         # numpy ints, as an engine may report them: the hooks must read both kinds
-                         "max_global_steps": np.array([np.int64(self.version)] * n, dtype=object)},
+            tensors={
+                "responses": torch.ones(n, 3, dtype=torch.long),
+                "attention_mask": torch.ones(n, 7, dtype=torch.long),
+                "input_ids": torch.ones(n, 7, dtype=torch.long),
+                "response_mask": torch.tensor([[1, 1, 0]] * n),
+            },
+            non_tensors={
+                "min_global_steps": np.array([start] * n, dtype=object),
+                # numpy ints, as an engine may report them: the hooks must read both kinds
+                "max_global_steps": np.array([np.int64(self.version)] * n, dtype=object),
+            },
             meta_info={"metrics": [{"generate_sequences": 0.05, "tool_calls": 0.0}] * n},
         )
 
@@ -80,8 +100,9 @@ def make_rollouter(client: MessageQueueClient, servers: StandInServers):
     r = object.__new__(FullyAsyncRollouter.__ray_metadata__.modified_class)
     r.config = CONFIG
     r._init_async_objects()
-    r.train_dataloader = [{"input_ids": torch.full((1, 4), i), "raw_prompt": np.array([f"q{i}"], dtype=object)}
-                          for i in range(PROMPTS)]
+    r.train_dataloader = [
+        {"input_ids": torch.full((1, 4), i), "raw_prompt": np.array([f"q{i}"], dtype=object)} for i in range(PROMPTS)
+    ]
     r.async_rollout_manager = servers
     r.message_queue_client = client
     r.total_rollout_steps, r.global_steps = PROMPTS, 1
@@ -118,15 +139,26 @@ def make_trainer(client: MessageQueueClient, rollouter):
     t.metrics_aggregator = MetricsAggregator(total_gpus=1)
     t.dynamic_resource_controller = None
     t._fit_start_profile = t._fit_stop_profile = lambda should_profiler: None
-    for name in ("_fit_compute_reward", "_fit_compute_log_prob", "_fit_compute_ref_log_prob", "_fit_compute_critic",
-                 "_fit_compute_advantage", "_fit_update_critic", "_fit_dump_data", "_fit_collect_metrics"):
+    for name in (
+        "_fit_compute_reward",
+        "_fit_compute_log_prob",
+        "_fit_compute_ref_log_prob",
+        "_fit_compute_critic",
+        "_fit_compute_advantage",
+        "_fit_update_critic",
+        "_fit_dump_data",
+        "_fit_collect_metrics",
+    ):
         setattr(t, name, lambda batch: batch)  # PPO compute standing in
     return t
 
 
 def async_gauges() -> dict[str, float]:
-    return {m.name + (f"{{{','.join(labels)}}}" if labels else ""): v
-            for m, labels, v in runtime.current().state.readings() if m.name.startswith("verl_async_")}
+    return {
+        m.name + (f"{{{','.join(labels)}}}" if labels else ""): v
+        for m, labels, v in runtime.current().state.readings()
+        if m.name.startswith("verl_async_")
+    }
 
 
 def own_metrics_page() -> tuple[str, dict]:
@@ -162,8 +194,13 @@ async def main(out_path: str) -> None:
             servers.version = trainer.current_param_version
         before = async_gauges()
         timing = await rollouter.reset_staleness()
-        record["syncs"].append({"version": trainer.current_param_version, "verl_idle": timing[
-            "fully_async/rollouter/idle_ratio"], "gauges_before": before})
+        record["syncs"].append(
+            {
+                "version": trainer.current_param_version,
+                "verl_idle": timing["fully_async/rollouter/idle_ratio"],
+                "gauges_before": before,
+            }
+        )
         logger.log(data=timing, step=trainer.current_param_version)
         return timing
 
@@ -182,11 +219,15 @@ async def main(out_path: str) -> None:
     record["validate"] = rollouter.do_validate()
 
     def update_actor(batch: DataProto) -> DataProto:
-        record["steps"].append({
-            "global_step": trainer.global_steps, "param_version": trainer.current_param_version,
-            "start_versions": [int(v) for v in batch.non_tensor_batch["min_global_steps"][::N]],
-            "end_versions": [int(v) for v in batch.non_tensor_batch["max_global_steps"][::N]],
-            "gauges": async_gauges()})
+        record["steps"].append(
+            {
+                "global_step": trainer.global_steps,
+                "param_version": trainer.current_param_version,
+                "start_versions": [int(v) for v in batch.non_tensor_batch["min_global_steps"][::N]],
+                "end_versions": [int(v) for v in batch.non_tensor_batch["max_global_steps"][::N]],
+                "gauges": async_gauges(),
+            }
+        )
         with marked_timer("update_actor", trainer.timing_raw):
             time.sleep(0.02)
         return batch

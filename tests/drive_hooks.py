@@ -46,8 +46,11 @@ class FakeTrainerState:
 
     global_steps = 0
     total_training_steps = None
-    config: ClassVar[dict] = {"trainer": {"project_name": "proj", "experiment_name": "exp", "total_training_steps": 2},
-              "data": {"train_batch_size": 4}, "actor_rollout_ref": {"rollout": {"n": 2}}}
+    config: ClassVar[dict] = {
+        "trainer": {"project_name": "proj", "experiment_name": "exp", "total_training_steps": 2},
+        "data": {"train_batch_size": 4},
+        "actor_rollout_ref": {"rollout": {"n": 2}},
+    }
 
 
 def main() -> None:
@@ -71,17 +74,30 @@ def main() -> None:
                     with marked_timer(phase, timing):
                         time.sleep(0.01)
                         if phase == fail_phase and step == steps:
-                            raise RuntimeError(f"boom in {phase} " + "x" * (200_000 if os.environ.get("DRIVE_BIG_ERROR") else 0))
+                            raise RuntimeError(
+                                f"boom in {phase} " + "x" * (200_000 if os.environ.get("DRIVE_BIG_ERROR") else 0)
+                            )
             with marked_timer("testing", timing):
                 time.sleep(0.01)
                 samples = [("what is 1 plus 2 ?" * 200, "3 #### 3", 1.0), ("q2", "a2", 0.0)]
                 ValidationGenerationsLogger(project_name="proj", experiment_name="exp").log(["console"], samples, step)
                 # verl's _validate returns its metrics, whose keys name the data sources it scored
-                trainer_hooks.validate_wrapper(lambda: {"val-core/openai/gsm8k/reward/mean@1": 0.5,
-                                                        "val-aux/math/acc/best@2/std": 0.1}, trainer, (), {})
+                trainer_hooks.validate_wrapper(
+                    lambda: {"val-core/openai/gsm8k/reward/mean@1": 0.5, "val-aux/math/acc/best@2/std": 0.1},
+                    trainer,
+                    (),
+                    {},
+                )
             t0 = time.monotonic()
-            logger.log({"critic/score/mean": 0.25 * step, "timing_s/step": timing["step"],
-                        "response_length/mean": 7.0, "perf/throughput": 100.0}, step=step)
+            logger.log(
+                {
+                    "critic/score/mean": 0.25 * step,
+                    "timing_s/step": timing["step"],
+                    "response_length/mean": 7.0,
+                    "perf/throughput": 100.0,
+                },
+                step=step,
+            )
             step_end_s = max(step_end_s, time.monotonic() - t0)  # the step ends here (trace, flush request)
     except RuntimeError as e:
         err = e
@@ -90,8 +106,18 @@ def main() -> None:
         TRACER.fit_ended(err)
         fit_end_s = time.monotonic() - t0
     # what the training thread waited for, and how many threads of ours ever ran at once
-    print("DRIVE_STATS " + json.dumps({"most_threads": most_threads, "step_end_s": step_end_s,
-                                       "fit_end_s": fit_end_s, "listening": listening_sockets()}), flush=True)
+    print(
+        "DRIVE_STATS "
+        + json.dumps(
+            {
+                "most_threads": most_threads,
+                "step_end_s": step_end_s,
+                "fit_end_s": fit_end_s,
+                "listening": listening_sockets(),
+            }
+        ),
+        flush=True,
+    )
     print("DRIVE_DONE", flush=True)
 
 

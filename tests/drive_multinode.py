@@ -26,9 +26,14 @@ class Probe:
         with rt.tracer.start_as_current_span("multinode.probe"):
             pass
         flushed = rt.flush_wait(10.0)
-        return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(),
-                "hooked": hasattr(perf._timer, "__wrapped__"), "flushed": flushed,
-                "enabled": os.environ.get("VERL_OTEL_ENABLED"), "headers": os.environ.get("OTEL_EXPORTER_OTLP_HEADERS")}
+        return {
+            "pid": os.getpid(),
+            "node": ray.get_runtime_context().get_node_id(),
+            "hooked": hasattr(perf._timer, "__wrapped__"),
+            "flushed": flushed,
+            "enabled": os.environ.get("VERL_OTEL_ENABLED"),
+            "headers": os.environ.get("OTEL_EXPORTER_OTLP_HEADERS"),
+        }
 
 
 def main() -> None:

@@ -41,20 +41,32 @@ def batch(vocab_size: int) -> DataProto:
     prompts = torch.randint(4, vocab_size, (SAMPLES, 6))
     responses = torch.randint(4, vocab_size, (SAMPLES, 5))
     return DataProto.from_dict(
-        tensors={"prompts": prompts, "responses": responses,
-                 "attention_mask": torch.ones(SAMPLES, 11, dtype=torch.long)},
-        non_tensors={"data_source": np.array(["openai/gsm8k"] * SAMPLES, dtype=object),
-                     "reward_model": np.array([{"style": "rule", "ground_truth": "3"}] * SAMPLES, dtype=object),
-                     "index": np.arange(SAMPLES)})
+        tensors={
+            "prompts": prompts,
+            "responses": responses,
+            "attention_mask": torch.ones(SAMPLES, 11, dtype=torch.long),
+        },
+        non_tensors={
+            "data_source": np.array(["openai/gsm8k"] * SAMPLES, dtype=object),
+            "reward_model": np.array([{"style": "rule", "ground_truth": "3"}] * SAMPLES, dtype=object),
+            "index": np.arange(SAMPLES),
+        },
+    )
 
 
 def main(asset_dir: str, out_path: str) -> None:
     assert any("compute_rm_score" in k for k in registry.installed()), registry.installed()
     config_dir = str(Path(verl.__file__).parent / "trainer" / "config")
     with initialize_config_dir(config_dir=config_dir, version_base=None):
-        config = compose("ppo_trainer", overrides=[
-            f"actor_rollout_ref.model.path={asset_dir}/tiny_model", "reward.num_workers=1",
-            "trainer.project_name=proj", "trainer.experiment_name=exp"])
+        config = compose(
+            "ppo_trainer",
+            overrides=[
+                f"actor_rollout_ref.model.path={asset_dir}/tiny_model",
+                "reward.num_workers=1",
+                "trainer.project_name=proj",
+                "trainer.experiment_name=exp",
+            ],
+        )
     ray_init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     manager = RewardLoopManager(config)
     data = batch(vocab_size=100)
@@ -68,8 +80,11 @@ def main(asset_dir: str, out_path: str) -> None:
         out = manager.compute_rm_score(data)
     TRACER.fit_ended(None)
     time.sleep(4)  # the reward-loop worker emits its group once idle (2 s)
-    record = {"rm_scores_shape": list(out.batch["rm_scores"].shape), "keys_before": keys_before,
-              "keys_after": sorted(data.non_tensor_batch)}
+    record = {
+        "rm_scores_shape": list(out.batch["rm_scores"].shape),
+        "keys_before": keys_before,
+        "keys_after": sorted(data.non_tensor_batch),
+    }
     ray.shutdown()
     Path(out_path).write_text(json.dumps(record))
     print("DRIVE_REWARD_BATCH_DONE", flush=True)

@@ -51,8 +51,9 @@ def main_view(site: Path, main_site: Path, view: Path) -> None:
     for entry in main_site.iterdir():
         if entry.name in mine or entry.suffix == ".pth" or entry.name == "__pycache__":
             continue
-        if entry.name.endswith(".dist-info") and (_dist_name(entry.name) in mine_dists
-                                                  or entry.name.startswith("opentelemetry")):
+        if entry.name.endswith(".dist-info") and (
+            _dist_name(entry.name) in mine_dists or entry.name.startswith("opentelemetry")
+        ):
             continue
         (view / entry.name).symlink_to(entry.resolve())
 

@@ -41,12 +41,15 @@ def test_promtool_unit_tests_pass():
 
 
 @needs_promtool
-@pytest.mark.parametrize(("alert", "part"), [
-    ("VerlRunGone", f" unless on() {alerts.pipeline_unhealthy(alerts.Thresholds())}"),
-    ("VerlStepStalled", f" unless on() {alerts.pipeline_unhealthy(alerts.Thresholds())}"),
-    ("VerlGPUMemoryNearLimit", f" unless on() {sc.DCGM_FB_USED}"),
-    ("VerlKLTooSmallRewardFlat", f"|{sc.KEY_KL_LOSS}"),
-])
+@pytest.mark.parametrize(
+    ("alert", "part"),
+    [
+        ("VerlRunGone", f" unless on() {alerts.pipeline_unhealthy(alerts.Thresholds())}"),
+        ("VerlStepStalled", f" unless on() {alerts.pipeline_unhealthy(alerts.Thresholds())}"),
+        ("VerlGPUMemoryNearLimit", f" unless on() {sc.DCGM_FB_USED}"),
+        ("VerlKLTooSmallRewardFlat", f"|{sc.KEY_KL_LOSS}"),
+    ],
+)
 def test_unit_tests_catch_a_rule_without_its_guard(tmp_path, alert, part):
     """The unit tests pin each guard: the committed rules with one guard cut out fail them."""
     doc = yaml.safe_load(RULES.read_text())
@@ -94,8 +97,21 @@ def test_every_threshold_default_is_documented_in_the_readme():
 @needs_promtool
 def test_thresholds_can_be_overridden(tmp_path):
     out = tmp_path / "my-rules" / "verl-alerts.yml"
-    assert build.main(["--threshold", "kl_max=0.2", "--threshold", "rollout_stall_window=30m",
-                       "--threshold", "gpu_memory_gb=141", "--rules-out", str(out)]) == 0
+    assert (
+        build.main(
+            [
+                "--threshold",
+                "kl_max=0.2",
+                "--threshold",
+                "rollout_stall_window=30m",
+                "--threshold",
+                "gpu_memory_gb=141",
+                "--rules-out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rules = {r["alert"]: r for g in yaml.safe_load(out.read_text())["groups"] for r in g["rules"]}
     assert rules["VerlKLBlowUp"]["expr"].endswith("> 0.2")
     assert "[30m]" in rules["VerlRolloutStalled"]["expr"] and "> 1800" in rules["VerlRolloutStalled"]["expr"]
@@ -120,8 +136,12 @@ def test_pipeline_rules_name_the_stacks_jobs_and_collector_metrics():
         assert name.startswith("otelcol_") and not name.endswith("_total")
     groups = {g["name"]: [r["alert"] for r in g["rules"]] for g in yaml.safe_load(RULES.read_text())["groups"]}
     assert set(groups) == {"verl-training", alerts.PIPELINE_GROUP, alerts.ENGINE_GROUP}
-    assert {"VerlTelemetryTargetDown", "VerlCollectorExportFailing", "VerlCollectorQueueFull",
-            "VerlTelemetryDropped"} <= set(groups[alerts.PIPELINE_GROUP])
+    assert {
+        "VerlTelemetryTargetDown",
+        "VerlCollectorExportFailing",
+        "VerlCollectorQueueFull",
+        "VerlTelemetryDropped",
+    } <= set(groups[alerts.PIPELINE_GROUP])
 
 
 def test_silence_rules_are_guarded_by_the_pipelines_health():
@@ -131,9 +151,14 @@ def test_silence_rules_are_guarded_by_the_pipelines_health():
             assert rule.expr.endswith(f"unless on() {guard}"), rule.name
 
 
-@pytest.mark.parametrize("bad", [["--threshold", "nope=1", "--rules-out", "x.yml"],
-                                 ["--threshold", "rollout_stall_window=ten", "--rules-out", "x.yml"],
-                                 ["--threshold", "kl_max=0.2"]])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ["--threshold", "nope=1", "--rules-out", "x.yml"],
+        ["--threshold", "rollout_stall_window=ten", "--rules-out", "x.yml"],
+        ["--threshold", "kl_max=0.2"],
+    ],
+)
 def test_bad_threshold_overrides_are_refused(bad, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exc:
@@ -146,10 +171,13 @@ def test_every_rule_evaluates_on_data_in_real_prometheus(prom_factory):
     """Every rule expression, on two runs behind one instance, evaluates without error (a healthy synthetic run:
     rules may be empty, but must not fail)."""
     with MetricsEndpoint(exposition()) as endpoint:
-        prom = prom_factory(config={
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(RULES)],
-            "scrape_configs": [{"job_name": "verl", "static_configs": [{"targets": [endpoint.address]}]}]})
+        prom = prom_factory(
+            config={
+                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                "rule_files": [str(RULES)],
+                "scrape_configs": [{"job_name": "verl", "static_configs": [{"targets": [endpoint.address]}]}],
+            }
+        )
         prom.wait_for('up{job="verl"} == 1')
         for rule in alerts.rules():
             prom.query(rule.expr)  # raises ValueError with Prometheus' error

@@ -27,8 +27,12 @@ HERE = Path(__file__).resolve().parent
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("drive-async")
-    proc = run_py([str(HERE / "drive_async.py"), str(out / "record.json")],
-                  clean_env(VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(out)), out, timeout=240)
+    proc = run_py(
+        [str(HERE / "drive_async.py"), str(out / "record.json")],
+        clean_env(VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(out)),
+        out,
+        timeout=240,
+    )
     assert proc.returncode == 0 and "DRIVE_ASYNC_DONE" in proc.stdout, (proc.stdout[-3000:], proc.stderr[-3000:])
     record = json.loads((out / "record.json").read_text())
     assert record["errors"] == [], record["errors"]
@@ -64,14 +68,16 @@ def test_step_links_lead_to_the_windows_that_fed_it(run):
         step = steps[taken["global_step"]]
         links = step.links
         # each sample's window = the weights version its generation started with (verl's min_global_steps)
-        assert Counter({ln.attributes[sc.ATTR_PARAM_VERSION]: ln.attributes[sc.ATTR_ASYNC_SAMPLES] for ln in links}) \
-            == Counter(taken["start_versions"]), (taken, links)
+        assert Counter(
+            {ln.attributes[sc.ATTR_PARAM_VERSION]: ln.attributes[sc.ATTR_ASYNC_SAMPLES] for ln in links}
+        ) == Counter(taken["start_versions"]), (taken, links)
         for ln in links:
             window = windows[ln.attributes[sc.ATTR_PARAM_VERSION]]
             assert (ln.trace_id, ln.span_id) == (window.trace_id, window.span_id)
             assert ln.attributes[sc.ATTR_STALENESS] == taken["param_version"] - ln.attributes[sc.ATTR_PARAM_VERSION]
-    assert any(ln.attributes[sc.ATTR_STALENESS] > 0 for s in steps.values() for ln in s.links), \
+    assert any(ln.attributes[sc.ATTR_STALENESS] > 0 for s in steps.values() for ln in s.links), (
         "the scenario must train on stale samples for the staleness checks to mean anything"
+    )
 
 
 def test_staleness_and_version_gauges_match_the_batches(run):
@@ -99,8 +105,11 @@ def test_gauges_on_the_metrics_page(run):
             page[series] = float(value)
 
     def value(name: str, **labels: str) -> float:
-        (v,) = [v for s, v in page.items() if s.split("{")[0] == name
-                and all(f'{k}="{lv}"' in s for k, lv in labels.items())]
+        (v,) = [
+            v
+            for s, v in page.items()
+            if s.split("{")[0] == name and all(f'{k}="{lv}"' in s for k, lv in labels.items())
+        ]
         return v
 
     assert value(sc.ASYNC_SAMPLES_PRODUCED.name) == record["produced"]
@@ -125,11 +134,18 @@ def test_async_panels_show_the_run_in_real_prometheus(run, prom_factory):
     exprs = [(where, expr) for where, expr, why in all_expressions() if why == _ASYNC_ONLY]
     assert len(exprs) >= 9, exprs
     with MetricsEndpoint(record["exposition"]) as endpoint:
-        prom = prom_factory(config={
-            "global": {"scrape_interval": "1s"},
-            "scrape_configs": [{"job_name": "verl", "static_configs": [
-                {"targets": [endpoint.address], "labels": record["target_labels"]}]}]})
-        prom.wait_for(f'count_over_time({sc.ASYNC_SAMPLES_PRODUCED.name}[1m]) >= 2')  # rate() needs two points
+        prom = prom_factory(
+            config={
+                "global": {"scrape_interval": "1s"},
+                "scrape_configs": [
+                    {
+                        "job_name": "verl",
+                        "static_configs": [{"targets": [endpoint.address], "labels": record["target_labels"]}],
+                    }
+                ],
+            }
+        )
+        prom.wait_for(f"count_over_time({sc.ASYNC_SAMPLES_PRODUCED.name}[1m]) >= 2")  # rate() needs two points
         empty = [where for where, expr in exprs if not prom.query(concrete(expr))]
     assert empty == []
 
@@ -137,8 +153,9 @@ def test_async_panels_show_the_run_in_real_prometheus(run, prom_factory):
 def test_idle_ratios(run):
     record, _ = run
     # rollouter: the live gauge just before a sync is verl's own idle_ratio of that window
-    compared = [(s["gauges_before"][f"{sc.ASYNC_IDLE_RATIO.name}{{rollouter}}"], s["verl_idle"])
-                for s in record["syncs"][1:]]
+    compared = [
+        (s["gauges_before"][f"{sc.ASYNC_IDLE_RATIO.name}{{rollouter}}"], s["verl_idle"]) for s in record["syncs"][1:]
+    ]
     assert any(verl > 0.2 for _, verl in compared), compared
     for live, verl in compared:
         assert live == pytest.approx(verl, abs=0.05), compared
@@ -147,13 +164,16 @@ def test_idle_ratios(run):
     assert 0.05 < first <= 1.0, first
     # the rollouter ran ahead by the staleness limit and paused: idle until the sync
     paused = [s["gauges_before"][sc.ASYNC_ROLLOUTER_PAUSED.name] for s in record["syncs"][1:]]
-    assert [p for p, (_, verl) in zip(paused, compared, strict=True) if verl > 0] == [1.0] * sum(v > 0 for _, v in compared)
+    assert [p for p, (_, verl) in zip(paused, compared, strict=True) if verl > 0] == [1.0] * sum(
+        v > 0 for _, v in compared
+    )
 
 
 def test_rollouter_validation_span(run):
     record, spans = run
-    vals = sorted((s for s in spans if s.name == sc.SPAN_ROLLOUTER_VALIDATE),
-                  key=lambda s: s.attributes[sc.ATTR_PARAM_VERSION])
+    vals = sorted(
+        (s for s in spans if s.name == sc.SPAN_ROLLOUTER_VALIDATE), key=lambda s: s.attributes[sc.ATTR_PARAM_VERSION]
+    )
     # before training, then every test_freq=2 versions as the trainer asks
     assert [s.attributes[sc.ATTR_PARAM_VERSION] for s in vals] == [0, 2, 4]
     assert all(not s.parent_id and s.resource[sc.RES_ROLE] == sc.ROLE_ROLLOUTER for s in vals)
@@ -177,15 +197,16 @@ def test_rollouter_samples_are_spans_of_their_window(run):
         window = windows[sample.parent_id]
         attrs = sample.attributes
         assert sample.trace_id == window.trace_id and sample.resource[sc.RES_ROLE] == sc.ROLE_ROLLOUTER
-        assert attrs[sc.ATTR_PARAM_VERSION] == window.attributes[sc.ATTR_PARAM_VERSION] <= attrs[sc.ATTR_PARAM_VERSION_END]
+        assert (
+            attrs[sc.ATTR_PARAM_VERSION] == window.attributes[sc.ATTR_PARAM_VERSION] <= attrs[sc.ATTR_PARAM_VERSION_END]
+        )
         assert attrs[sc.ATTR_SAMPLES] == 2 and attrs[sc.ATTR_SAMPLE_RESPONSE_TOKENS] == 2
         assert attrs[sc.SAMPLE_TIMING_ATTRS["generate_sequences"]] == 0.05
         assert sample.end_ns - sample.start_ns >= 50_000_000
 
 
 def _children(spans: list[Span], parent: Span) -> dict[str, Span]:
-    return {s.name: s for s in spans if s.parent_id == parent.span_id
-            and s.trace_id == parent.trace_id}
+    return {s.name: s for s in spans if s.parent_id == parent.span_id and s.trace_id == parent.trace_id}
 
 
 def test_each_fit_step_is_one_trace_with_its_validation(run):
@@ -226,10 +247,16 @@ def _rollout_samples(tagged: bool):
     out = []
     for i in range(2):
         batch = DataProto.from_dict(
-            tensors={"responses": torch.ones(2, 3, dtype=torch.long), "attention_mask": torch.ones(2, 7, dtype=torch.long)},
-            non_tensors={"min_global_steps": np.array([i, i], dtype=object),
-                         "max_global_steps": np.array([i, i], dtype=object)},
-            meta_info={"metrics": [{"generate_sequences": 0.1, "tool_calls": 0.0}] * 2})
+            tensors={
+                "responses": torch.ones(2, 3, dtype=torch.long),
+                "attention_mask": torch.ones(2, 7, dtype=torch.long),
+            },
+            non_tensors={
+                "min_global_steps": np.array([i, i], dtype=object),
+                "max_global_steps": np.array([i, i], dtype=object),
+            },
+            meta_info={"metrics": [{"generate_sequences": 0.1, "tool_calls": 0.0}] * 2},
+        )
         rs = RolloutSample(full_batch=batch, sample_id=f"s{i}", epoch=0, rollout_status={"x": 1})
         if tagged:
             setattr(rs, sc.ROLLOUT_SAMPLE_TRACE_ATTR, (f"00-{'1' * 32}-{'2' * 16}-01", i))
@@ -269,8 +296,9 @@ def test_hooked_actor_classes_still_pickle_by_value():
             modified = cls.__ray_metadata__.modified_class
             blob = ray.cloudpickle.dumps(modified)
             assert ray.cloudpickle.loads(blob).__name__ == modified.__name__
-        shipped = ray.cloudpickle.loads(ray.cloudpickle.dumps(fully_async_trainer.FullyAsyncTrainer.__ray_metadata__
-                                                              .modified_class))
+        shipped = ray.cloudpickle.loads(
+            ray.cloudpickle.dumps(fully_async_trainer.FullyAsyncTrainer.__ray_metadata__.modified_class)
+        )
         verl_method = inspect.unwrap(shipped.__dict__["_get_samples_from_queue"])  # under our (and Ray's) wrappers
         assert verl_method.__globals__["assemble_batch_from_rollout_samples"] is ours
     finally:
@@ -283,8 +311,11 @@ def test_v1_colocate_async_step_links_to_the_step_that_submitted_its_prompts(col
     both tag theirs with global step 1), so its step span links to step 1's span."""
     run = colocate_async_run
     assert run.rc == 0, run.log_tail()
-    steps = {s.attributes[sc.ATTR_GLOBAL_STEP]: s for s in load_spans(run.out / "traces.jsonl")
-             if s.name == sc.SPAN_STEP and not s.parent_id}
+    steps = {
+        s.attributes[sc.ATTR_GLOBAL_STEP]: s
+        for s in load_spans(run.out / "traces.jsonl")
+        if s.name == sc.SPAN_STEP and not s.parent_id
+    }
     (link,) = steps[2].links
     assert (link.trace_id, link.span_id) == (steps[1].trace_id, steps[1].span_id)
     assert link.attributes[sc.ATTR_GLOBAL_STEP] == 1 and link.attributes[sc.ATTR_ASYNC_SAMPLES] > 0
@@ -356,14 +387,31 @@ def test_console_lines_of_an_async_run(run):
 
     record, _ = run
     lines = record["stdout"].splitlines()
-    steps = {int(m[1]): m for m in (re.match(r"\[verl-otel\] step (\d+)\S* took .* \| param version (\d+), "
-                                              r"staleness max (\d+) mean ([\d.]+)$", ln) for ln in lines) if m}
+    steps = {
+        int(m[1]): m
+        for m in (
+            re.match(
+                r"\[verl-otel\] step (\d+)\S* took .* \| param version (\d+), "
+                r"staleness max (\d+) mean ([\d.]+)$",
+                ln,
+            )
+            for ln in lines
+        )
+        if m
+    }
     assert sorted(steps) == [t["global_step"] for t in record["steps"]]
     for taken in record["steps"]:
         m = steps[taken["global_step"]]
         stale = [taken["param_version"] - v for v in taken["start_versions"]]
         assert int(m[2]) == taken["param_version"] + 1  # after this step's parameter sync
         assert (int(m[3]), float(m[4])) == (max(stale), round(sum(stale) / len(stale), 2))
-    windows = [ln for ln in lines if re.match(r"\[verl-otel\] rollouter param version \d+: \d+ samples queued, "
-                                              r"\d+ dropped, idle \d+%$", ln)]
+    windows = [
+        ln
+        for ln in lines
+        if re.match(
+            r"\[verl-otel\] rollouter param version \d+: \d+ samples queued, "
+            r"\d+ dropped, idle \d+%$",
+            ln,
+        )
+    ]
     assert len(windows) == len(record["syncs"]) - 1  # every sync after the first closes a window

@@ -28,11 +28,12 @@ def trace_file(tmp_path):
     return f
 
 
-@pytest.mark.parametrize("argv", [["slow-steps", "--top", "10"], ["slow-steps", "--json"],
-                                  ["val-generations"], ["val-generations", "--json"]])
+@pytest.mark.parametrize(
+    "argv",
+    [["slow-steps", "--top", "10"], ["slow-steps", "--json"], ["val-generations"], ["val-generations", "--json"]],
+)
 def test_closed_pipe_is_not_a_traceback(trace_file, argv):
-    proc = subprocess.Popen([*CLI, *argv, "--file", str(trace_file)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen([*CLI, *argv, "--file", str(trace_file)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc.stdout.close()  # the reader is gone before the first line: every write hits a closed pipe
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == EXIT_BROKEN_PIPE, err
@@ -44,16 +45,24 @@ def test_closed_pipe_is_not_a_traceback(trace_file, argv):
 
 def test_top_once_into_a_closed_pipe(tmp_path):
     (tmp_path / "prometheus_targets.json").write_text("[]")
-    proc = subprocess.Popen([*CLI, "top", "--once", "--targets", str(tmp_path)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [*CLI, "top", "--once", "--targets", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == EXIT_BROKEN_PIPE and err == ""
 
 
-@pytest.mark.parametrize("argv", [["demo", "--slow", "updat_actor@3=3"], ["demo", "--slow", "update_actor@x=3"],
-                                  ["demo", "--steps", "0"], ["demo", "--telemetry", "jaeger"],
-                                  ["demo", "--telemetry", "otlp"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["demo", "--slow", "updat_actor@3=3"],
+        ["demo", "--slow", "update_actor@x=3"],
+        ["demo", "--steps", "0"],
+        ["demo", "--telemetry", "jaeger"],
+        ["demo", "--telemetry", "otlp"],
+    ],
+)
 def test_demo_argument_errors_come_first(tmp_path, argv):
     out = tmp_path / "run"
     t0 = time.monotonic()
@@ -62,24 +71,37 @@ def test_demo_argument_errors_come_first(tmp_path, argv):
     assert proc.stderr.splitlines()[-1].startswith("verl-otel demo: error: argument ")
     assert not out.exists()  # nothing was built or started
     assert time.monotonic() - t0 < 15  # no verl/torch import (~40 s on 2 cores) before the error
-    probe = subprocess.run([sys.executable, "-c", "import sys; from verl_otel.cli.main import main; "
-                            f"sys.argv = ['verl-otel', *{argv!r}]; "
-                            "exec('try:\\n main()\\nexcept SystemExit: pass'); "
-                            "print(sorted(m for m in ('torch', 'verl', 'ray') if m in sys.modules))"],
-                           capture_output=True, text=True, timeout=60)
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from verl_otel.cli.main import main; "
+            f"sys.argv = ['verl-otel', *{argv!r}]; "
+            "exec('try:\\n main()\\nexcept SystemExit: pass'); "
+            "print(sorted(m for m in ('torch', 'verl', 'ray') if m in sys.modules))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert probe.stdout.strip() == "[]", probe.stderr
 
 
 def test_python_m_demo_reports_the_same(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "verl_otel.demo", "--slow", "nope", "--out", str(tmp_path / "r")],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "verl_otel.demo", "--slow", "nope", "--out", str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and proc.stdout == "" and "argument --slow: bad --slow 'nope'" in proc.stderr
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here: it would run")
 def test_demo_rollout_vllm_without_vllm_says_where_to_get_it(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.run([*CLI, "demo", "--rollout", "vllm", "--out", str(out)], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [*CLI, "demo", "--rollout", "vllm", "--out", str(out)], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2 and proc.stdout == "" and not out.exists()
     assert "make install-vllm" in proc.stderr and "Traceback" not in proc.stderr

@@ -11,17 +11,20 @@ import pytest
 from verl_otel import _env, config
 
 
-@pytest.mark.parametrize("env, mode", [
-    ({}, _env.MODE_OFF),
-    ({"VERL_PROGRESS_LOG": "1"}, _env.MODE_CONSOLE),
-    ({"VERL_PROGRESS_LOG": "0"}, _env.MODE_OFF),
-    ({"VERL_PROGRESS_LOG": "maybe"}, _env.MODE_OFF),
-    ({"VERL_PROGRESS_LOG": "1", "VERL_OTEL_ENABLED": "1"}, _env.MODE_TELEMETRY),
-    ({"VERL_PROGRESS_LOG": "1", "VERL_OTEL_ENABLED": "0"}, _env.MODE_CONSOLE),
-    ({"VERL_PROGRESS_LOG": "1", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://h:4317"}, _env.MODE_TELEMETRY),
-    ({"VERL_PROGRESS_LOG": "1", "OTEL_SDK_DISABLED": "true", "VERL_OTEL_ENABLED": "1"}, _env.MODE_CONSOLE),
-    ({"VERL_OTEL_ENABLED": "1"}, _env.MODE_TELEMETRY),
-])
+@pytest.mark.parametrize(
+    "env, mode",
+    [
+        ({}, _env.MODE_OFF),
+        ({"VERL_PROGRESS_LOG": "1"}, _env.MODE_CONSOLE),
+        ({"VERL_PROGRESS_LOG": "0"}, _env.MODE_OFF),
+        ({"VERL_PROGRESS_LOG": "maybe"}, _env.MODE_OFF),
+        ({"VERL_PROGRESS_LOG": "1", "VERL_OTEL_ENABLED": "1"}, _env.MODE_TELEMETRY),
+        ({"VERL_PROGRESS_LOG": "1", "VERL_OTEL_ENABLED": "0"}, _env.MODE_CONSOLE),
+        ({"VERL_PROGRESS_LOG": "1", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://h:4317"}, _env.MODE_TELEMETRY),
+        ({"VERL_PROGRESS_LOG": "1", "OTEL_SDK_DISABLED": "true", "VERL_OTEL_ENABLED": "1"}, _env.MODE_CONSOLE),
+        ({"VERL_OTEL_ENABLED": "1"}, _env.MODE_TELEMETRY),
+    ],
+)
 def test_mode(env, mode):
     assert _env.mode(env) == mode
 
@@ -72,17 +75,25 @@ def test_real_console_only_output_is_in_the_seeds_formats():
     for step in (1, 2, 3):
         start = [m for m in map(PATTERNS["start"].fullmatch, lines) if m and m["step"] == str(step) and m["n"]]
         assert len(start) == 1 and start[0]["phase"] == "rollout"
-        total = [m for m in map(PATTERNS["rollout_bar"].fullmatch, lines)
-                 if m and m["step"] == str(step) and m["who"] == "rollout_manager" and m["mode"] == "train"]
+        total = [
+            m
+            for m in map(PATTERNS["rollout_bar"].fullmatch, lines)
+            if m and m["step"] == str(step) and m["who"] == "rollout_manager" and m["mode"] == "train"
+        ]
         assert total and (total[-1]["done"], total[-1]["total"]) == ("8", "8")
     validations = [m["step"] for m in map(PATTERNS["start"].fullmatch, lines) if m and m["phase"] == "validate"]
-    totals = {m["step"]: (m["done"], m["total"]) for m in map(PATTERNS["rollout_bar"].fullmatch, lines)
-              if m and m["who"] == "rollout_manager" and m["mode"] == "validate"}
+    totals = {
+        m["step"]: (m["done"], m["total"])
+        for m in map(PATTERNS["rollout_bar"].fullmatch, lines)
+        if m and m["who"] == "rollout_manager" and m["mode"] == "validate"
+    }
     assert validations and {s: totals.get(s) for s in validations} == dict.fromkeys(validations, ("4", "4"))
 
 
-@pytest.mark.parametrize("telemetry, mode", [("console", _env.MODE_CONSOLE), ("embedded", _env.MODE_TELEMETRY),
-                                             ("otlp", _env.MODE_TELEMETRY)])
+@pytest.mark.parametrize(
+    "telemetry, mode",
+    [("console", _env.MODE_CONSOLE), ("embedded", _env.MODE_TELEMETRY), ("otlp", _env.MODE_TELEMETRY)],
+)
 def test_demo_telemetry_choice_is_the_mode_a_user_gets(telemetry, mode):
     """`verl-otel demo --telemetry X` sets what a user would, over the demo's own VERL_OTEL_ENABLED=1."""
     from verl_otel.demo.runner import telemetry_env

@@ -44,8 +44,10 @@ def test_committed_json_is_the_sdk_model_but_for_the_declared_raw_parts(dash, ty
     assert all(isinstance(q, prometheus.Dataquery) for q in queries if q not in raw)
     assert [q.data["datasource"]["type"] for q in raw] == ["jaeger"] * len(raw), "only the Jaeger search is raw"
     assert len(raw) == sum(p.kind == "traces-table" for p in dash.panels)
-    assert all(isinstance(p.options, (timeseries.Options, stat.Options, bargauge.Options, table.Options))
-               for p in model.panels or [])
+    assert all(
+        isinstance(p.options, (timeseries.Options, stat.Options, bargauge.Options, table.Options))
+        for p in model.panels or []
+    )
 
 
 def _panel(pid: int, grid: tuple[int, int, int, int] = (0, 0, 12, 8)) -> grafana.Panel:

@@ -30,7 +30,8 @@ def _doc(uid: str) -> dict:
 def test_committed_files_equal_the_generator_output():
     assert build.main(["--check"]) == 0, "run `python -m verl_otel.dashboards.build` and commit"
     assert sorted(p.name for p in (ROOT / "grafana").glob("*.json")) == sorted(
-        f"{d.uid}.json" for d in panels.DASHBOARDS), "a dashboard JSON without a generator (or the reverse)"
+        f"{d.uid}.json" for d in panels.DASHBOARDS
+    ), "a dashboard JSON without a generator (or the reverse)"
 
 
 def test_check_reports_drift(tmp_path, capsys):
@@ -95,14 +96,59 @@ def test_every_verl_query_carries_the_dashboard_filters():
 
 
 _FUNCTIONS = {
-    "sum", "max", "min", "avg", "count", "topk", "bottomk", "quantile", "by", "on", "and", "or", "unless", "without",
-    "ignoring", "group_left", "group_right", "bool", "offset", "rate", "irate", "increase", "delta", "changes",
-    "resets", "time", "histogram_quantile", "clamp_min", "clamp_max", "abs", "max_over_time", "min_over_time",
-    "avg_over_time", "quantile_over_time", "sum_over_time", "count_over_time", "absent", "label_replace", "e",
+    "sum",
+    "max",
+    "min",
+    "avg",
+    "count",
+    "topk",
+    "bottomk",
+    "quantile",
+    "by",
+    "on",
+    "and",
+    "or",
+    "unless",
+    "without",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "offset",
+    "rate",
+    "irate",
+    "increase",
+    "delta",
+    "changes",
+    "resets",
+    "time",
+    "histogram_quantile",
+    "clamp_min",
+    "clamp_max",
+    "abs",
+    "max_over_time",
+    "min_over_time",
+    "avg_over_time",
+    "quantile_over_time",
+    "sum_over_time",
+    "count_over_time",
+    "absent",
+    "label_replace",
+    "e",
 }
-_LABELS = ({lbl for m in sc.METRICS for lbl in m.labels}
-           | {"le", "instance", "job", sc.LABEL_PROJECT, sc.LABEL_EXPERIMENT, sc.LABEL_PROCESS_ROLE, "gpu", "Hostname",
-              "exporter", "alertstate", sc.LABEL_REPLICA})
+_LABELS = {lbl for m in sc.METRICS for lbl in m.labels} | {
+    "le",
+    "instance",
+    "job",
+    sc.LABEL_PROJECT,
+    sc.LABEL_EXPERIMENT,
+    sc.LABEL_PROCESS_ROLE,
+    "gpu",
+    "Hostname",
+    "exporter",
+    "alertstate",
+    sc.LABEL_REPLICA,
+}
 
 
 def _names_and_labels(expr: str) -> tuple[set[str], set[str]]:
@@ -151,12 +197,30 @@ def prom_with_data(tmp_path_factory):
     scrapes = itertools.count(3)  # counters and gauges move from scrape to scrape: rate() and changes() see it
     workdir = tmp_path_factory.mktemp("prom-dash")
     rules = workdir / "firing.yml"  # an alert firing for run e1, for the ALERTS annotation
-    rules.write_text(json.dumps({"groups": [{"name": "check", "rules": [{
-        "alert": "DashboardCheck", "expr": "vector(1)",
-        "labels": {"severity": "warning", sc.LABEL_PROJECT: "p", sc.LABEL_EXPERIMENT: "e1"}}]}]}))
+    rules.write_text(
+        json.dumps(
+            {
+                "groups": [
+                    {
+                        "name": "check",
+                        "rules": [
+                            {
+                                "alert": "DashboardCheck",
+                                "expr": "vector(1)",
+                                "labels": {"severity": "warning", sc.LABEL_PROJECT: "p", sc.LABEL_EXPERIMENT: "e1"},
+                            }
+                        ],
+                    }
+                ]
+            }
+        )
+    )
     with MetricsEndpoint(lambda: exposition(step=next(scrapes))) as endpoint:
-        config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"}, "rule_files": [str(rules)],
-                  "scrape_configs": [{"job_name": "verl", "static_configs": [{"targets": [endpoint.address]}]}]}
+        config = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(rules)],
+            "scrape_configs": [{"job_name": "verl", "static_configs": [{"targets": [endpoint.address]}]}],
+        }
         with PromServer(workdir, config=config) as prom:
             prom.wait_for('up{job="verl"} == 1')
             time.sleep(3.5)  # a few scrapes, so rate() over the 1m rate interval has two samples
@@ -223,8 +287,10 @@ def test_jaeger_searches_follow_the_run_and_the_service_variable():
     assert target["tags"] == f'{sc.ATTR_EXPERIMENT}="$experiment"'
     (query,) = _explore_queries(doc)
     assert query["service"] == "$service"
-    assert query["tags"] == (f'{sc.ATTR_PROJECT}="${{__field.labels.{sc.LABEL_PROJECT}}}" '
-                             f'{sc.ATTR_EXPERIMENT}="${{__field.labels.{sc.LABEL_EXPERIMENT}}}"')
+    assert query["tags"] == (
+        f'{sc.ATTR_PROJECT}="${{__field.labels.{sc.LABEL_PROJECT}}}" '
+        f'{sc.ATTR_EXPERIMENT}="${{__field.labels.{sc.LABEL_EXPERIMENT}}}"'
+    )
     step_panel = next(p for p in panels.PROGRESS.panels if p.links)
     for t in step_panel.targets:  # the link reads the clicked line's run labels: every line must carry them
         assert f"by ({sc.LABEL_PROJECT}, {sc.LABEL_EXPERIMENT}" in t.expr, t.expr

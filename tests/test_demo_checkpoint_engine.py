@@ -27,8 +27,10 @@ def test_gloo_engine_moves_every_tensor_bucket_by_bucket():
     cls = CheckpointEngineRegistry.get(BACKEND)
     sender, receiver = cls(bucket_size=80, is_master=True), cls(bucket_size=80)
     actor_kw, rollout_kw = cls.build_topology(1, 1, [sender.prepare(), receiver.prepare()])
-    inits = [threading.Thread(target=e.init_process_group, kwargs={k: v[0] for k, v in kw.items()})
-             for e, kw in ((sender, actor_kw), (receiver, rollout_kw))]
+    inits = [
+        threading.Thread(target=e.init_process_group, kwargs={k: v[0] for k, v in kw.items()})
+        for e, kw in ((sender, actor_kw), (receiver, rollout_kw))
+    ]
     for t in inits:
         t.start()
     for t in inits:

@@ -17,9 +17,11 @@ SLOW_S = 3.0  # both runs are made with --slow update_actor@3=3
 
 
 def test_step_metrics_parser():
-    log = ("\x1b[36m(TaskRunnerV1 pid=1)\x1b[0m step:2 - actor/entropy:4.96 - timing_s/update_actor:3.1e+00 - "
-           "val-core/openai/gsm8k/acc/mean@1:np.float64(0.5) - training/global_step:2\n"
-           "(TaskRunner pid=2) step:0 - val-aux/num_turns/min:np.int32(2)\n")
+    log = (
+        "\x1b[36m(TaskRunnerV1 pid=1)\x1b[0m step:2 - actor/entropy:4.96 - timing_s/update_actor:3.1e+00 - "
+        "val-core/openai/gsm8k/acc/mean@1:np.float64(0.5) - training/global_step:2\n"
+        "(TaskRunner pid=2) step:0 - val-aux/num_turns/min:np.int32(2)\n"
+    )
     got = step_metrics(log)
     assert got[2]["timing_s/update_actor"] == 3.1 and got[2]["val-core/openai/gsm8k/acc/mean@1"] == 0.5
     assert got[2]["training/global_step"] == 2 and got[0]["val-aux/num_turns/min"] == 2

@@ -52,8 +52,9 @@ def call(p: SimpleNamespace, request_id: str = "r") -> list[Any]:
     engine = FakeEngine()
 
     async def consume() -> list[Any]:
-        gen = vllm_slow.engine_generate(engine.generate, engine, (), {"prompt": PROMPT, "sampling_params": p,
-                                                                       "request_id": request_id})
+        gen = vllm_slow.engine_generate(
+            engine.generate, engine, (), {"prompt": PROMPT, "sampling_params": p, "request_id": request_id}
+        )
         return [o async for o in gen]
 
     return asyncio.run(consume())
@@ -125,8 +126,14 @@ def test_the_logits_processor_holds_eos_back_then_forces_it():
     vllm_py = ROOT / ".venv-vllm" / "bin" / "python"
     if not vllm_py.exists():
         pytest.skip(f"{vllm_py} missing: `make install-vllm` builds it (`make test` does)")
-    done = subprocess.run([str(vllm_py), "-c", _PROCESSOR_CHECK], capture_output=True, text=True, timeout=300,
-                          env=clean_env(VLLM_TARGET_DEVICE="cpu"), cwd=ROOT)
+    done = subprocess.run(
+        [str(vllm_py), "-c", _PROCESSOR_CHECK],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=clean_env(VLLM_TARGET_DEVICE="cpu"),
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["loaded"] and out["plain"], out  # vLLM loads it by the name the demo passes; others untouched

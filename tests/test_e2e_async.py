@@ -68,8 +68,11 @@ def test_rollout_spans_cross_ray_into_the_step_traces(separate_async_run):
     by_step = steps(spans)
     total = 0
     for number in range(1, run.steps + 1):
-        workers = [s for s in by_step[number].spans
-                   if s.name == "rollout.worker" and s.attributes["verl.rollout.mode"] == "train"]
+        workers = [
+            s
+            for s in by_step[number].spans
+            if s.name == "rollout.worker" and s.attributes["verl.rollout.mode"] == "train"
+        ]
         assert {w.attributes["verl.rollout.worker"] for w in workers} == {0, 1}, number
         assert all(w.resource["verl.process.role"] == "agent_loop_worker" for w in workers)
         assert all(parent_chain(w, by_step[number].spans)[-1] == "step" for w in workers)
@@ -94,8 +97,11 @@ def test_validation_generations_are_events_of_each_validate_span(separate_async_
         # the demo sets trainer.log_val_generations=2: counted, no text by default
         assert validate[0].attributes["verl.val_generations.count"] == 2
         assert event_names(validate[0]).count("verl.val_generation") == 2
-        workers = [s for s in by_step[number].spans if s.name == "rollout.worker"
-                   and s.attributes["verl.rollout.mode"] == "validate"]
+        workers = [
+            s
+            for s in by_step[number].spans
+            if s.name == "rollout.worker" and s.attributes["verl.rollout.mode"] == "validate"
+        ]
         assert workers and all(parent_chain(w, by_step[number].spans)[1] == "validate" for w in workers)
 
 
@@ -115,8 +121,9 @@ def test_prometheus_counts_every_phase_run_and_the_weight_sync_payload(separate_
     spans = _spans(run)
     in_traces = Counter(s.name for s in spans if s.name in PHASE_SPANS)
     assert in_traces["rollout"] == SYNCS * run.steps
-    counted = {k: round(v) for k, v in
-               prom.scalar_by("sum by (phase) (verl_phase_duration_seconds_count)", "phase").items()}
+    counted = {
+        k: round(v) for k, v in prom.scalar_by("sum by (phase) (verl_phase_duration_seconds_count)", "phase").items()
+    }
     assert {p: counted.get(p, 0) for p in in_traces} == dict(in_traces), counted
     assert prom.scalar_by("sum(verl_step_duration_seconds_count)") == {(): float(run.steps)}
     assert prom.scalar_by("max(verl_training_step)") == {(): float(run.steps)}
@@ -124,6 +131,9 @@ def test_prometheus_counts_every_phase_run_and_the_weight_sync_payload(separate_
     # every actor weight crossed the gloo checkpoint engine to the standalone replica's worker
     payload = prom.scalar_by('max(verl_training_metric{key="checkpoint_engine/payload_mbytes"})')
     assert payload == {(): pytest.approx(_model_bytes(run.out / "assets" / "tiny_model") / (1 << 20))}, payload
-    done = {(r["metric"]["worker"], r["metric"]["mode"]) for r in prom.query("verl_rollout_samples_completed", at)
-            if float(r["value"][1]) > 0}
+    done = {
+        (r["metric"]["worker"], r["metric"]["mode"])
+        for r in prom.query("verl_rollout_samples_completed", at)
+        if float(r["value"][1]) > 0
+    }
     assert {("0", "train"), ("1", "train"), ("0", "validate"), ("1", "validate")} <= done, done

@@ -48,8 +48,9 @@ class Run:
     steps: set[int]
 
 
-def _run(out: Path, extra_env: dict[str, str], slow: list[str] | None = None,
-         killer: threading.Thread | None = None) -> Run:
+def _run(
+    out: Path, extra_env: dict[str, str], slow: list[str] | None = None, killer: threading.Thread | None = None
+) -> Run:
     from verl_otel.demo.runner import run_demo
 
     out.mkdir(parents=True, exist_ok=True)
@@ -60,9 +61,18 @@ def _run(out: Path, extra_env: dict[str, str], slow: list[str] | None = None,
         if killer is not None:
             killer.start()
         t0 = time.monotonic()
-        rc = run_demo(steps=STEPS, out=out, trainer="legacy", slow=slow or [], quiet=True,
-                      extra_env={"VERL_OTEL_SHUTDOWN_TIMEOUT": str(SHUTDOWN_TIMEOUT),
-                                 ENV_FIT_TIMES: str(out / "fit_seconds"), **extra_env})
+        rc = run_demo(
+            steps=STEPS,
+            out=out,
+            trainer="legacy",
+            slow=slow or [],
+            quiet=True,
+            extra_env={
+                "VERL_OTEL_SHUTDOWN_TIMEOUT": str(SHUTDOWN_TIMEOUT),
+                ENV_FIT_TIMES: str(out / "fit_seconds"),
+                **extra_env,
+            },
+        )
         wall = time.monotonic() - t0
     finally:
         os.environ.clear()
@@ -109,15 +119,24 @@ def _our_tracebacks(log: str) -> list[str]:
 
 def _tmpfs(path: Path, size: str) -> bool:
     path.mkdir(parents=True, exist_ok=True)
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                          capture_output=True).returncode == 0
+    return (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+        ).returncode
+        == 0
+    )
 
 
 BAD_SETTINGS = {
-    "OTEL_BSP_MAX_QUEUE_SIZE": "64", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "512",  # the SDK raises on these
-    "OTEL_EXPORTER_OTLP_COMPRESSION": "zstd", "OTEL_SPAN_EVENT_COUNT_LIMIT": "many",
-    "VERL_OTEL_MAX_TEXT": "1e999", "VERL_OTEL_SAMPLE_SPANS": "inf", "VERL_PROGRESS_LOG": "1",
-    "VERL_PROGRESS_LOG_INTERVAL": "nan", "VERL_PROGRESS_BAR_INTERVAL": "-inf",
+    "OTEL_BSP_MAX_QUEUE_SIZE": "64",
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "512",  # the SDK raises on these
+    "OTEL_EXPORTER_OTLP_COMPRESSION": "zstd",
+    "OTEL_SPAN_EVENT_COUNT_LIMIT": "many",
+    "VERL_OTEL_MAX_TEXT": "1e999",
+    "VERL_OTEL_SAMPLE_SPANS": "inf",
+    "VERL_PROGRESS_LOG": "1",
+    "VERL_PROGRESS_LOG_INTERVAL": "nan",
+    "VERL_PROGRESS_BAR_INTERVAL": "-inf",
 }
 
 
@@ -128,9 +147,15 @@ def test_broken_collector(tmp_path, clean_run, traces, metrics):
     never-answering one."""
     extra = BAD_SETTINGS if traces == "blackhole" else {}
     with BadCollector(traces) as bad_traces, BadCollector(metrics) as bad_metrics:
-        run = _run(tmp_path, {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": bad_traces.endpoint,
-                              "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": bad_metrics.endpoint,
-                              "OTEL_METRIC_EXPORT_INTERVAL": "1000", **extra})
+        run = _run(
+            tmp_path,
+            {
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": bad_traces.endpoint,
+                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": bad_metrics.endpoint,
+                "OTEL_METRIC_EXPORT_INTERVAL": "1000",
+                **extra,
+            },
+        )
         assert bad_traces.connections > 0 and bad_metrics.connections > 0, "the exporters did try"
     _assert_like_clean(run, clean_run)
     assert "spans are dropped and counted" in run.log or "Failed to export" in run.log, run.log[-3000:]
@@ -195,8 +220,9 @@ def test_killed_worker_ends_the_run_as_without_telemetry(tmp_path, pattern):
     for telemetry in ("0", "1"):
         out = tmp_path / f"telemetry-{telemetry}"
         killed: dict = {}
-        runs[telemetry] = _run(out, {"VERL_OTEL_ENABLED": telemetry}, slow=["update_actor@1=6"],
-                               killer=_killer(pattern, killed))
+        runs[telemetry] = _run(
+            out, {"VERL_OTEL_ENABLED": telemetry}, slow=["update_actor@1=6"], killer=_killer(pattern, killed)
+        )
         assert killed, f"never found {pattern} to kill (telemetry={telemetry})"
     clean, run = runs["0"], runs["1"]
     assert run.rc == clean.rc != 0, (run.rc, clean.rc)

@@ -16,8 +16,17 @@ pytestmark = pytest.mark.verl
 
 def test_patterns_are_the_seeds_formats():
     """Each pattern matches the seed's own examples of its kind (and no other pattern's)."""
-    assert [kind(x) for x in SEED_EXAMPLES] == ["start", "heartbeat", "reward_done", "start", "done", "update_bar",
-                                                "update_bar", "rollout_bar", "rollout_bar"]
+    assert [kind(x) for x in SEED_EXAMPLES] == [
+        "start",
+        "heartbeat",
+        "reward_done",
+        "start",
+        "done",
+        "update_bar",
+        "update_bar",
+        "rollout_bar",
+        "rollout_bar",
+    ]
     assert not PATTERNS["start"].fullmatch("[VERL_PROGRESS][step=8] rollout start: prompts_shape=(128")
 
 
@@ -39,16 +48,21 @@ def _trainer_checks(lines: list[str], steps: int, reward: bool) -> None:
         rollout = [m for m in starts if m["step"] == str(step) and m["phase"] == "rollout"]
         assert len(rollout) == 1 and rollout[0]["n"] == "2" and rollout[0]["shape"], (step, rollout)
         assert "'global_steps'" in rollout[0]["meta"]  # the batch's meta keys, previewed
-        bars = [m for m in _of(lines, "rollout_bar") if m["who"] == "rollout_manager" and m["mode"] == "train"
-                and m["step"] == str(step)]
+        bars = [
+            m
+            for m in _of(lines, "rollout_bar")
+            if m["who"] == "rollout_manager" and m["mode"] == "train" and m["step"] == str(step)
+        ]
         assert bars and bars[-1]["done"] == bars[-1]["total"] == "8", (step, bars)  # 4 prompts x n=2, all workers
         assert f"[VERL_PROGRESS][step={step}] update_actor start" in lines
     for i, line in enumerate(lines):  # each phase's start comes before its done
         m = PATTERNS["done"].fullmatch(line) or PATTERNS["reward_done"].fullmatch(line)
         if m:
             phase = "reward" if "reward_time" in line else m["phase"]
-            assert any(PATTERNS["start"].fullmatch(x) and x.startswith(f"[VERL_PROGRESS][step={m['step']}] {phase} "
-                                                                         "start") for x in lines[:i]), line
+            assert any(
+                PATTERNS["start"].fullmatch(x) and x.startswith(f"[VERL_PROGRESS][step={m['step']}] {phase} start")
+                for x in lines[:i]
+            ), line
     rewards = _of(lines, "reward_done")
     assert (len(rewards) == steps and all(m["keys"] for m in rewards)) if reward else not rewards
     assert {m["strategy"] for m in _of(lines, "update_bar")} == {"dp"}  # fsdp2 in the demo
@@ -85,10 +99,15 @@ def test_fully_async_console(fully_async_run):
 def test_readme_console_examples_come_from_real_output(v1_run, legacy_run, fully_async_run):
     text = (ROOT / "README.md").read_text()
     section = text.split("## Console progress", 1)[1].split("\n## ", 1)[0]
-    examples = [x for block in re.findall(r"```text\n(.*?)```", section, re.S) for x in block.splitlines()
-                if x.startswith("[VERL_PROGRESS]")]
+    examples = [
+        x
+        for block in re.findall(r"```text\n(.*?)```", section, re.S)
+        for x in block.splitlines()
+        if x.startswith("[VERL_PROGRESS]")
+    ]
     assert len(examples) >= 8, examples
-    printed = {shape_of(x) for run in (v1_run, legacy_run, fully_async_run)
-               for x in progress_lines(run.out / "demo.log")}
+    printed = {
+        shape_of(x) for run in (v1_run, legacy_run, fully_async_run) for x in progress_lines(run.out / "demo.log")
+    }
     missing = [x for x in examples if shape_of(x) not in printed]
     assert not missing, missing

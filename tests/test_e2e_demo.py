@@ -58,8 +58,11 @@ def test_rollout_spans_cross_ray_into_the_step_trace(v1_run):
     spans = load_spans(v1_run.out / "traces.jsonl")
     by_step = steps(spans)
     for number in range(1, v1_run.steps + 1):
-        workers = [s for s in by_step[number].spans if s.name == "rollout.worker"
-                   and s.attributes["verl.rollout.mode"] == "train"]
+        workers = [
+            s
+            for s in by_step[number].spans
+            if s.name == "rollout.worker" and s.attributes["verl.rollout.mode"] == "train"
+        ]
         assert {w.attributes["verl.rollout.worker"] for w in workers} == {0, 1}
         assert sum(w.attributes["verl.rollout.samples"] for w in workers) == 4 * 2  # batch 4 x n 2
         assert all(w.resource["verl.process.role"] == "agent_loop_worker" for w in workers)
@@ -97,8 +100,9 @@ def test_reward_loop_calls_join_the_step_trace(request, run_name):
     for number in range(1, run.steps + 1):
         spans = by_step[number].spans
         by_id = {s.span_id: s for s in spans}
-        rollout_parents = {s.parent_id for s in spans if s.name == "rollout.worker"
-                           and s.attributes["verl.rollout.mode"] == "train"}
+        rollout_parents = {
+            s.parent_id for s in spans if s.name == "rollout.worker" and s.attributes["verl.rollout.mode"] == "train"
+        }
         assert len(rollout_parents) == 1
         groups = [s for s in spans if s.name == "reward.worker" and s.parent_id in rollout_parents]
         assert groups and all(g.resource["verl.process.role"] == "reward_worker" for g in groups)
@@ -109,9 +113,13 @@ def test_reward_loop_calls_join_the_step_trace(request, run_name):
 
 
 #: worker-group call -> the trainer phase it runs under
-WORKER_PARENT = {"worker.compute_log_prob": "old_log_prob", "worker.compute_ref_log_prob": "ref",
-                 "worker.update_actor": "update_actor", "worker.infer_batch": "values",
-                 "worker.train_mini_batch": "update_critic"}
+WORKER_PARENT = {
+    "worker.compute_log_prob": "old_log_prob",
+    "worker.compute_ref_log_prob": "ref",
+    "worker.update_actor": "update_actor",
+    "worker.infer_batch": "values",
+    "worker.train_mini_batch": "update_critic",
+}
 
 
 @pytest.mark.parametrize("run_name", ["v1_run", "legacy_run"])
@@ -154,10 +162,16 @@ def test_prometheus_sees_progress_of_every_process(v1_run):
     assert projects == {"verl-otel-demo"}, projects
     assert {"trainer", "agent_loop_worker", "train_worker"} <= roles, roles
     done = prom.query("verl_rollout_samples_completed", at)
-    expected = {(r["metric"]["worker"], r["metric"]["mode"]): float(r["value"][1])
-                for r in prom.query("verl_rollout_samples_expected", at)}
+    expected = {
+        (r["metric"]["worker"], r["metric"]["mode"]): float(r["value"][1])
+        for r in prom.query("verl_rollout_samples_expected", at)
+    }
     assert {(r["metric"]["worker"], r["metric"]["mode"]) for r in done} == {
-        ("0", "train"), ("1", "train"), ("0", "validate"), ("1", "validate")}
+        ("0", "train"),
+        ("1", "train"),
+        ("0", "validate"),
+        ("1", "validate"),
+    }
     for r in done:
         key = (r["metric"]["worker"], r["metric"]["mode"])
         assert float(r["value"][1]) == expected[key] > 0, key
@@ -165,8 +179,13 @@ def test_prometheus_sees_progress_of_every_process(v1_run):
     assert prom.scalar_by("max(verl_training_step)") == {(): 3.0}
     assert prom.scalar_by("max(verl_training_steps_planned)") == {(): 3.0}
     keys = {r["metric"]["key"] for r in prom.query("verl_training_metric", at)}
-    assert {"critic/score/mean", "response_length/mean", "timing_s/step", "actor/pg_loss",
-            "val-core/openai/gsm8k/acc/mean@1"} <= keys, sorted(keys)[:20]
+    assert {
+        "critic/score/mean",
+        "response_length/mean",
+        "timing_s/step",
+        "actor/pg_loss",
+        "val-core/openai/gsm8k/acc/mean@1",
+    } <= keys, sorted(keys)[:20]
     # actor update progress comes from verl's real TrainingWorker (2 mini-batches per update)
     upd = prom.scalar_by("verl_update_minibatches_completed", "role")
     assert upd == {"actor": 2.0} and prom.scalar_by("verl_update_minibatches_expected", "role") == {"actor": 2.0}
@@ -189,8 +208,12 @@ def test_every_dashboard_and_alert_expression_runs_on_the_real_run(v1_run):
     empty_without_reason = []
     with_data = 0
     for where, expr, cpu_empty in all_expressions():
-        concrete = expr.replace("$__rate_interval", "1m").replace("$project", ".*").replace(
-            "$experiment", ".*").replace("$instance", ".*")
+        concrete = (
+            expr.replace("$__rate_interval", "1m")
+            .replace("$project", ".*")
+            .replace("$experiment", ".*")
+            .replace("$instance", ".*")
+        )
         rows = prom.query(concrete)  # a parse or evaluation error raises
         if rows:
             with_data += 1
@@ -213,8 +236,12 @@ def test_slow_steps_cli_names_step_and_phase(v1_run, capsys):
     spans = load_spans(v1_run.out / "traces.jsonl")
     slow = max((s for s in spans if s.name == "rollout.sample"), key=lambda s: s.end_ns - s.start_ns)
     assert slow.attributes["verl.global_step"] == 3 and slow.trace_id == top["trace_id"]
-    assert parent_chain(slow, spans) == ["rollout.sample", "rollout.worker", "step"] or \
-        parent_chain(slow, spans) == ["rollout.sample", "rollout.worker", "rollout", "step"]
+    assert parent_chain(slow, spans) == ["rollout.sample", "rollout.worker", "step"] or parent_chain(slow, spans) == [
+        "rollout.sample",
+        "rollout.worker",
+        "rollout",
+        "step",
+    ]
 
 
 def test_v1_colocate_async_steps_are_traces(colocate_async_run):

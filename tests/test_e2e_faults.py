@@ -28,16 +28,28 @@ def _steps_logged(log: str) -> set[int]:
 
 
 def _assert_quiet(log: str) -> None:
-    assert "Traceback" not in log, log[log.index("Traceback") - 500: log.index("Traceback") + 2000]
-    per_pid = Counter(m.group(1) for m in re.finditer(r"pid=(\d+)\)\S* .*(?:\[verl-otel\] WARNING|Transient error|"
-                                                      r"Failed to export)", log))
+    assert "Traceback" not in log, log[log.index("Traceback") - 500 : log.index("Traceback") + 2000]
+    per_pid = Counter(
+        m.group(1)
+        for m in re.finditer(
+            r"pid=(\d+)\)\S* .*(?:\[verl-otel\] WARNING|Transient error|"
+            r"Failed to export)",
+            log,
+        )
+    )
     assert all(n <= 6 for n in per_pid.values()), per_pid  # once per kind of failure, not per item
 
 
 def test_collector_unreachable_from_the_start(tmp_path):
     endpoint = f"http://127.0.0.1:{free_port()}"
-    run = start_demo(tmp_path, "legacy", 2, [], scrape=False,
-                     extra_env={"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_METRIC_EXPORT_INTERVAL": "1000"})
+    run = start_demo(
+        tmp_path,
+        "legacy",
+        2,
+        [],
+        scrape=False,
+        extra_env={"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_METRIC_EXPORT_INTERVAL": "1000"},
+    )
     log = run.log_tail(10**7)
     assert run.rc == 0, log[-3000:]
     assert _steps_logged(log) == {0, 1, 2}
@@ -59,17 +71,23 @@ def test_collector_goes_away_mid_run_and_comes_back(tmp_path):
     watcher = threading.Thread(target=chaos, daemon=True)
     watcher.start()
     try:
-        run = start_demo(tmp_path, "legacy", 3, ["update_actor@2=6"], scrape=False,
-                         extra_env={"OTEL_EXPORTER_OTLP_ENDPOINT": rx.grpc_endpoint,
-                                    "OTEL_METRIC_EXPORT_INTERVAL": "1000"})
+        run = start_demo(
+            tmp_path,
+            "legacy",
+            3,
+            ["update_actor@2=6"],
+            scrape=False,
+            extra_env={"OTEL_EXPORTER_OTLP_ENDPOINT": rx.grpc_endpoint, "OTEL_METRIC_EXPORT_INTERVAL": "1000"},
+        )
         watcher.join(30)
         log = run.log_tail(10**7)
         assert run.rc == 0, log[-3000:]
         assert _steps_logged(log) == {0, 1, 2, 3}
         assert events == ["first step seen: True", "restarted"], events
         # after the collector came back, the run's last step still arrived (flushed at fit end)
-        assert rx.wait_for(lambda r: any(s.name == "step" and s.attributes.get("verl.global_step") == 3
-                                         for s in r.spans), timeout=20)
+        assert rx.wait_for(
+            lambda r: any(s.name == "step" and s.attributes.get("verl.global_step") == 3 for s in r.spans), timeout=20
+        )
         _assert_quiet(log)
     finally:
         rx.stop()
@@ -77,15 +95,24 @@ def test_collector_goes_away_mid_run_and_comes_back(tmp_path):
 
 def test_collector_answering_slowly(tmp_path):
     with OtlpReceiver(delay_s=3.0) as rx:
-        run = start_demo(tmp_path, "legacy", 2, [], scrape=False,
-                         extra_env={"OTEL_EXPORTER_OTLP_ENDPOINT": rx.http_endpoint,
-                                    "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-                                    "OTEL_METRIC_EXPORT_INTERVAL": "1000"})
+        run = start_demo(
+            tmp_path,
+            "legacy",
+            2,
+            [],
+            scrape=False,
+            extra_env={
+                "OTEL_EXPORTER_OTLP_ENDPOINT": rx.http_endpoint,
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                "OTEL_METRIC_EXPORT_INTERVAL": "1000",
+            },
+        )
         log = run.log_tail(10**7)
         assert run.rc == 0, log[-3000:]
         assert _steps_logged(log) == {0, 1, 2}
-        assert rx.wait_for(lambda r: {s.attributes.get("verl.global_step") for s in r.spans
-                                      if s.name == "step"} >= {1, 2}, timeout=30)
+        assert rx.wait_for(
+            lambda r: {s.attributes.get("verl.global_step") for s in r.spans if s.name == "step"} >= {1, 2}, timeout=30
+        )
         _assert_quiet(log)
 
 
@@ -102,8 +129,7 @@ def test_worker_killed_mid_step_ends_trace_and_expires_gauges(tmp_path):
         deadline = time.monotonic() + 400
         while time.monotonic() < deadline:
             try:
-                rows = prom.query('max(verl_training_step) == 2 and on() '
-                                  'max(verl_phase_active{phase="rollout"}) == 1')
+                rows = prom.query('max(verl_training_step) == 2 and on() max(verl_phase_active{phase="rollout"}) == 1')
             except (OSError, ValueError):
                 rows = []
             if rows:

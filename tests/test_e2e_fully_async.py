@@ -26,7 +26,6 @@ def _spans(run) -> list[Span]:
     return load_spans(run.out / "traces.jsonl")
 
 
-
 def test_each_trained_step_is_one_trace_then_a_stop_and_fit_end(fully_async_run):
     run = fully_async_run
     spans = _spans(run)
@@ -79,8 +78,7 @@ def test_rollouter_windows_and_the_links_from_each_step(fully_async_run):
             # trained at parameter version number-1 (one sync per step)
             assert ln.attributes[sc.ATTR_STALENESS] == number - 1 - version >= 0
     # the window's slowest samples, measured at the rollouter, under their window
-    samples = [s for s in spans
-               if s.name == sc.SPAN_ROLLOUT_SAMPLE and s.resource[sc.RES_ROLE] == sc.ROLE_ROLLOUTER]
+    samples = [s for s in spans if s.name == sc.SPAN_ROLLOUT_SAMPLE and s.resource[sc.RES_ROLE] == sc.ROLE_ROLLOUTER]
     assert len(samples) == 2 * run.steps
     for s in samples:
         assert parent_chain(s, spans) == [sc.SPAN_ROLLOUT_SAMPLE, sc.SPAN_ROLLOUTER_GENERATE]
@@ -98,8 +96,7 @@ def test_agent_loop_workers_join_the_rollouter_traces(fully_async_run):
     assert set(parents) == want, parents
     # every trajectory trained on was generated in a spanned worker call (2 prompts x n=2 per step;
     # calls that overlap on one worker share its span, as an async trainer's chunks do)
-    trajectories = sum(w.attributes[sc.ATTR_SAMPLES] for w in workers
-                       if w.attributes[sc.ATTR_MODE] == sc.MODE_TRAIN)
+    trajectories = sum(w.attributes[sc.ATTR_SAMPLES] for w in workers if w.attributes[sc.ATTR_MODE] == sc.MODE_TRAIN)
     assert trajectories >= 2 * 2 * fully_async_run.steps, trajectories
     for s in spans:
         if s.name == sc.SPAN_ROLLOUT_SAMPLE and s.resource[sc.RES_ROLE] == sc.ROLE_AGENT_LOOP:
@@ -123,8 +120,14 @@ def test_console_lines_of_both_services(fully_async_run):
     run = fully_async_run
     assert run.rc == 0, run.log_tail()
     log = (run.out / "demo.log").read_text(errors="replace")
-    numbers = [int(m[1]) for m in re.finditer(r"\[verl-otel\] step (\d+)/3 took .* \| param version \d+, "
-                                              r"staleness max \d+ mean [\d.]+", log)]
+    numbers = [
+        int(m[1])
+        for m in re.finditer(
+            r"\[verl-otel\] step (\d+)/3 took .* \| param version \d+, "
+            r"staleness max \d+ mean [\d.]+",
+            log,
+        )
+    ]
     assert numbers == [1, 2, 3], numbers  # no line for the stop or for fit.end
     windows = re.findall(r"\[verl-otel\] rollouter param version (\d+): (\d+) samples queued, \d+ dropped", log)
     assert sum(int(n) for _, n in windows) == 2 * run.steps, windows
@@ -145,8 +148,7 @@ def test_async_gauges_and_panels_on_real_prometheus(fully_async_run):
     versions = prom.scalar_by(f"max by (role) ({sc.ASYNC_PARAM_VERSION.name})", "role")
     # the trainer trained at versions 0..2 and synced 3; the rollouter's last window is the one the
     # post-loop sync opened (fit.end), as in its traces
-    last_window = max(s.attributes[sc.ATTR_PARAM_VERSION] for s in _spans(run)
-                      if s.name == sc.SPAN_ROLLOUTER_GENERATE)
+    last_window = max(s.attributes[sc.ATTR_PARAM_VERSION] for s in _spans(run) if s.name == sc.SPAN_ROLLOUTER_GENERATE)
     assert versions == {sc.ROLE_TRAINER: float(run.steps), sc.ROLE_ROLLOUTER: float(last_window)}, versions
     assert prom.scalar_by(f"sum({sc.ASYNC_SAMPLES_PRODUCED.name})") == {(): 2.0 * run.steps}
     assert prom.scalar_by("sum(verl_step_duration_seconds_count)") == {(): float(run.steps)}

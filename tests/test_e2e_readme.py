@@ -32,16 +32,30 @@ def test_readme_commands_in_a_fresh_shell(v1_run, tmp_path):
     (tmp_path / "verl-otel-data").symlink_to(v1_run.out)
     fresh = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), "TERM": "xterm"}
     # the live view runs until Ctrl-C: send it SIGINT after a few frames, as a user would
-    script = "\n".join(f"timeout --preserve-status -s INT 6 {ln}" if ln.startswith("verl-otel top") else ln
-                       for ln in ["set -e", *lines])
-    proc = subprocess.run(["bash", "--noprofile", "--norc", "-c", script], cwd=tmp_path, env=fresh,
-                          capture_output=True, text=True, timeout=300)
+    script = "\n".join(
+        f"timeout --preserve-status -s INT 6 {ln}" if ln.startswith("verl-otel top") else ln
+        for ln in ["set -e", *lines]
+    )
+    proc = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-c", script],
+        cwd=tmp_path,
+        env=fresh,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     assert "slowest of 3 steps of service 'verl'" in out and "#1 step 3 " in out
     assert re.search(r"^step 2  score \S+  data source openai/gsm8k", out, re.M)
     assert "verl-otel top" in out and "Traceback" not in proc.stderr
     # and without activating: the other way the README gives
-    plain = subprocess.run(["bash", "--noprofile", "--norc", "-c", ".venv/bin/" + lines[1]],
-                           cwd=tmp_path, env=fresh, capture_output=True, text=True, timeout=120)
+    plain = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-c", ".venv/bin/" + lines[1]],
+        cwd=tmp_path,
+        env=fresh,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert plain.returncode == 0 and "#1 step 3 " in plain.stdout, plain.stderr

@@ -40,8 +40,16 @@ def test_once_while_it_runs(v1_run):
     assert all("verl-otel-demo/cpu-v1-grpo" in f.splitlines()[0] for f in live)
     # a phase seen running, with its elapsed time, in some step of the run
     running = [m for f in live for m in re.findall(r"^running: ([a-z_]+) (\d+\.\d)s", f, re.M)]
-    assert running and {p for p, _ in running} <= {"rollout", "validate", "old_log_prob", "ref", "adv",
-                                                  "update_actor", "update_weights", "save_checkpoint"}, running
+    assert running and {p for p, _ in running} <= {
+        "rollout",
+        "validate",
+        "old_log_prob",
+        "ref",
+        "adv",
+        "update_actor",
+        "update_weights",
+        "save_checkpoint",
+    }, running
     steps = {int(m) for f in live for m in re.findall(r"^step (\d+)/3 ", f, re.M)}
     assert steps and steps <= {0, 1, 2, 3}
     # rollout bars: one per agent-loop worker and their total, which is the step's batch

@@ -17,8 +17,12 @@ pytestmark = pytest.mark.verl
 def test_val_generations_of_the_demo(v1_run):
     assert v1_run.rc == 0, v1_run.log_tail()
     traces = v1_run.out / "traces.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "verl_otel.cli.main", "val-generations", "--file", str(traces),
-                           "--json"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "verl_otel.cli.main", "val-generations", "--file", str(traces), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
     # as many as verl logged: the events on the run's validate spans
@@ -28,7 +32,11 @@ def test_val_generations_of_the_demo(v1_run):
     assert all(g["data_source"] == "openai/gsm8k" and g["data_sources"] == ["openai/gsm8k"] for g in got)
     assert all(isinstance(g["score"], float) and 0.0 <= g["score"] <= 1.0 for g in got)
     assert all(g["prompt"] is None and g["response"] is None for g in got)  # no VERL_OTEL_CAPTURE_TEXT
-    one = subprocess.run([sys.executable, "-m", "verl_otel.cli.main", "val-generations", "--file", str(traces),
-                          "--step", "2"], capture_output=True, text=True, timeout=120)
+    one = subprocess.run(
+        [sys.executable, "-m", "verl_otel.cli.main", "val-generations", "--file", str(traces), "--step", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     lines = [ln for ln in one.stdout.splitlines() if ln.startswith("step ")]
     assert one.returncode == 0 and len(lines) == 2 and all(ln.startswith("step 2  score ") for ln in lines)

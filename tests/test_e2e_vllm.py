@@ -30,8 +30,13 @@ STEPS = 2
 TAIL_STEP, TAIL_S = 1, 4.0  # one sample of step 1 decodes for TAIL_S seconds (demo/vllm_slow.py)
 RESPONSE_LENGTH = 16  # the demo's data.max_response_length
 LINGER_S = 25.0  # vLLM's page stays up this long after fit(): Prometheus scrapes the final state
-ENGINE_TIMING = (sc.ENGINE_ATTR_QUEUE, sc.ENGINE_ATTR_PREFILL, sc.ENGINE_ATTR_DECODE, sc.ENGINE_ATTR_TTFT,
-                 sc.ENGINE_ATTR_E2E)
+ENGINE_TIMING = (
+    sc.ENGINE_ATTR_QUEUE,
+    sc.ENGINE_ATTR_PREFILL,
+    sc.ENGINE_ATTR_DECODE,
+    sc.ENGINE_ATTR_TTFT,
+    sc.ENGINE_ATTR_E2E,
+)
 
 
 @dataclass
@@ -65,8 +70,21 @@ def vllm_run(tmp_path_factory):
         pytest.skip("prometheus not installed (`make prometheus`)")
     out = tmp_path_factory.mktemp("demo-vllm")
     prom = PromServer(out / "prom", out / sc.PROM_TARGETS_FILE).start()
-    cmd = [str(VLLM_PY), "-m", "verl_otel.demo", "--rollout", "vllm", "--steps", str(STEPS), "--out", str(out),
-           "--linger", str(LINGER_S), "--slow", f"rollout_sample@{TAIL_STEP}={TAIL_S:g}"]
+    cmd = [
+        str(VLLM_PY),
+        "-m",
+        "verl_otel.demo",
+        "--rollout",
+        "vllm",
+        "--steps",
+        str(STEPS),
+        "--out",
+        str(out),
+        "--linger",
+        str(LINGER_S),
+        "--slow",
+        f"rollout_sample@{TAIL_STEP}={TAIL_S:g}",
+    ]
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, env=clean_env(), cwd=out, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     query_time = settled_since = None
@@ -181,8 +199,13 @@ def test_slow_steps_names_the_tail_step_rollout_and_the_samples_decode_time(vllm
     cli = ROOT / ".venv" / "bin" / "verl-otel"
     cli = cli if cli.exists() else VLLM_PY.parent / "verl-otel"
     file = vllm_run.out / sc.TRACES_FILE
-    out = subprocess.run([str(cli), "slow-steps", "--file", str(file), "--json"], capture_output=True, text=True,
-                         env=clean_env(), timeout=120)
+    out = subprocess.run(
+        [str(cli), "slow-steps", "--file", str(file), "--json"],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     first = json.loads(out.stdout)[0]
     assert first["global_step"] == TAIL_STEP, first
@@ -193,6 +216,7 @@ def test_slow_steps_names_the_tail_step_rollout_and_the_samples_decode_time(vllm
     assert engine["decode_s"] >= 0.75 * TAIL_S and engine["replica"] == 0, slowest
     assert engine["decode_s"] > 10 * max(engine["queue_s"], engine["prefill_s"]), engine
     assert slowest["duration_s"] >= engine["decode_s"], slowest
-    text = subprocess.run([str(cli), "slow-steps", "--file", str(file)], capture_output=True, text=True,
-                          env=clean_env(), timeout=120).stdout
+    text = subprocess.run(
+        [str(cli), "slow-steps", "--file", str(file)], capture_output=True, text=True, env=clean_env(), timeout=120
+    ).stdout
     assert f"#1 step {TAIL_STEP} " in text and f"decode {engine['decode_s']:.2f}s" in text, text

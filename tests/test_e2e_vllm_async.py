@@ -45,11 +45,23 @@ def async_vllm_run(request, tmp_path_factory):
         pytest.skip(f"{VLLM_PY} missing: `make install-vllm` builds it (`make test` does)")
     trainer = request.param
     out = tmp_path_factory.mktemp(f"vllm-{trainer}")
-    cmd = [str(VLLM_PY), "-m", "verl_otel.demo", "--rollout", "vllm", "--trainer", trainer,
-           "--steps", str(STEPS), "--out", str(out)]
+    cmd = [
+        str(VLLM_PY),
+        "-m",
+        "verl_otel.demo",
+        "--rollout",
+        "vllm",
+        "--trainer",
+        trainer,
+        "--steps",
+        str(STEPS),
+        "--out",
+        str(out),
+    ]
     t0 = time.monotonic()
-    rc = subprocess.run(cmd, env=clean_env(), cwd=out, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                        timeout=1200).returncode
+    rc = subprocess.run(
+        cmd, env=clean_env(), cwd=out, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, timeout=1200
+    ).returncode
     run = Run(trainer, out, rc, time.monotonic() - t0)
     print(f"\n[test_e2e_vllm_async] real vLLM, {trainer} ({STEPS} steps): {run.seconds:.0f}s")
     return run
@@ -84,6 +96,8 @@ def test_separate_async_weights_reach_the_standalone_vllm(async_vllm_run):
     if async_vllm_run.trainer != "separate_async":
         pytest.skip("fully_async trains on the rollout's own log-probs (bypass mode): verl compares none")
     metrics = step_metrics(async_vllm_run.log)
-    diffs = {n: m["training/rollout_probs_diff_max"] for n, m in metrics.items() if "training/rollout_probs_diff_max" in m}
+    diffs = {
+        n: m["training/rollout_probs_diff_max"] for n, m in metrics.items() if "training/rollout_probs_diff_max" in m
+    }
     assert set(diffs) >= set(range(1, STEPS + 1)), sorted(metrics)
     assert all(d < 1e-3 for d in diffs.values()), diffs  # vLLM's log-probs are the actor's: the weights arrived

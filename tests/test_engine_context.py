@@ -32,8 +32,18 @@ def test_a_sampled_parent_gives_each_sample_its_own_span_id_in_the_steps_trace()
     assert (version, trace_id, flags) == ("00", TRACE, "01") and int(span_id, 16) == a[1] != 0
 
 
-@pytest.mark.parametrize("parent", [None, "", f"00-{TRACE}-b7ad6b7169203331-00", f"00-{'0' * 32}-b7ad6b7169203331-01",
-                                    "garbage", f"ff-{TRACE}-b7ad6b7169203331-01", f"00-{TRACE}-b7ad6b716920333z-0g"])
+@pytest.mark.parametrize(
+    "parent",
+    [
+        None,
+        "",
+        f"00-{TRACE}-b7ad6b7169203331-00",
+        f"00-{'0' * 32}-b7ad6b7169203331-01",
+        "garbage",
+        f"ff-{TRACE}-b7ad6b7169203331-01",
+        f"00-{TRACE}-b7ad6b716920333z-0g",
+    ],
+)
 def test_no_context_for_unsampled_or_unreadable_parents(parent):
     assert sample_context(parent) is None
 
@@ -62,8 +72,9 @@ def test_our_provider_names_sample_spans_as_their_requests_did(tmp_path):
         tracker.batch_started("train", 1, 2, SAMPLED)
         ctx = sample_context(SAMPLED)
         assert ctx is not None
-        tracker.sample_finished("train", tracker.sample_started("train"), {"step": 1, sc.SAMPLE_SPAN_ID_KEY: ctx[1]},
-                                None)
+        tracker.sample_finished(
+            "train", tracker.sample_started("train"), {"step": 1, sc.SAMPLE_SPAN_ID_KEY: ctx[1]}, None
+        )
         tracker.sample_finished("train", tracker.sample_started("train"), {"step": 1}, None)
         samples = [s for s in mem.get_finished_spans() if s.name == sc.SPAN_ROLLOUT_SAMPLE]
         assert len(samples) == 2 and ctx[1] in {s.context.span_id for s in samples}
@@ -76,8 +87,9 @@ def test_engine_provider_records_children_of_sampled_contexts_only(tmp_path):
     from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
 
     mem = InMemorySpanExporter()
-    provider, _ = tracer_provider(config.load({sc.ENV_DIR: str(tmp_path)}, report=False), _resource(), _no_drop,
-                                  children_only=True)
+    provider, _ = tracer_provider(
+        config.load({sc.ENV_DIR: str(tmp_path)}, report=False), _resource(), _no_drop, children_only=True
+    )
     provider.add_span_processor(SimpleSpanProcessor(mem))
     tracer = provider.get_tracer("vllm")
     tracer.start_span("root").end()  # a request that carried no context: no span
@@ -103,11 +115,17 @@ def test_a_vllm_child_process_starts_nothing_and_says_nothing():
     """vLLM's engine-core process inherits vLLM's OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: the start-up line runs
     (the variable has our prefix), decides off, loads none of our hooks and prints nothing."""
     endpoint = "http://127.0.0.1:4317"
-    code = ("import sys; import verl_otel.hooks.registry as r; "
-            "print(sorted(m for m in sys.modules if m.startswith('verl_otel')))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          env=clean_env(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=endpoint,
-                                        **{sc.ENV_ENGINE_ENDPOINT: endpoint}))
+    code = (
+        "import sys; import verl_otel.hooks.registry as r; "
+        "print(sorted(m for m in sys.modules if m.startswith('verl_otel')))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=clean_env(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=endpoint, **{sc.ENV_ENGINE_ENDPOINT: endpoint}),
+    )
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     assert "verl_otel.hooks.targets" not in proc.stdout, proc.stdout  # install_all was never reached
 
@@ -140,8 +158,9 @@ def test_a_rollout_servers_page_is_listed_in_file_sd_on_the_push_path_too(tmp_pa
         rt.add_scrape_target("127.0.0.1", 40123, labels)
         assert rt.flusher.wait(rt.flusher.request(), 10)
         groups = json.loads((tmp_path / sc.PROM_TARGETS_FILE).read_text())
-        assert [(g["targets"], {k: v for k, v in g["labels"].items() if not k.startswith("__")}) for g in groups] \
-            == [(["127.0.0.1:40123"], labels)]
+        assert [(g["targets"], {k: v for k, v in g["labels"].items() if not k.startswith("__")}) for g in groups] == [
+            (["127.0.0.1:40123"], labels)
+        ]
         rt.finish()
         assert json.loads((tmp_path / sc.PROM_TARGETS_FILE).read_text()) == []
     finally:

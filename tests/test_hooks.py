@@ -53,15 +53,25 @@ def test_missing_hook_target_is_named_on_the_startup_line(otel_log, monkeypatch)
 
     monkeypatch.setattr(registry, "_late", False)  # as before this process' first start-up line (another test's)
 
-    target = HookTarget("verl.utils.tracking", "Tracking.no_such_method_in_any_verl", lambda w, i, a, k: w(*a, **k),
-                        "an imaginary feature")
+    target = HookTarget(
+        "verl.utils.tracking",
+        "Tracking.no_such_method_in_any_verl",
+        lambda w, i, a, k: w(*a, **k),
+        "an imaginary feature",
+    )
     try:
         registry.install([target])
         text, bad = coverage.line("trainer")
     finally:
         registry.uninstall([target])
-    assert bad and ("an imaginary feature (Tracking.no_such_method_in_any_verl not in verl.utils.tracking of "
-                    "verl 0.9.1: renamed?)") in text, text
+    assert (
+        bad
+        and (
+            "an imaginary feature (Tracking.no_such_method_in_any_verl not in verl.utils.tracking of "
+            "verl 0.9.1: renamed?)"
+        )
+        in text
+    ), text
     assert otel_log.warnings() == [], "said once, on the role's line"
 
 
@@ -75,16 +85,20 @@ def test_hook_outside_version_range_is_skipped():
         registry.uninstall([target])
 
 
-@pytest.mark.parametrize("env,active", [
-    ({"VERL_OTEL_ENABLED": "1"}, True),
-    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}, True),
-    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "VERL_OTEL_ENABLED": "0"}, False),
-    ({"VERL_OTEL_ENABLED": "1", "OTEL_SDK_DISABLED": "true"}, False),
-    ({}, False),
-])
+@pytest.mark.parametrize(
+    "env,active",
+    [
+        ({"VERL_OTEL_ENABLED": "1"}, True),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}, True),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "VERL_OTEL_ENABLED": "0"}, False),
+        ({"VERL_OTEL_ENABLED": "1", "OTEL_SDK_DISABLED": "true"}, False),
+        ({}, False),
+    ],
+)
 def test_activation_from_environment_alone(tmp_path, env, active):
-    code = ("import verl.utils.profiler.performance as p; "
-            "print('HOOKED' if hasattr(p._timer, '__wrapped__') else 'BARE')")
+    code = (
+        "import verl.utils.profiler.performance as p; print('HOOKED' if hasattr(p._timer, '__wrapped__') else 'BARE')"
+    )
     proc = run_py(["-c", code], clean_env(**env), tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert ("HOOKED" if active else "BARE") in proc.stdout
@@ -145,8 +159,9 @@ def test_an_added_method_is_there_until_uninstall():
         assert tracking.Tracking.verl_otel_probe is _probe
         assert asyncio.run(tracking.Tracking.__new__(tracking.Tracking).verl_otel_probe(2)) == 3
         assert tracking.Tracking.__dict__["log"] is before
-        assert ("clash (cannot add Tracking.log in verl.utils.tracking of verl 0.9.1: no such class, or it has "
-                "one)") in coverage.line("trainer")[0]
+        assert (
+            "clash (cannot add Tracking.log in verl.utils.tracking of verl 0.9.1: no such class, or it has one)"
+        ) in coverage.line("trainer")[0]
     finally:
         registry.uninstall([added, clash])
     assert "verl_otel_probe" not in tracking.Tracking.__dict__ and tracking.Tracking.__dict__["log"] is before

@@ -18,14 +18,19 @@ from verl_otel.telemetry.metrics import MetricsState
 from verl_otel.telemetry.trainer_metrics import record_training_metrics
 
 _values = st.one_of(
-    st.floats(allow_nan=True, allow_infinity=True), st.integers(min_value=-(10**30), max_value=10**30), st.none(),
-    st.text(max_size=50), st.booleans(), st.lists(st.floats(), max_size=3),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.none(),
+    st.text(max_size=50),
+    st.booleans(),
+    st.lists(st.floats(), max_size=3),
     st.builds(lambda x: torch.tensor(x), st.floats(allow_nan=True)),
     st.builds(lambda x: np.float32(x), st.floats(width=32, allow_nan=True)),
     st.builds(lambda n: torch.zeros(n), st.integers(min_value=2, max_value=4)),
 )
-_keys = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=0, max_size=300) | \
-    st.sampled_from(["val-core/openai/gsm8k/acc/mean@1", "timing_s/gen", "a b:c-d@e/f", "分数/均值", "\\\"\n"])
+_keys = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=0, max_size=300
+) | st.sampled_from(["val-core/openai/gsm8k/acc/mean@1", "timing_s/gen", "a b:c-d@e/f", "分数/均值", '\\"\n'])
 
 
 def _scrape(state: MetricsState) -> dict[str, float]:
@@ -75,23 +80,39 @@ def test_key_cap_warns_once_and_counts(otel_log):
 
 
 def test_broken_otel_values_fall_back_with_one_line(otel_log):
-    s = config.load({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://host:notaport", "OTEL_METRIC_EXPORT_INTERVAL": "soon",
-                     "OTEL_EXPORTER_OTLP_PROTOCOL": "carrier-pigeon", "VERL_OTEL_PROMETHEUS_PORT": "99999",
-                     "VERL_OTEL_SAMPLE_SPANS": "-3"})
+    s = config.load(
+        {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://host:notaport",
+            "OTEL_METRIC_EXPORT_INTERVAL": "soon",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "carrier-pigeon",
+            "VERL_OTEL_PROMETHEUS_PORT": "99999",
+            "VERL_OTEL_SAMPLE_SPANS": "-3",
+        }
+    )
     assert s.traces_endpoint is None and s.embedded  # falls back to the local file
     assert s.metric_export_interval_ms == 5000 and s.protocol == "grpc"
     assert s.prometheus_port == 0 and s.sample_spans == 8
     text = " ".join(otel_log.messages())
-    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_METRIC_EXPORT_INTERVAL", "OTEL_EXPORTER_OTLP_PROTOCOL",
-                 "VERL_OTEL_PROMETHEUS_PORT", "VERL_OTEL_SAMPLE_SPANS"):
+    for name in (
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_METRIC_EXPORT_INTERVAL",
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+        "VERL_OTEL_PROMETHEUS_PORT",
+        "VERL_OTEL_SAMPLE_SPANS",
+    ):
         assert name in text
 
 
 def test_bad_sampler_and_unwritable_dir_do_not_stop_training(drive, tmp_path):
     blocker = tmp_path / "file-not-dir"
     blocker.write_text("x")
-    proc = drive(steps=2, VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(blocker / "sub"),
-                 OTEL_TRACES_SAMPLER="no-such-sampler", OTEL_TRACES_SAMPLER_ARG="abc")
+    proc = drive(
+        steps=2,
+        VERL_OTEL_ENABLED="1",
+        VERL_OTEL_DIR=str(blocker / "sub"),
+        OTEL_TRACES_SAMPLER="no-such-sampler",
+        OTEL_TRACES_SAMPLER_ARG="abc",
+    )
     assert proc.returncode == 0 and "DRIVE_DONE" in proc.stdout, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     assert proc.stderr.count("cannot write traces") == 1, proc.stderr[-2000:]

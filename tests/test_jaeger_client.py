@@ -25,9 +25,10 @@ def test_real_v3_fixture_shape_and_query(jaeger):
     client = JaegerClient(j.url)
     spans = client.find_steps("verl", *WINDOW, limit=50)
     assert [(s.name, s.trace_id, s.span_id, s.parent_id, s.status_error) for s in spans] == [
-        ("foobar", "000000000000009600000000000000a0", "00000000000000b4", "", True)]
+        ("foobar", "000000000000009600000000000000a0", "00000000000000b4", "", True)
+    ]
     assert spans[0].start_ns == 11651379494838206464 and client.api == "v3"
-    (path, q), = j.queries
+    ((path, q),) = j.queries
     assert path == "/api/v3/traces"
     assert q["query.service_name"] == ["verl"] and q["query.operation_name"] == ["step"]
     assert q["query.num_traces"] == ["50"]
@@ -42,19 +43,32 @@ def test_real_legacy_fixture_shape_via_fallback(jaeger):
     client = JaegerClient(j.url)
     (s,) = client.find_steps("verl", *WINDOW, limit=20)
     assert (s.name, s.trace_id, s.span_id, s.parent_id) == (
-        "okey-dokey-0", "83a9efd15c1c98a977e0711cc93ee28b", "e127af99e3b3e074", "909541b92cf05311")
+        "okey-dokey-0",
+        "83a9efd15c1c98a977e0711cc93ee28b",
+        "e127af99e3b3e074",
+        "909541b92cf05311",
+    )
     assert s.service == "telemetrygen" and s.start_ns == 1706678909209712_000 and s.end_ns - s.start_ns == 123_000
     assert s.attributes["peer.service"] == "telemetrygen-client" and not s.status_error
     assert j.paths == ["/api/v3/traces", "/api/traces"] and client.api == "legacy"
     q = j.queries[1][1]
-    assert q == {"service": ["verl"], "operation": ["step"], "start": [str(WINDOW[0] // 1000)],
-                 "end": [str(WINDOW[1] // 1000)], "limit": ["20"]}
+    assert q == {
+        "service": ["verl"],
+        "operation": ["step"],
+        "start": [str(WINDOW[0] // 1000)],
+        "end": [str(WINDOW[1] // 1000)],
+        "limit": ["20"],
+    }
 
 
 def test_old_jaeger_ui_catch_all_means_v3_absent(jaeger):
     """Older Jaeger answers unknown paths with the UI's index.html (200): that is 'no v3', not garbage."""
-    j = jaeger({"/api/v3/traces": (200, b"<!doctype html><html>jaeger ui</html>", "text/html; charset=utf-8"),
-                "/api/traces": (200, legacy_body(many_steps(3, slow_step=2)))})
+    j = jaeger(
+        {
+            "/api/v3/traces": (200, b"<!doctype html><html>jaeger ui</html>", "text/html; charset=utf-8"),
+            "/api/traces": (200, legacy_body(many_steps(3, slow_step=2))),
+        }
+    )
     client = JaegerClient(j.url)
     assert len(build_steps(client.find_steps("verl", *WINDOW))) == 3 and client.api == "legacy"
 
@@ -112,13 +126,19 @@ def test_get_trace_v3_legacy_and_missing(jaeger):
     got = JaegerClient(j.url).get_trace(tid.upper())
     assert {s.trace_id for s in got} == {tid} and len(got) == 12
     assert JaegerClient(j.url).get_trace("0" * 31 + "1") == []
-    legacy_missing = (404, b'{"data":null,"total":0,"limit":0,"offset":0,'
-                           b'"errors":[{"code":404,"msg":"trace not found"}]}')
+    legacy_missing = (
+        404,
+        b'{"data":null,"total":0,"limit":0,"offset":0,"errors":[{"code":404,"msg":"trace not found"}]}',
+    )
     j2 = jaeger({f"/api/traces/{tid}": (200, legacy_body(one)), "/api/traces/": legacy_missing})
     assert build_steps(JaegerClient(j2.url).get_trace(tid))[0].global_step == 2
     assert JaegerClient(j2.url).get_trace("f" * 32) == []
-    assert j2.paths == [f"/api/v3/traces/{tid}", f"/api/traces/{tid}", "/api/v3/traces/" + "f" * 32,
-                        "/api/traces/" + "f" * 32]
+    assert j2.paths == [
+        f"/api/v3/traces/{tid}",
+        f"/api/traces/{tid}",
+        "/api/v3/traces/" + "f" * 32,
+        "/api/traces/" + "f" * 32,
+    ]
 
 
 def test_trace_link():
@@ -145,13 +165,16 @@ def test_garbage_body_is_a_clear_error(jaeger):
     assert "not JSON" in _one_line_error(ei) and j.url in str(ei.value)
 
 
-@pytest.mark.parametrize("body", [
-    b'{"result": {"resourceSpans": [{"scopeSpans": [{"spans": [{}]}]}]}}',  # a span without anything
-    b'{"result": {"resourceSpans": [{"scopeSpans": [{"spans": '
-    b'[{"traceId": "zz", "spanId": "1", "name": "x"}]}]}]}}',
-    b'[1, 2, 3]',
-    b'"just a string"',
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"result": {"resourceSpans": [{"scopeSpans": [{"spans": [{}]}]}]}}',  # a span without anything
+        b'{"result": {"resourceSpans": [{"scopeSpans": [{"spans": '
+        b'[{"traceId": "zz", "spanId": "1", "name": "x"}]}]}]}}',
+        b"[1, 2, 3]",
+        b'"just a string"',
+    ],
+)
 def test_json_of_the_wrong_shape_is_a_clear_error(jaeger, body):
     j = jaeger({"/api/v3/traces": (200, body)})
     with pytest.raises(JaegerError) as ei:

@@ -11,8 +11,16 @@ import pytest
 
 from verl_otel import semconv as sc
 
-_UNITS = {"s": "seconds", "ms": "milliseconds", "By": "bytes", "KiBy": "kibibytes", "min": "minutes", "h": "hours",
-          "d": "days", "%": "percent"}
+_UNITS = {
+    "s": "seconds",
+    "ms": "milliseconds",
+    "By": "bytes",
+    "KiBy": "kibibytes",
+    "min": "minutes",
+    "h": "hours",
+    "d": "days",
+    "%": "percent",
+}
 
 
 def otlp_to_prometheus(name: str, unit: str, kind: str) -> str:

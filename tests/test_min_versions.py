@@ -16,8 +16,13 @@ MIN_RUN = os.environ.get("VERL_OTEL_EXPECT_MIN") == "1"
 
 def test_floors_are_read_from_pyproject():
     got = floors()
-    assert {"opentelemetry-api", "opentelemetry-sdk", "opentelemetry-exporter-otlp", "opentelemetry-instrumentation",
-            "prometheus-client"} <= set(got), got
+    assert {
+        "opentelemetry-api",
+        "opentelemetry-sdk",
+        "opentelemetry-exporter-otlp",
+        "opentelemetry-instrumentation",
+        "prometheus-client",
+    } <= set(got), got
 
 
 @pytest.mark.skipif(not MIN_RUN, reason="only in `make test-min`")

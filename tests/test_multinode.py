@@ -44,8 +44,13 @@ def _pids_of(temp: str) -> set[int]:
                 mine.add(int(proc.name))
         except OSError:
             continue
-    children = subprocess.run(["ps", "-o", "pid=", "--ppid", ",".join(map(str, mine))], capture_output=True,
-                              text=True).stdout.split() if mine else []
+    children = (
+        subprocess.run(
+            ["ps", "-o", "pid=", "--ppid", ",".join(map(str, mine))], capture_output=True, text=True
+        ).stdout.split()
+        if mine
+        else []
+    )
     return mine | {int(c) for c in children}
 
 
@@ -66,10 +71,26 @@ def two_nodes():
     env = clean_env(RAY_DEDUP_LOGS="0", RAY_AUTH_MODE="disabled")
     port = free_port()
     try:
-        _ray("start", "--head", f"--port={port}", f"--temp-dir={temp}", '--resources={"node_a": 1}', "--num-cpus=1",
-             "--include-dashboard=false", "--disable-usage-stats", env=env)
-        _ray("start", f"--address=127.0.0.1:{port}", f"--temp-dir={temp}", '--resources={"node_b": 1}',
-             "--num-cpus=1", "--disable-usage-stats", env=env)
+        _ray(
+            "start",
+            "--head",
+            f"--port={port}",
+            f"--temp-dir={temp}",
+            '--resources={"node_a": 1}',
+            "--num-cpus=1",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            env=env,
+        )
+        _ray(
+            "start",
+            f"--address=127.0.0.1:{port}",
+            f"--temp-dir={temp}",
+            '--resources={"node_b": 1}',
+            "--num-cpus=1",
+            "--disable-usage-stats",
+            env=env,
+        )
         yield f"127.0.0.1:{port}", env
     finally:
         _stop(temp)
@@ -80,12 +101,24 @@ def test_two_nodes_push_and_pull(two_nodes, tmp_path):
     address, env = two_nodes
     data = tmp_path / "data"
     with OtlpReceiver() as rx:
-        job_env = {**env, "VERL_OTEL_ENABLED": "1", "OTEL_EXPORTER_OTLP_ENDPOINT": rx.grpc_endpoint,
-                   "VERL_OTEL_PROMETHEUS_PORT": "0", "VERL_OTEL_PROMETHEUS_HOST": "0.0.0.0",
-                   "VERL_OTEL_DIR": str(data), "OTEL_EXPORTER_OTLP_HEADERS": "x-team=rl"}
-        driver = subprocess.Popen([sys.executable, str(Path(__file__).parent / "drive_multinode.py"), address,
-                                   "node_a", "node_b"], env=job_env, cwd=tmp_path, stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        job_env = {
+            **env,
+            "VERL_OTEL_ENABLED": "1",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": rx.grpc_endpoint,
+            "VERL_OTEL_PROMETHEUS_PORT": "0",
+            "VERL_OTEL_PROMETHEUS_HOST": "0.0.0.0",
+            "VERL_OTEL_DIR": str(data),
+            "OTEL_EXPORTER_OTLP_HEADERS": "x-team=rl",
+        }
+        driver = subprocess.Popen(
+            [sys.executable, str(Path(__file__).parent / "drive_multinode.py"), address, "node_a", "node_b"],
+            env=job_env,
+            cwd=tmp_path,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             results, deadline = [], time.monotonic() + 240
             assert driver.stdout is not None
@@ -101,8 +134,10 @@ def test_two_nodes_push_and_pull(two_nodes, tmp_path):
             assert all(r["headers"] == "x-team=rl" for r in results), results
             # push: each node's actor's span reached the receiver, from its own process
             pids = {r["pid"] for r in results}
-            assert rx.wait_for(lambda r: {s.resource.get("process.pid") for s in r.spans
-                                          if s.name == "multinode.probe"} >= pids, timeout=30), rx.received.spans
+            assert rx.wait_for(
+                lambda r: {s.resource.get("process.pid") for s in r.spans if s.name == "multinode.probe"} >= pids,
+                timeout=30,
+            ), rx.received.spans
             # pull: each actor's /metrics is listed under an address another host can reach, and answers there
             groups = json.loads((data / "prometheus_targets.json").read_text())
             listed = {g["labels"]["__verl_otel_pid"]: g["targets"][0] for g in groups}

@@ -24,7 +24,8 @@ def test_rollout_start_waits_for_the_dispatch_details():
     assert out.getvalue().splitlines() == [
         "[VERL_PROGRESS][step=8] rollout start: prompts_shape=(128, 1024), rollout_n=4, "
         "meta_keys=['global_steps', 'temperature']",
-        "[VERL_PROGRESS][step=8] rollout done: 2.00s"]
+        "[VERL_PROGRESS][step=8] rollout done: 2.00s",
+    ]
 
 
 def test_details_noted_before_the_phase_and_a_start_without_details():
@@ -35,7 +36,9 @@ def test_details_noted_before_the_phase_and_a_start_without_details():
     console.on_phase_end("rollout", 3, 1.0, "0" * 32)
     assert out.getvalue().splitlines() == [
         "[VERL_PROGRESS][step=2] rollout start: prompts_shape=(4,), rollout_n=2, meta_keys=[]",
-        "[VERL_PROGRESS][step=3] rollout start", "[VERL_PROGRESS][step=3] rollout done: 1.00s"]
+        "[VERL_PROGRESS][step=3] rollout start",
+        "[VERL_PROGRESS][step=3] rollout done: 1.00s",
+    ]
 
 
 def test_reward_done_names_time_and_extra_keys():
@@ -43,8 +46,10 @@ def test_reward_done_names_time_and_extra_keys():
     console.on_phase_start("reward", 8)
     console.note("reward", 8, pc.key_preview({"reward": [1.0], "acc": [0.0]}, 6))
     console.on_phase_end("reward", 8, 0.013, "0" * 32)
-    assert out.getvalue().splitlines()[-1] == \
-        "[VERL_PROGRESS][step=8] reward done: reward_time=0.01s, reward_extra_keys=['reward', 'acc']"
+    assert (
+        out.getvalue().splitlines()[-1]
+        == "[VERL_PROGRESS][step=8] reward done: reward_time=0.01s, reward_extra_keys=['reward', 'acc']"
+    )
 
 
 def test_meta_preview_limit():
@@ -78,9 +83,14 @@ def test_log_interval_applies_to_heartbeat_and_details():
 
 def test_fully_async_lines_say_the_parameter_version():
     assert pc.rollout_line(-1, 0, "train", 1, 2, 1.0, 4, version=3).startswith(
-        "[VERL_PROGRESS][param_version=3][rollout_worker=0][train] [##--] 1/2 (50.0%)")
-    assert pc.worker_line(None, "actor", "dp", 0, "update_actor", 0.5) == \
-        "[VERL_PROGRESS][actor=dp][rank=0] update_actor done: 0.50s"
-    assert pc.worker_line(4, "ref", "megatron", 0, "compute_ref_log_prob") == \
-        "[VERL_PROGRESS][step=4][ref=megatron][rank=0] compute_ref_log_prob start"
+        "[VERL_PROGRESS][param_version=3][rollout_worker=0][train] [##--] 1/2 (50.0%)"
+    )
+    assert (
+        pc.worker_line(None, "actor", "dp", 0, "update_actor", 0.5)
+        == "[VERL_PROGRESS][actor=dp][rank=0] update_actor done: 0.50s"
+    )
+    assert (
+        pc.worker_line(4, "ref", "megatron", 0, "compute_ref_log_prob")
+        == "[VERL_PROGRESS][step=4][ref=megatron][rank=0] compute_ref_log_prob start"
+    )
     assert [pc.strategy_label(s) for s in ("fsdp", "fsdp2", "megatron", None)] == ["dp", "dp", "megatron", "dp"]

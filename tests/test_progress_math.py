@@ -37,15 +37,18 @@ def test_bar_matches_seed_format():
 
 def test_rollout_and_update_lines():
     assert rollout_line(8, 0, "train", 48, 64, 19.1, 20) == (
-        "[VERL_PROGRESS][step=8][rollout_worker=0][train] [###############-----] 48/64 (75.0%) "
-        "elapsed=19.1s eta=6.4s")
+        "[VERL_PROGRESS][step=8][rollout_worker=0][train] [###############-----] 48/64 (75.0%) elapsed=19.1s eta=6.4s"
+    )
     assert rollout_line(8, None, "validate", 0, 4, 1.0, 4).startswith(
-        "[VERL_PROGRESS][step=8][rollout_manager][validate] [----] 0/4 (0.0%)")
+        "[VERL_PROGRESS][step=8][rollout_manager][validate] [----] 0/4 (0.0%)"
+    )
     assert update_line("actor", "dp", 6, 12, 40.1, 2, 3, 2, 4) == (
         "[VERL_PROGRESS][actor=dp][phase=update_policy] [###########-----------] 6/12 (epoch 2/3, mini 2/4) "
-        "elapsed=40.1s eta=40.1s")
+        "elapsed=40.1s eta=40.1s"
+    )
     assert update_line("actor", "megatron", 14, 20, 92.4) == (  # the seed's megatron bar has no split
-        "[VERL_PROGRESS][actor=megatron][phase=update_policy] [###############-------] 14/20 elapsed=92.4s eta=39.6s")
+        "[VERL_PROGRESS][actor=megatron][phase=update_policy] [###############-------] 14/20 elapsed=92.4s eta=39.6s"
+    )
 
 
 def test_step_line_names_slowest_phase():
@@ -55,22 +58,31 @@ def test_step_line_names_slowest_phase():
 
 def test_progress_console_respects_log_interval():
     out = io.StringIO()
-    settings = config.load_progress({"VERL_PROGRESS_LOG": "1", "VERL_PROGRESS_LOG_INTERVAL": "2",
-                                     "VERL_PROGRESS_HEARTBEAT_SEC": "100"})
+    settings = config.load_progress(
+        {"VERL_PROGRESS_LOG": "1", "VERL_PROGRESS_LOG_INTERVAL": "2", "VERL_PROGRESS_HEARTBEAT_SEC": "100"}
+    )
     console = ProgressConsole(settings, stream=out)
     for step in (1, 2):
         console.on_phase_start("update_actor", step)
         console.on_phase_end("update_actor", step, 1.5, "0" * 32)
-    assert out.getvalue().splitlines() == ["[VERL_PROGRESS][step=2] update_actor start",
-                                           "[VERL_PROGRESS][step=2] update_actor done: 1.50s"]
+    assert out.getvalue().splitlines() == [
+        "[VERL_PROGRESS][step=2] update_actor start",
+        "[VERL_PROGRESS][step=2] update_actor done: 1.50s",
+    ]
 
 
 def test_progress_settings_defaults_and_bad_values():
     s = config.load_progress({})
     assert (s.enabled, s.log_interval, s.heartbeat_s, s.rollout_worker_index, s.rollout_bar_width) == (
-        False, 1, 5.0, 0, 24)
-    bad = config.load_progress({"VERL_PROGRESS_LOG": "maybe", "VERL_PROGRESS_LOG_INTERVAL": "0",
-                                "VERL_ROLLOUT_PROGRESS_BAR_WIDTH": "wide"})
+        False,
+        1,
+        5.0,
+        0,
+        24,
+    )
+    bad = config.load_progress(
+        {"VERL_PROGRESS_LOG": "maybe", "VERL_PROGRESS_LOG_INTERVAL": "0", "VERL_ROLLOUT_PROGRESS_BAR_WIDTH": "wide"}
+    )
     assert (bad.enabled, bad.log_interval, bad.rollout_bar_width) == (False, 1, 24)
 
 

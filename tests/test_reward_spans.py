@@ -14,8 +14,16 @@ class Collecting(RewardSpans):
         self.emitted = []
 
     def _emit(self, parent, group):  # what would be exported
-        self.emitted.append((parent, group.calls, group.errors, sorted(c.end_ns - c.start_ns for _, _, c in group.slowest),
-                             group.first_ns, group.last_ns))
+        self.emitted.append(
+            (
+                parent,
+                group.calls,
+                group.errors,
+                sorted(c.end_ns - c.start_ns for _, _, c in group.slowest),
+                group.first_ns,
+                group.last_ns,
+            )
+        )
 
 
 def test_keeps_the_k_slowest_and_counts_all(monkeypatch):
@@ -65,10 +73,13 @@ def test_batch_reward_path_joins_the_reward_phase(tmp_path):
 
     here = Path(__file__).resolve().parent
     asset_dir = assets.build(tmp_path / "assets")
-    proc = run_py([str(here / "drive_reward_batch.py"), str(asset_dir), str(tmp_path / "record.json")],
-                  clean_env(VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(tmp_path)), tmp_path, timeout=240)
-    assert proc.returncode == 0 and "DRIVE_REWARD_BATCH_DONE" in proc.stdout, (proc.stdout[-3000:],
-                                                                               proc.stderr[-3000:])
+    proc = run_py(
+        [str(here / "drive_reward_batch.py"), str(asset_dir), str(tmp_path / "record.json")],
+        clean_env(VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(tmp_path)),
+        tmp_path,
+        timeout=240,
+    )
+    assert proc.returncode == 0 and "DRIVE_REWARD_BATCH_DONE" in proc.stdout, (proc.stdout[-3000:], proc.stderr[-3000:])
     record = json.loads((tmp_path / "record.json").read_text())
     assert record["rm_scores_shape"][0] == 4 and record["keys_after"] == record["keys_before"]
     spans = load_spans(tmp_path / "traces.jsonl")

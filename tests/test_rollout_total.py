@@ -61,8 +61,10 @@ def test_counts_of_another_step_do_not_count(ray_get, capsys):
     time.sleep(0.3)
     assert "rollout_manager" not in capsys.readouterr().out
     bar.returned("validate", 4)  # legacy: verl's call returned with every sample
-    assert "[VERL_PROGRESS][step=4][rollout_manager][validate] [########################] 2/2 (100.0%)" in \
-        capsys.readouterr().out
+    assert (
+        "[VERL_PROGRESS][step=4][rollout_manager][validate] [########################] 2/2 (100.0%)"
+        in capsys.readouterr().out
+    )
 
 
 def test_a_late_answer_is_asked_again(monkeypatch, capsys):

@@ -35,9 +35,15 @@ def test_broken_collector_one_thread_and_bounded_fit_end(tmp_path, mode):
     thread at most, a step end that only enqueues, a fit end within VERL_OTEL_SHUTDOWN_TIMEOUT."""
     with BadCollector(mode) as bad:
         t0 = time.monotonic()
-        proc = run_py([DRIVE, "30"], clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=bad.endpoint,
-                                               OTEL_METRIC_EXPORT_INTERVAL="200", VERL_OTEL_SHUTDOWN_TIMEOUT="2"),
-                      tmp_path)
+        proc = run_py(
+            [DRIVE, "30"],
+            clean_env(
+                OTEL_EXPORTER_OTLP_ENDPOINT=bad.endpoint,
+                OTEL_METRIC_EXPORT_INTERVAL="200",
+                VERL_OTEL_SHUTDOWN_TIMEOUT="2",
+            ),
+            tmp_path,
+        )
         wall = time.monotonic() - t0
     stats = _stats(proc)
     assert stats["most_threads"] <= 1, stats
@@ -52,8 +58,12 @@ def test_unresponsive_trace_directory_never_blocks_training(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
     os.mkfifo(data / "traces.jsonl")
-    proc = run_py([DRIVE, "5"], clean_env(VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(data),
-                                          VERL_OTEL_SHUTDOWN_TIMEOUT="2"), tmp_path, timeout=60)
+    proc = run_py(
+        [DRIVE, "5"],
+        clean_env(VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(data), VERL_OTEL_SHUTDOWN_TIMEOUT="2"),
+        tmp_path,
+        timeout=60,
+    )
     stats = _stats(proc)
     assert stats["fit_end_s"] <= 2.2 and stats["step_end_s"] < 0.5, stats
     # refused at once: a FIFO is opened non-blocking (no reader: ENXIO; a reader: not a regular file)
@@ -63,26 +73,40 @@ def test_unresponsive_trace_directory_never_blocks_training(tmp_path):
 def test_settings_the_sdk_rejects_degrade_with_one_line_each(tmp_path):
     """The crash reported by users: batch size above the queue size made the SDK raise inside verl's
     worker. Now each bad value gets one line naming it, and spans still reach the file."""
-    env = clean_env(VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(tmp_path / "data"),
-                    OTEL_BSP_MAX_QUEUE_SIZE="64", OTEL_BSP_MAX_EXPORT_BATCH_SIZE="512",
-                    OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT="lots", OTEL_TRACES_SAMPLER="sometimes",
-                    OTEL_EXPORTER_OTLP_COMPRESSION="zstd", VERL_OTEL_SAMPLE_SPANS="inf",
-                    VERL_OTEL_MAX_TEXT="1e999", VERL_PROGRESS_LOG_INTERVAL="nan")
+    env = clean_env(
+        VERL_OTEL_ENABLED="1",
+        VERL_OTEL_DIR=str(tmp_path / "data"),
+        OTEL_BSP_MAX_QUEUE_SIZE="64",
+        OTEL_BSP_MAX_EXPORT_BATCH_SIZE="512",
+        OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT="lots",
+        OTEL_TRACES_SAMPLER="sometimes",
+        OTEL_EXPORTER_OTLP_COMPRESSION="zstd",
+        VERL_OTEL_SAMPLE_SPANS="inf",
+        VERL_OTEL_MAX_TEXT="1e999",
+        VERL_PROGRESS_LOG_INTERVAL="nan",
+    )
     proc = run_py([DRIVE, "2"], env, tmp_path)
     _stats(proc)
-    for name in ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "OTEL_TRACES_SAMPLER",
-                 "VERL_OTEL_SAMPLE_SPANS", "VERL_OTEL_MAX_TEXT"):
+    for name in (
+        "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+        "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT",
+        "OTEL_TRACES_SAMPLER",
+        "VERL_OTEL_SAMPLE_SPANS",
+        "VERL_OTEL_MAX_TEXT",
+    ):
         lines = [x for x in proc.stderr.splitlines() if name in x]
         assert len(lines) == 1, (name, lines)
-    steps = {s.attributes.get("verl.global_step") for s in load_spans(tmp_path / "data" / "traces.jsonl")
-             if s.name == "step"}
+    steps = {
+        s.attributes.get("verl.global_step") for s in load_spans(tmp_path / "data" / "traces.jsonl") if s.name == "step"
+    }
     assert steps == {1, 2}
 
 
 def test_exception_text_is_cut_to_max_text(tmp_path):
     """A 200 KB exception message: the span's event and status carry at most VERL_OTEL_MAX_TEXT characters."""
-    env = clean_env(VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(tmp_path / "data"), VERL_OTEL_MAX_TEXT="300",
-                    DRIVE_BIG_ERROR="1")
+    env = clean_env(
+        VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(tmp_path / "data"), VERL_OTEL_MAX_TEXT="300", DRIVE_BIG_ERROR="1"
+    )
     proc = run_py([DRIVE, "1", "update_actor"], env, tmp_path)
     _stats(proc)
     raw = (tmp_path / "data" / "traces.jsonl").read_text()
@@ -101,8 +125,12 @@ def test_an_enabled_process_without_verl_loads_almost_nothing(tmp_path):
     on = _modules_after_start(clean_env(VERL_OTEL_ENABLED="1", OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9"))
     extra = on - off
     assert "verl_otel.hooks.targets" in extra, "the start-up hook ran"
-    assert not any(m.startswith(("opentelemetry", "google.protobuf", "grpc", "wrapt", "asyncio", "verl_otel.telemetry",
-                                 "verl_otel.export")) for m in extra), sorted(extra)
+    assert not any(
+        m.startswith(
+            ("opentelemetry", "google.protobuf", "grpc", "wrapt", "asyncio", "verl_otel.telemetry", "verl_otel.export")
+        )
+        for m in extra
+    ), sorted(extra)
     ours = sorted(m for m in extra if m.startswith("verl_otel"))
     assert len(ours) <= 8, ours  # the package, _env, _autoload, _log, hooks, its registry, import_hooks, targets
 

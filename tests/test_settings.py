@@ -14,8 +14,12 @@ from hypothesis import strategies as st
 from verl_otel import config, runtime
 
 _ALL = sorted({*config.OWN_VARIABLES, *config.OTEL_VARIABLES})
-_text = st.one_of(st.text(max_size=40), st.sampled_from(["inf", "-inf", "1e999", "nan", "0", "-1", "99999999999",
-                                                         "1", "true", "maybe", " ", "a=b,c", "%zz=1"]))
+_text = st.one_of(
+    st.text(max_size=40),
+    st.sampled_from(
+        ["inf", "-inf", "1e999", "nan", "0", "-1", "99999999999", "1", "true", "maybe", " ", "a=b,c", "%zz=1"]
+    ),
+)
 
 
 _ENDPOINTS = tuple(k for k in _ALL if k.endswith("_ENDPOINT"))

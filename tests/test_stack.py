@@ -35,9 +35,24 @@ def wheel(tmp_path_factory) -> Path:
     if importlib.util.find_spec("hatchling") is None:
         pytest.skip("hatchling is not installed (pip install -e '.[test]')")
     out = tmp_path_factory.mktemp("whl")
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                           "--disable-pip-version-check", str(ROOT), "-w", str(out)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "--disable-pip-version-check",
+            str(ROOT),
+            "-w",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     (whl,) = out.glob("verl_otel-*.whl")
     return whl
@@ -45,10 +60,13 @@ def wheel(tmp_path_factory) -> Path:
 
 def test_the_wheel_carries_the_stack(wheel):
     with zipfile.ZipFile(wheel) as z:
-        packaged = {n[len("verl_otel/stack/"):]: z.read(n) for n in z.namelist() if n.startswith("verl_otel/stack/")}
+        packaged = {n[len("verl_otel/stack/") :]: z.read(n) for n in z.namelist() if n.startswith("verl_otel/stack/")}
     assert packaged == repo_files()
-    assert {"docker-compose.yml", "deploy/prometheus/rules/verl-alerts.yml",
-            "grafana/verl-training-progress.json"} <= set(packaged)
+    assert {
+        "docker-compose.yml",
+        "deploy/prometheus/rules/verl-alerts.yml",
+        "grafana/verl-training-progress.json",
+    } <= set(packaged)
 
 
 def test_stack_write_from_the_unpacked_wheel_alone(wheel, tmp_path):
@@ -57,10 +75,13 @@ def test_stack_write_from_the_unpacked_wheel_alone(wheel, tmp_path):
         z.extractall(site)
     dest = tmp_path / "stack"
     env = {**os.environ, "PYTHONPATH": str(site)}
-    code = ("import sys, verl_otel; from verl_otel.cli.main import main; "
-            "print('FROM', verl_otel.__file__, file=sys.stderr); sys.exit(main(['stack', 'write', sys.argv[1]]))")
-    proc = subprocess.run([sys.executable, "-c", code, str(dest)], capture_output=True, text=True, env=env,
-                          cwd=tmp_path, timeout=120)
+    code = (
+        "import sys, verl_otel; from verl_otel.cli.main import main; "
+        "print('FROM', verl_otel.__file__, file=sys.stderr); sys.exit(main(['stack', 'write', sys.argv[1]]))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(dest)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"FROM {site}" in proc.stderr  # the wheel's package, not the clone
     assert tree(dest) == repo_files()

@@ -27,13 +27,27 @@ from verl_otel.live.view import frame
 from verl_otel.telemetry.metrics import MetricsState
 
 RUN = {sc.LABEL_PROJECT: "proj", sc.LABEL_EXPERIMENT: "exp"}
-HEALTHY = {"critic/score/mean": 0.4, "actor/grad_norm": 1.0, "actor/ppo_kl": 0.004, "actor/kl_loss": 0.002,
-           "actor/entropy": 0.5, "actor/perf/max_memory_reserved_gb": 40.0, "actor/pg_clipfrac": 0.1,
-           "timing_s/step": 60.0, "timing_s/gen": 40.0, "timing_s/update_actor": 15.0}
+HEALTHY = {
+    "critic/score/mean": 0.4,
+    "actor/grad_norm": 1.0,
+    "actor/ppo_kl": 0.004,
+    "actor/kl_loss": 0.002,
+    "actor/entropy": 0.5,
+    "actor/perf/max_memory_reserved_gb": 40.0,
+    "actor/pg_clipfrac": 0.1,
+    "timing_s/step": 60.0,
+    "timing_s/gen": 40.0,
+    "timing_s/update_actor": 15.0,
+}
 
 
-def trainer_state(step: int = 12, planned: int = 20, metrics: dict[str, float] | None = None,
-                  phase: str | None = sc.PHASE_UPDATE_ACTOR, elapsed: float = 20.0) -> MetricsState:
+def trainer_state(
+    step: int = 12,
+    planned: int = 20,
+    metrics: dict[str, float] | None = None,
+    phase: str | None = sc.PHASE_UPDATE_ACTOR,
+    elapsed: float = 20.0,
+) -> MetricsState:
     """A trainer process' metrics as verl-otel's model holds them: step, ETA, the phase running now, the
     step and phase histograms (mean step 60 s, update_actor 15 s) and verl's last logged scalars."""
     st = MetricsState()
@@ -56,17 +70,26 @@ def trainer_state(step: int = 12, planned: int = 20, metrics: dict[str, float] |
 def worker_state(worker: int, done: int, expected: int = 64, oldest: float = 12.0) -> MetricsState:
     st = MetricsState()
     labels = (str(worker), sc.MODE_TRAIN)
-    for metric, value in ((sc.ROLLOUT_SAMPLES_COMPLETED, done), (sc.ROLLOUT_SAMPLES_EXPECTED, expected),
-                          (sc.ROLLOUT_SAMPLES_INFLIGHT, expected - done), (sc.ROLLOUT_OLDEST_INFLIGHT, oldest),
-                          (sc.ROLLOUT_ELAPSED, 30.0), (sc.ROLLOUT_ETA, 10.0)):
+    for metric, value in (
+        (sc.ROLLOUT_SAMPLES_COMPLETED, done),
+        (sc.ROLLOUT_SAMPLES_EXPECTED, expected),
+        (sc.ROLLOUT_SAMPLES_INFLIGHT, expected - done),
+        (sc.ROLLOUT_OLDEST_INFLIGHT, oldest),
+        (sc.ROLLOUT_ELAPSED, 30.0),
+        (sc.ROLLOUT_ETA, 10.0),
+    ):
         st.set(metric, labels, value)
     return st
 
 
 def update_state(done: int = 6, expected: int = 12, epoch: int = 2) -> MetricsState:
     st = MetricsState()
-    for metric, value in ((sc.UPDATE_MINIBATCHES_COMPLETED, done), (sc.UPDATE_MINIBATCHES_EXPECTED, expected),
-                          (sc.UPDATE_EPOCH, epoch), (sc.UPDATE_ETA, 40.0)):
+    for metric, value in (
+        (sc.UPDATE_MINIBATCHES_COMPLETED, done),
+        (sc.UPDATE_MINIBATCHES_EXPECTED, expected),
+        (sc.UPDATE_EPOCH, epoch),
+        (sc.UPDATE_ETA, 40.0),
+    ):
         st.set(metric, ("actor",), value)
     return st
 
@@ -109,8 +132,17 @@ def health(text: str) -> dict[str, str]:
     return out
 
 
-NAMES = ("score stuck at 0", "grad-norm spike", "KL blow-up", "entropy collapse", "GPU memory near limit",
-         "steps getting slower", "phase hung", "rollout sample stuck", "PPO clipping most samples")
+NAMES = (
+    "score stuck at 0",
+    "grad-norm spike",
+    "KL blow-up",
+    "entropy collapse",
+    "GPU memory near limit",
+    "steps getting slower",
+    "phase hung",
+    "rollout sample stuck",
+    "PPO clipping most samples",
+)
 
 
 def test_frame_of_a_healthy_run():
@@ -133,8 +165,14 @@ def test_frame_of_a_healthy_run():
 
 
 def test_each_signal_trips():
-    metrics = {"critic/score/mean": 0.0, "actor/ppo_kl": 0.2, "actor/entropy": 0.01,
-               "actor/perf/max_memory_reserved_gb": 79.0, "actor/pg_clipfrac": 0.95, "timing_s/step": 200.0}
+    metrics = {
+        "critic/score/mean": 0.0,
+        "actor/ppo_kl": 0.2,
+        "actor/entropy": 0.01,
+        "actor/perf/max_memory_reserved_gb": 79.0,
+        "actor/pg_clipfrac": 0.95,
+        "timing_s/step": 200.0,
+    }
     view = build_view(scrape(trainer_state(metrics=metrics, elapsed=2000.0), worker_state(0, 10, oldest=900.0)))
     got = health(render(view))
     assert got == dict.fromkeys(NAMES, "TRIPPED") | {"grad-norm spike": "-"}, got
@@ -142,8 +180,14 @@ def test_each_signal_trips():
     assert text.index("TRIPPED") < text.index(" - ")  # what tripped comes first
     assert "phase hung" in text and "update_actor 2000s vs mean 15.0s" in text
     # the same numbers just under each bar do not trip
-    calm = {"critic/score/mean": 0.01, "actor/ppo_kl": 0.05, "actor/entropy": 0.05,
-            "actor/perf/max_memory_reserved_gb": 75.0, "actor/pg_clipfrac": 0.8, "timing_s/step": 90.0}
+    calm = {
+        "critic/score/mean": 0.01,
+        "actor/ppo_kl": 0.05,
+        "actor/entropy": 0.05,
+        "actor/perf/max_memory_reserved_gb": 75.0,
+        "actor/pg_clipfrac": 0.8,
+        "timing_s/step": 90.0,
+    }
     view = build_view(scrape(trainer_state(metrics=calm, elapsed=899.0), worker_state(0, 10, oldest=600.0)))
     assert health(render(view)) == dict.fromkeys(NAMES, "ok") | {"grad-norm spike": "-"}
 
@@ -157,8 +201,9 @@ def test_history_across_refreshes_grad_spike_and_phase_table():
     history = History()
     for step in range(1, 7):
         grad = 50.0 if step == 6 else 1.0 + 0.1 * step
-        view = build_view(scrape(trainer_state(step=step + 1, metrics={"actor/grad_norm": grad,
-                                                                       "timing_s/gen": 40.0 + step})))
+        view = build_view(
+            scrape(trainer_state(step=step + 1, metrics={"actor/grad_norm": grad, "timing_s/gen": 40.0 + step}))
+        )
         history.add(view)
         history.add(view)  # a second refresh of the same step changes nothing
     assert list(history.steps) == [1, 2, 3, 4, 5, 6]
@@ -182,11 +227,22 @@ def test_several_runs_in_one_source_pick_the_latest():
 
 def test_prometheus_history_is_one_runs_scrapes_in_time_order():
     def series(experiment: str, key: str, points: list[tuple[float, float]]) -> dict:
-        return {"metric": {"__name__": sc.TRAINING_METRIC.name, sc.LABEL_PROJECT: "p", sc.LABEL_EXPERIMENT: experiment,
-                           sc.LABEL_KEY: key, "instance": "h:1"}, "values": [[t, str(v)] for t, v in points]}
+        return {
+            "metric": {
+                "__name__": sc.TRAINING_METRIC.name,
+                sc.LABEL_PROJECT: "p",
+                sc.LABEL_EXPERIMENT: experiment,
+                sc.LABEL_KEY: key,
+                "instance": "h:1",
+            },
+            "values": [[t, str(v)] for t, v in points],
+        }
 
-    matrix = [series("new", "training/global_step", [(20, 2), (10, 1)]), series("new", "timing_s/gen", [(10, 5), (20, 6)]),
-              series("old", "training/global_step", [(15, 9)])]
+    matrix = [
+        series("new", "training/global_step", [(20, 2), (10, 1)]),
+        series("new", "timing_s/gen", [(10, 5), (20, 6)]),
+        series("old", "training/global_step", [(15, 9)]),
+    ]
     queries: list[str] = []
 
     def answer(path: str, query: dict) -> tuple[int, bytes]:
@@ -198,14 +254,23 @@ def test_prometheus_history_is_one_runs_scrapes_in_time_order():
         got = PrometheusQuery(fake.url).history("p/new", "timing_s/.+|training/global_step", window="1h")
     finally:
         fake.close()
-    assert got == [{"training/global_step": 1.0, "timing_s/gen": 5.0}, {"training/global_step": 2.0, "timing_s/gen": 6.0}]
+    assert got == [
+        {"training/global_step": 1.0, "timing_s/gen": 5.0},
+        {"training/global_step": 2.0, "timing_s/gen": 6.0},
+    ]
     assert queries == ['verl_training_metric{key=~"timing_s/.+|training/global_step"}[1h]']
 
 
 def _targets_file(tmp_path: Path, addresses: list[str]) -> Path:
     path = tmp_path / sc.PROM_TARGETS_FILE
-    path.write_text(json.dumps([{"targets": [a], "labels": {**RUN, sc.LABEL_PROCESS_ROLE: "trainer",
-                                                            "__verl_otel_pid": "1"}} for a in addresses]))
+    path.write_text(
+        json.dumps(
+            [
+                {"targets": [a], "labels": {**RUN, sc.LABEL_PROCESS_ROLE: "trainer", "__verl_otel_pid": "1"}}
+                for a in addresses
+            ]
+        )
+    )
     return path
 
 
@@ -246,19 +311,28 @@ def test_prometheus_source_with_the_steps_before(prom_factory):
     steps pass through the trainer's real /metrics page while Prometheus scrapes it."""
     trainer = trainer_state(step=1)
     address = _serve(trainer)
-    prom = prom_factory(config={"global": {"scrape_interval": "1s"}, "scrape_configs": [
-        {"job_name": "verl", "static_configs": [{"targets": [address], "labels": RUN}]}]})
+    prom = prom_factory(
+        config={
+            "global": {"scrape_interval": "1s"},
+            "scrape_configs": [{"job_name": "verl", "static_configs": [{"targets": [address], "labels": RUN}]}],
+        }
+    )
     for step in (1, 2, 3):
         trainer.set(sc.TRAINING_STEP, (), step + 1)
         for key, value in {"training/global_step": step, "timing_s/gen": 40.0 + step}.items():
             trainer.set(sc.TRAINING_METRIC, (key,), value)
         deadline = time.time() + 30
-        while time.time() < deadline and [r["value"][1] for r in prom.query(
-                'verl_training_metric{key="training/global_step"}')] != [str(step)]:
+        while time.time() < deadline and [
+            r["value"][1] for r in prom.query('verl_training_metric{key="training/global_step"}')
+        ] != [str(step)]:
             time.sleep(0.3)
         time.sleep(1.5)  # a scrape or two of this step
-    proc = subprocess.run([sys.executable, "-m", "verl_otel.cli.main", "top", "--once", "--width", "150",
-                           "--prometheus", prom.url], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "verl_otel.cli.main", "top", "--once", "--width", "150", "--prometheus", prom.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "proj/exp" in out and "step 4/20" in out and "Prometheus at" in out
@@ -279,10 +353,12 @@ def test_live_view_in_a_terminal(tmp_path):
     worker = worker_state(0, 10)
     session = f"verl-otel-top-{tmp_path.name}"
     rc_file = tmp_path / "rc"
-    cmd = (f"{sys.executable} -m verl_otel.cli.main top --targets {tmp_path} --interval 0.5; "
-           f"echo $? > {rc_file}; sleep 30")
+    cmd = (
+        f"{sys.executable} -m verl_otel.cli.main top --targets {tmp_path} --interval 0.5; echo $? > {rc_file}; sleep 30"
+    )
     _tmux("new-session", "-d", "-s", session, "-x", "150", "-y", "60", cmd)
     try:
+
         def screen_with(text: str) -> str:
             deadline = time.time() + 30
             while time.time() < deadline:

@@ -110,8 +110,9 @@ def test_read_back_with_links_events_and_resource(tmp_path):
 
     from helpers.traces import load_spans
 
-    tracer = TracerProvider(resource=Resource.create({"service.name": "svc", "verl.process.role": "trainer"})
-                            ).get_tracer("t")
+    tracer = TracerProvider(
+        resource=Resource.create({"service.name": "svc", "verl.process.role": "trainer"})
+    ).get_tracer("t")
     window = tracer.start_span("window")
     window.end()
     step = tracer.start_span("step", links=[Link(window.get_span_context(), {"verl.async.staleness": 2})])

@@ -50,9 +50,14 @@ def test_exception_in_phase_marks_span_and_step_error(drive, tmp_path):
 @pytest.mark.parametrize("protocol,endpoint_attr", [("grpc", "grpc_endpoint"), ("http/protobuf", "http_endpoint")])
 def test_otlp_push(drive, tmp_path, protocol, endpoint_attr):
     with OtlpReceiver() as rx:
-        proc = drive(steps=2, OTEL_EXPORTER_OTLP_ENDPOINT=getattr(rx, endpoint_attr),
-                     OTEL_EXPORTER_OTLP_PROTOCOL=protocol, OTEL_SERVICE_NAME="my-run",
-                     OTEL_METRIC_EXPORT_INTERVAL="500", VERL_OTEL_DIR=str(tmp_path))
+        proc = drive(
+            steps=2,
+            OTEL_EXPORTER_OTLP_ENDPOINT=getattr(rx, endpoint_attr),
+            OTEL_EXPORTER_OTLP_PROTOCOL=protocol,
+            OTEL_SERVICE_NAME="my-run",
+            OTEL_METRIC_EXPORT_INTERVAL="500",
+            VERL_OTEL_DIR=str(tmp_path),
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert rx.wait_for(lambda r: sum(1 for s in r.spans if s.name == "step") >= 2)
         assert rx.wait_for(lambda r: "verl_training_metric" in r.metric_names, timeout=10)

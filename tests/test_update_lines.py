@@ -10,8 +10,9 @@ from verl_otel.hooks import update
 
 @pytest.fixture
 def progress(monkeypatch):
-    monkeypatch.setattr(update, "_PROGRESS", [config.load_progress({"VERL_PROGRESS_LOG": "1",
-                                                                    "VERL_PROGRESS_LOG_INTERVAL": "2"})])
+    monkeypatch.setattr(
+        update, "_PROGRESS", [config.load_progress({"VERL_PROGRESS_LOG": "1", "VERL_PROGRESS_LOG_INTERVAL": "2"})]
+    )
     monkeypatch.setattr(update, "_CALLS", {})
 
 

@@ -25,8 +25,9 @@ def test_events_without_text_by_default(drive, tmp_path):
 
 
 def test_events_with_text_truncated(drive, tmp_path):
-    proc = drive(steps=1, VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(tmp_path), VERL_OTEL_CAPTURE_TEXT="1",
-                 VERL_OTEL_MAX_TEXT="50")
+    proc = drive(
+        steps=1, VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(tmp_path), VERL_OTEL_CAPTURE_TEXT="1", VERL_OTEL_MAX_TEXT="50"
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     (span,) = _validate_spans(tmp_path / "traces.jsonl")
     events = [e.attributes for e in span.events if e.name == "verl.val_generation"]
@@ -38,13 +39,21 @@ def test_events_with_text_truncated(drive, tmp_path):
 
 
 def test_data_sources_from_verl_metric_keys():
-    keys = {"val-core/openai/gsm8k/reward/mean@4": 1, "val-aux/openai/gsm8k/reward/best@4/std": 1,
-            "val-aux/my/nested/src/acc/maj@2/mean": 1, "val-core/x/reward/mean": 1, "critic/score/mean": 1}
+    keys = {
+        "val-core/openai/gsm8k/reward/mean@4": 1,
+        "val-aux/openai/gsm8k/reward/best@4/std": 1,
+        "val-aux/my/nested/src/acc/maj@2/mean": 1,
+        "val-core/x/reward/mean": 1,
+        "critic/score/mean": 1,
+    }
     assert data_sources(keys) == ["my/nested/src", "openai/gsm8k"]
     assert data_sources({}) == []
 
 
 def test_event_attributes_odd_samples():
     assert event_attributes(("a", "b", float("nan")), True, 10) == {
-        "verl.val_generation.input": "a", "verl.val_generation.output": "b", "verl.val_generation.truncated": False}
+        "verl.val_generation.input": "a",
+        "verl.val_generation.output": "b",
+        "verl.val_generation.truncated": False,
+    }
     assert event_attributes((None,), False, 10) == {}

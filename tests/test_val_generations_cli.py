@@ -52,7 +52,7 @@ def test_cli_text_json_and_step(tmp_path, capsys, doc):
     assert [h.split("  ")[0] for h in heads] == ["param version 5", "step 4", "step 2", "step 2", "step 0", "step 0"]
     assert heads[1].startswith("step 4  score 0.5  data source openai/gsm8k or math  ")
     i = out.index(next(h for h in out if h.startswith("step 2  score 1  data source openai/gsm8k")))
-    assert out[i + 1:i + 5] == ["    prompt:", "      what is 2 plus 2 ?", "      think", "    response:"]
+    assert out[i + 1 : i + 5] == ["    prompt:", "      what is 2 plus 2 ?", "      think", "    response:"]
     assert "    prompt: (truncated)" in out
     assert main(["val-generations", "--file", str(f), "--step", "2", "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
@@ -73,11 +73,15 @@ def test_cli_unreadable_file_and_bad_step(tmp_path, capsys):
 def _legacy(doc: dict) -> bytes:
     """Jaeger's legacy /api/traces shape of the same spans: µs times, typed tags, events as span logs
     (the event name in an ``event`` field), as in shared/fixtures/jaeger/api_traces_v1_search.json."""
+
     def typed(a: dict) -> dict:
-        (kind, v), = a["value"].items()
+        ((kind, v),) = a["value"].items()
         if kind == "arrayValue":
-            return {"key": a["key"], "type": "string", "value": json.dumps([next(iter(x.values()))
-                                                                            for x in v.get("values", [])])}
+            return {
+                "key": a["key"],
+                "type": "string",
+                "value": json.dumps([next(iter(x.values())) for x in v.get("values", [])]),
+            }
         typ = {"intValue": "int64", "doubleValue": "float64", "boolValue": "bool"}.get(kind, "string")
         return {"key": a["key"], "type": typ, "value": int(v) if kind == "intValue" else v}
 
@@ -85,18 +89,39 @@ def _legacy(doc: dict) -> bytes:
     for rs in doc["resourceSpans"]:
         for ss in rs["scopeSpans"]:
             for s in ss["spans"]:
-                tr = traces.setdefault(s["traceId"], {"traceID": s["traceId"], "spans": [], "warnings": None,
-                                                      "processes": {"p1": {"serviceName": "verl", "tags": []}}})
+                tr = traces.setdefault(
+                    s["traceId"],
+                    {
+                        "traceID": s["traceId"],
+                        "spans": [],
+                        "warnings": None,
+                        "processes": {"p1": {"serviceName": "verl", "tags": []}},
+                    },
+                )
                 start = int(s["startTimeUnixNano"]) // 1000
-                tr["spans"].append({
-                    "traceID": s["traceId"], "spanID": s["spanId"], "operationName": s["name"],
-                    "references": [{"refType": "CHILD_OF", "traceID": s["traceId"], "spanID": s["parentSpanId"]}]
-                    if s.get("parentSpanId") else [],
-                    "startTime": start, "duration": int(s["endTimeUnixNano"]) // 1000 - start,
-                    "tags": [typed(a) for a in s.get("attributes", [])], "processID": "p1", "warnings": None,
-                    "logs": [{"timestamp": int(e["timeUnixNano"]) // 1000,
-                              "fields": [{"key": "event", "type": "string", "value": e["name"]}]
-                              + [typed(a) for a in e.get("attributes", [])]} for e in s.get("events", [])]})
+                tr["spans"].append(
+                    {
+                        "traceID": s["traceId"],
+                        "spanID": s["spanId"],
+                        "operationName": s["name"],
+                        "references": [{"refType": "CHILD_OF", "traceID": s["traceId"], "spanID": s["parentSpanId"]}]
+                        if s.get("parentSpanId")
+                        else [],
+                        "startTime": start,
+                        "duration": int(s["endTimeUnixNano"]) // 1000 - start,
+                        "tags": [typed(a) for a in s.get("attributes", [])],
+                        "processID": "p1",
+                        "warnings": None,
+                        "logs": [
+                            {
+                                "timestamp": int(e["timeUnixNano"]) // 1000,
+                                "fields": [{"key": "event", "type": "string", "value": e["name"]}]
+                                + [typed(a) for a in e.get("attributes", [])],
+                            }
+                            for e in s.get("events", [])
+                        ],
+                    }
+                )
     return json.dumps({"data": list(traces.values()), "total": 0, "limit": 0, "offset": 0, "errors": None}).encode()
 
 

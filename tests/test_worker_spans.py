@@ -69,8 +69,11 @@ def test_worker_call_span_under_the_phase(tmp_path, kind):
     """verl's real func_generator inside a real marked_timer phase: the worker side gets the
     context (and removes it), its span hangs under the phase, the trainer's batch is unchanged."""
     out = tmp_path / "data"
-    proc = run_py([str(Path(__file__).parent / "drive_worker_calls.py"), kind],
-                  clean_env(VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(out)), tmp_path)
+    proc = run_py(
+        [str(Path(__file__).parent / "drive_worker_calls.py"), kind],
+        clean_env(VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(out)),
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert sc.TRACEPARENT_KEY not in report["after"], report

@@ -28,20 +28,28 @@ _S1 = r"\d+\.\ds"  # 25.0s
 _ETA = rf"eta=(?:{_S1}|\?)"
 
 PATTERNS: dict[str, re.Pattern[str]] = {
-    "start": re.compile(rf"{_P}{_STEP} (?P<phase>\w+) start"
-                        r"(?:: prompts_shape=\((?P<shape>\d+(?:, \d+)*,?)\), rollout_n=(?P<n>\d+), "
-                        r"meta_keys=\[(?P<meta>.*)\])?"),
+    "start": re.compile(
+        rf"{_P}{_STEP} (?P<phase>\w+) start"
+        r"(?:: prompts_shape=\((?P<shape>\d+(?:, \d+)*,?)\), rollout_n=(?P<n>\d+), "
+        r"meta_keys=\[(?P<meta>.*)\])?"
+    ),
     "done": re.compile(rf"{_P}{_STEP} (?P<phase>\w+) done: (?P<seconds>{_S2})"),
     "reward_done": re.compile(rf"{_P}{_STEP} reward done: reward_time={_S2}, reward_extra_keys=\[(?P<keys>.*)\]"),
     "heartbeat": re.compile(rf"{_P}{_STEP} (?P<label>rollout gen|\w+) running: elapsed=(?P<elapsed>{_S1})"),
-    "rollout_bar": re.compile(rf"{_P}{_WHO}\[(?P<who>rollout_manager|rollout_worker=\d+)\]\[(?P<mode>train|validate)\] "
-                              rf"\[[#-]+\] (?P<done>\d+)/(?P<total>\d+) \(\d+\.\d%\) elapsed={_S1} {_ETA}"),
-    "update_bar": re.compile(rf"{_P}\[(?P<role>actor|critic)=(?P<strategy>dp|megatron)\]\[phase=update_policy\] "
-                             rf"\[[#-]+\] (?P<done>\d+)/(?P<total>\d+)(?: \(epoch \d+/\d+, mini \d+/\d+\))? "
-                             rf"elapsed={_S1} {_ETA}"),
+    "rollout_bar": re.compile(
+        rf"{_P}{_WHO}\[(?P<who>rollout_manager|rollout_worker=\d+)\]\[(?P<mode>train|validate)\] "
+        rf"\[[#-]+\] (?P<done>\d+)/(?P<total>\d+) \(\d+\.\d%\) elapsed={_S1} {_ETA}"
+    ),
+    "update_bar": re.compile(
+        rf"{_P}\[(?P<role>actor|critic)=(?P<strategy>dp|megatron)\]\[phase=update_policy\] "
+        rf"\[[#-]+\] (?P<done>\d+)/(?P<total>\d+)(?: \(epoch \d+/\d+, mini \d+/\d+\))? "
+        rf"elapsed={_S1} {_ETA}"
+    ),
     # the seed names rank-0 start/done lines of its workers without an example: ours, in the bars' style
-    "worker": re.compile(rf"{_P}(?:{_STEP})?\[(?P<role>actor|ref|critic)=(?P<strategy>dp|megatron)\]\[rank=0\] "
-                         rf"(?P<method>\w+) (?:start|done: {_S2})"),
+    "worker": re.compile(
+        rf"{_P}(?:{_STEP})?\[(?P<role>actor|ref|critic)=(?P<strategy>dp|megatron)\]\[rank=0\] "
+        rf"(?P<method>\w+) (?:start|done: {_S2})"
+    ),
 }
 
 

@@ -87,12 +87,27 @@ def _attr(k: str, v: Any) -> dict[str, Any]:
     return {"key": k, "value": {"stringValue": str(v)}}
 
 
-def _otlp_span(trace: int, span: int, parent: int | None, name: str, start_s: float, dur_s: float,
-               attrs: dict[str, Any], error: bool = False) -> dict[str, Any]:
-    return {"traceId": f"{trace:032x}", "spanId": f"{span:016x}", "parentSpanId": f"{parent:016x}" if parent else "",
-            "name": name, "kind": 1, "startTimeUnixNano": str(int(start_s * 1e9)),
-            "endTimeUnixNano": str(int((start_s + dur_s) * 1e9)), "status": {"code": 2} if error else {},
-            "attributes": [_attr(k, v) for k, v in attrs.items()]}
+def _otlp_span(
+    trace: int,
+    span: int,
+    parent: int | None,
+    name: str,
+    start_s: float,
+    dur_s: float,
+    attrs: dict[str, Any],
+    error: bool = False,
+) -> dict[str, Any]:
+    return {
+        "traceId": f"{trace:032x}",
+        "spanId": f"{span:016x}",
+        "parentSpanId": f"{parent:016x}" if parent else "",
+        "name": name,
+        "kind": 1,
+        "startTimeUnixNano": str(int(start_s * 1e9)),
+        "endTimeUnixNano": str(int((start_s + dur_s) * 1e9)),
+        "status": {"code": 2} if error else {},
+        "attributes": [_attr(k, v) for k, v in attrs.items()],
+    }
 
 
 def many_steps(n: int, slow_step: int, factor: float = 3.4, t0: float = 1_800_000_000.0) -> list[dict[str, Any]]:
@@ -102,54 +117,117 @@ def many_steps(n: int, slow_step: int, factor: float = 3.4, t0: float = 1_800_00
     t = t0
     for step in range(1, n + 1):
         tid, sid = 0xABC000 + step, step * 1000
-        phases = [(sc.PHASE_ROLLOUT, 2.0), (sc.PHASE_OLD_LOG_PROB, 0.5),
-                  (sc.PHASE_UPDATE_ACTOR, factor if step == slow_step else 1.0)]
+        phases = [
+            (sc.PHASE_ROLLOUT, 2.0),
+            (sc.PHASE_OLD_LOG_PROB, 0.5),
+            (sc.PHASE_UPDATE_ACTOR, factor if step == slow_step else 1.0),
+        ]
         total = sum(d for _, d in phases)
-        spans.append(_otlp_span(tid, sid, None, sc.SPAN_STEP, t, total,
-                                {sc.ATTR_GLOBAL_STEP: step, sc.ATTR_TRAINER: "v1", "verl.score_mean": 0.5}))
+        spans.append(
+            _otlp_span(
+                tid,
+                sid,
+                None,
+                sc.SPAN_STEP,
+                t,
+                total,
+                {sc.ATTR_GLOBAL_STEP: step, sc.ATTR_TRAINER: "v1", "verl.score_mean": 0.5},
+            )
+        )
         off = t
         for i, (name, dur) in enumerate(phases):
-            spans.append(_otlp_span(tid, sid + i + 1, sid, name, off, dur,
-                                    {sc.ATTR_PHASE: name, sc.ATTR_GLOBAL_STEP: step}))
+            spans.append(
+                _otlp_span(tid, sid + i + 1, sid, name, off, dur, {sc.ATTR_PHASE: name, sc.ATTR_GLOBAL_STEP: step})
+            )
             if name == sc.PHASE_ROLLOUT:
                 for w in range(2):
                     wid = sid + 10 + w
-                    spans.append(_otlp_span(tid, wid, sid + 1, sc.SPAN_ROLLOUT_WORKER, off, dur,
-                                            {sc.ATTR_WORKER_INDEX: w, sc.ATTR_MODE: "train"}))
+                    spans.append(
+                        _otlp_span(
+                            tid,
+                            wid,
+                            sid + 1,
+                            sc.SPAN_ROLLOUT_WORKER,
+                            off,
+                            dur,
+                            {sc.ATTR_WORKER_INDEX: w, sc.ATTR_MODE: "train"},
+                        )
+                    )
                     for k in range(3):
                         idx = w * 3 + k
-                        spans.append(_otlp_span(tid, sid + 100 + idx, wid, sc.SPAN_ROLLOUT_SAMPLE, off, 0.1 * (idx + 1),
-                                                {sc.ATTR_SAMPLE_INDEX: idx, sc.ATTR_GLOBAL_STEP: step,
-                                                 "verl.sample.generate_s": 0.05 * (idx + 1)}, error=idx == 0))
+                        spans.append(
+                            _otlp_span(
+                                tid,
+                                sid + 100 + idx,
+                                wid,
+                                sc.SPAN_ROLLOUT_SAMPLE,
+                                off,
+                                0.1 * (idx + 1),
+                                {
+                                    sc.ATTR_SAMPLE_INDEX: idx,
+                                    sc.ATTR_GLOBAL_STEP: step,
+                                    "verl.sample.generate_s": 0.05 * (idx + 1),
+                                },
+                                error=idx == 0,
+                            )
+                        )
             off += dur
         t += total + 1
     return spans
 
 
 def v3_body(spans: list[dict[str, Any]], service: str = "verl") -> bytes:
-    return json.dumps({"result": {"resourceSpans": [{"resource": {"attributes": [
-        {"key": "service.name", "value": {"stringValue": service}}]}, "scopeSpans": [{"scope": {}, "spans": spans}]}]}}
+    return json.dumps(
+        {
+            "result": {
+                "resourceSpans": [
+                    {
+                        "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": service}}]},
+                        "scopeSpans": [{"scope": {}, "spans": spans}],
+                    }
+                ]
+            }
+        }
     ).encode()
 
 
 def legacy_body(spans: list[dict[str, Any]], service: str = "verl") -> bytes:
     """The same spans as the legacy /api/traces answer: µs, CHILD_OF references, typed tags, processes."""
+
     def tag(a: dict[str, Any]) -> dict[str, Any]:
-        (kind, v), = a["value"].items()
+        ((kind, v),) = a["value"].items()
         typ = {"intValue": "int64", "doubleValue": "float64", "boolValue": "bool"}.get(kind, "string")
         return {"key": a["key"], "type": typ, "value": int(v) if kind == "intValue" else v}
 
     traces: dict[str, dict[str, Any]] = {}
     for s in spans:
-        tr = traces.setdefault(s["traceId"], {"traceID": s["traceId"], "spans": [], "warnings": None,
-                                              "processes": {"p1": {"serviceName": service, "tags": []}}})
+        tr = traces.setdefault(
+            s["traceId"],
+            {
+                "traceID": s["traceId"],
+                "spans": [],
+                "warnings": None,
+                "processes": {"p1": {"serviceName": service, "tags": []}},
+            },
+        )
         start_us = int(s["startTimeUnixNano"]) // 1000
-        tags = [tag(a) for a in s["attributes"]] + ([{"key": "error", "type": "bool", "value": True}]
-                                                     if s["status"].get("code") == 2 else [])
-        tr["spans"].append({
-            "traceID": s["traceId"], "spanID": s["spanId"], "operationName": s["name"],
-            "references": [{"refType": "CHILD_OF", "traceID": s["traceId"], "spanID": s["parentSpanId"]}]
-            if s["parentSpanId"] else [],
-            "startTime": start_us, "duration": int(s["endTimeUnixNano"]) // 1000 - start_us,
-            "tags": tags, "logs": [], "processID": "p1", "warnings": None})
+        tags = [tag(a) for a in s["attributes"]] + (
+            [{"key": "error", "type": "bool", "value": True}] if s["status"].get("code") == 2 else []
+        )
+        tr["spans"].append(
+            {
+                "traceID": s["traceId"],
+                "spanID": s["spanId"],
+                "operationName": s["name"],
+                "references": [{"refType": "CHILD_OF", "traceID": s["traceId"], "spanID": s["parentSpanId"]}]
+                if s["parentSpanId"]
+                else [],
+                "startTime": start_us,
+                "duration": int(s["endTimeUnixNano"]) // 1000 - start_us,
+                "tags": tags,
+                "logs": [],
+                "processID": "p1",
+                "warnings": None,
+            }
+        )
     return json.dumps({"data": list(traces.values()), "total": 0, "limit": 0, "offset": 0, "errors": None}).encode()

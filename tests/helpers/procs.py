@@ -13,12 +13,14 @@ TESTS = ROOT / "tests"  # the drive_*.py scripts the tests run in their own proc
 
 def clean_env(**extra: str) -> dict[str, str]:
     """The test process' environment without any telemetry settings, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("VERL_OTEL_", "OTEL_", "VERL_PROGRESS_", "VERL_ROLLOUT_PROGRESS_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("VERL_OTEL_", "OTEL_", "VERL_PROGRESS_", "VERL_ROLLOUT_PROGRESS_"))
+    }
     env.update(extra)
     return env
 
 
 def run_py(args: list[str], env: dict[str, str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], env=env, cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([sys.executable, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)

@@ -36,17 +36,26 @@ def file_sd_config(file_sd: Path, rule_files: list[Path] | None = None) -> dict[
     return {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(p) for p in rule_files or []],
-        "scrape_configs": [{
-            "job_name": "verl",
-            "file_sd_configs": [{"files": [str(file_sd)], "refresh_interval": "1s"}],
-        }],
+        "scrape_configs": [
+            {
+                "job_name": "verl",
+                "file_sd_configs": [{"files": [str(file_sd)], "refresh_interval": "1s"}],
+            }
+        ],
     }
 
 
 class PromServer:
-    def __init__(self, workdir: Path, file_sd: Path | None = None, rule_files: list[Path] | None = None, *,
-                 config: dict[str, Any] | None = None, args: list[str] | tuple[str, ...] = (),
-                 agent: bool = False) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        file_sd: Path | None = None,
+        rule_files: list[Path] | None = None,
+        *,
+        config: dict[str, Any] | None = None,
+        args: list[str] | tuple[str, ...] = (),
+        agent: bool = False,
+    ) -> None:
         if (config is None) == (file_sd is None):
             raise ValueError("give either file_sd or config")
         self.workdir = Path(workdir)
@@ -63,11 +72,22 @@ class PromServer:
 
     def command(self) -> list[str]:
         data = self.workdir / "data"
-        storage = (["--enable-feature=agent", f"--storage.agent.path={data}"] if self.agent else
-                   [f"--storage.tsdb.path={data}", "--enable-feature=exemplar-storage",
-                    "--storage.tsdb.retention.time=1d"])
-        return ["prometheus", f"--config.file={self.config_path}", f"--web.listen-address=127.0.0.1:{self.port}",
-                *storage, *self.args]
+        storage = (
+            ["--enable-feature=agent", f"--storage.agent.path={data}"]
+            if self.agent
+            else [
+                f"--storage.tsdb.path={data}",
+                "--enable-feature=exemplar-storage",
+                "--storage.tsdb.retention.time=1d",
+            ]
+        )
+        return [
+            "prometheus",
+            f"--config.file={self.config_path}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            *storage,
+            *self.args,
+        ]
 
     def start(self) -> PromServer:
         with open(self.workdir / "prometheus.log", "wb") as log:  # the child writes to its own copy

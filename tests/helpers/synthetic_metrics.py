@@ -14,12 +14,30 @@ RUNS = (("p", "e1"), ("p", "e2"))
 
 #: verl keys as verl logs them (the brief's list plus the critic and length keys the panels chart)
 VERL_KEYS = (
-    "critic/score/mean", "critic/rewards/mean", "critic/grad_norm", "critic/vf_loss",
-    "actor/entropy", "actor/grad_norm", "actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/kl_loss",
-    "response_length/mean", "response_length/max", "response_length/clip_ratio",
-    "perf/throughput", "perf/max_memory_allocated_gb", "actor/perf/max_memory_reserved_gb",
-    "timing_s/step", "timing_s/gen", "timing_s/update_actor", "val-core/openai/gsm8k/acc/mean@1",
-    "val/test_score/openai/gsm8k", "critic/score/max", "critic/score/min", "actor/reward_kl_penalty",
+    "critic/score/mean",
+    "critic/rewards/mean",
+    "critic/grad_norm",
+    "critic/vf_loss",
+    "actor/entropy",
+    "actor/grad_norm",
+    "actor/pg_loss",
+    "actor/pg_clipfrac",
+    "actor/ppo_kl",
+    "actor/kl_loss",
+    "response_length/mean",
+    "response_length/max",
+    "response_length/clip_ratio",
+    "perf/throughput",
+    "perf/max_memory_allocated_gb",
+    "actor/perf/max_memory_reserved_gb",
+    "timing_s/step",
+    "timing_s/gen",
+    "timing_s/update_actor",
+    "val-core/openai/gsm8k/acc/mean@1",
+    "val/test_score/openai/gsm8k",
+    "critic/score/max",
+    "critic/score/min",
+    "actor/reward_kl_penalty",
 )
 
 _LABEL_VALUES: dict[str, tuple[str, ...]] = {
@@ -39,7 +57,13 @@ def _labels(pairs: dict[str, str]) -> str:
 def _series(metric: sc.MetricDef) -> list[dict[str, str]]:
     out = []
     for (project, experiment), values in product(RUNS, product(*(_LABEL_VALUES[lbl] for lbl in metric.labels))):
-        out.append({sc.LABEL_PROJECT: project, sc.LABEL_EXPERIMENT: experiment, **dict(zip(metric.labels, values, strict=True))})
+        out.append(
+            {
+                sc.LABEL_PROJECT: project,
+                sc.LABEL_EXPERIMENT: experiment,
+                **dict(zip(metric.labels, values, strict=True)),
+            }
+        )
     return out
 
 
@@ -48,9 +72,13 @@ def _vllm(step: int) -> list[str]:
     lines: list[str] = []
     for replica in ("0", "1"):
         base = {sc.LABEL_PROCESS_ROLE: sc.ROLE_ROLLOUT_SERVER, sc.LABEL_REPLICA: replica, "engine": "0"}
-        for name, value in ((sc.VLLM_REQUESTS_RUNNING, 4), (sc.VLLM_REQUESTS_WAITING, 1),
-                            (sc.VLLM_KV_CACHE_USAGE, 0.5), (sc.VLLM_PREEMPTIONS, step),
-                            (sc.VLLM_GENERATION_TOKENS, 100 * step)):
+        for name, value in (
+            (sc.VLLM_REQUESTS_RUNNING, 4),
+            (sc.VLLM_REQUESTS_WAITING, 1),
+            (sc.VLLM_KV_CACHE_USAGE, 0.5),
+            (sc.VLLM_PREEMPTIONS, step),
+            (sc.VLLM_GENERATION_TOKENS, 100 * step),
+        ):
             lines.append(f"{name}{_labels(base)} {value}")
         for buckets in (sc.VLLM_TTFT_BUCKET, sc.VLLM_TPOT_BUCKET):
             for le in ("0.01", "0.1", "1", "+Inf"):

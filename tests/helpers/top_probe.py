@@ -31,8 +31,12 @@ class TopProbe:
         if len(self.frames) >= self.limit:
             return
         self._last = time.time()
-        proc = subprocess.run([sys.executable, "-m", "verl_otel.cli.main", "top", "--once", "--targets", str(out),
-                               "--width", str(WIDTH)], capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-m", "verl_otel.cli.main", "top", "--once", "--targets", str(out), "--width", str(WIDTH)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         self.frames.append((proc.returncode, proc.stdout + proc.stderr))
         saved = out / "top-frames"
         saved.mkdir(exist_ok=True)

@@ -38,8 +38,9 @@ class DemoRun:
 
     def series(self) -> set:
         """Label sets of every series of the run, without the per-process identities."""
-        data = self.prom.api("series", **{"match[]": '{job="verl"}', "start": self.query_time - 600,
-                                          "end": self.query_time})
+        data = self.prom.api(
+            "series", **{"match[]": '{job="verl"}', "start": self.query_time - 600, "end": self.query_time}
+        )
         return {frozenset((k, v) for k, v in s.items() if k not in ("instance",)) for s in data}
 
 
@@ -52,8 +53,9 @@ def _settled(prom, steps: int) -> bool:
     return step.get((), -1.0) >= float(steps) and active.get((), 1.0) == 0.0
 
 
-def start_demo(out: Path, trainer: str, steps: int, slow: list[str], scrape: bool, probe: Any = None,
-               **kw: Any) -> DemoRun:
+def start_demo(
+    out: Path, trainer: str, steps: int, slow: list[str], scrape: bool, probe: Any = None, **kw: Any
+) -> DemoRun:
     """``probe(out)``, if given, is called every half second while the run is up (e.g. `verl-otel top`)."""
     from verl_otel.demo.runner import run_demo
 
@@ -61,9 +63,20 @@ def start_demo(out: Path, trainer: str, steps: int, slow: list[str], scrape: boo
     prom = PromServer(out / "prom", out / "prometheus_targets.json").start() if scrape else None
     result: dict[str, int] = {}
     env = dict(clean_env())
-    th = threading.Thread(target=lambda: result.update(rc=run_demo(
-        steps=steps, out=out, trainer=trainer, slow=slow, linger=LINGER_S if scrape else 0.0, quiet=True,
-        extra_env=kw.pop("extra_env", None), **kw)))
+    th = threading.Thread(
+        target=lambda: result.update(
+            rc=run_demo(
+                steps=steps,
+                out=out,
+                trainer=trainer,
+                slow=slow,
+                linger=LINGER_S if scrape else 0.0,
+                quiet=True,
+                extra_env=kw.pop("extra_env", None),
+                **kw,
+            )
+        )
+    )
     old = dict(os.environ)
     os.environ.clear()
     os.environ.update(env)  # the demo's environment: no telemetry settings leak from the test process
@@ -89,8 +102,16 @@ def start_demo(out: Path, trainer: str, steps: int, slow: list[str], scrape: boo
     finally:
         os.environ.clear()
         os.environ.update(old)
-    run = DemoRun(out=out, rc=result.get("rc", -1), steps=steps, trainer=trainer, prom=prom, query_time=query_time,
-                  extra={"targets": targets}, slow=list(slow))
+    run = DemoRun(
+        out=out,
+        rc=result.get("rc", -1),
+        steps=steps,
+        trainer=trainer,
+        prom=prom,
+        query_time=query_time,
+        extra={"targets": targets},
+        slow=list(slow),
+    )
     if prom is not None:
         prom.at = query_time
     return run
