@@ -73,10 +73,11 @@ $(MIN_VENV)/.floors: pyproject.toml tests/min_env.py $(STAMP)
 test-min: $(MIN_VENV)/.floors
 	VERL_OTEL_EXPECT_MIN=1 $(MIN_VENV)/bin/python -m pytest -q -p no:cacheprovider $(MIN_TESTS)
 
-# ruff (lint + format) and mypy on verl_otel/, configured in pyproject.toml
+# ruff (lint + format) on verl_otel/, tests/ and bench/, and mypy on verl_otel/, configured in pyproject.toml
+LINT_PATHS := verl_otel tests bench
 lint: install
-	$(PY) -m ruff check verl_otel
-	$(PY) -m ruff format --check verl_otel
+	$(PY) -m ruff check $(LINT_PATHS)
+	$(PY) -m ruff format --check $(LINT_PATHS)
 	$(PY) -m mypy
 
 # everything but the real-verl runs (seconds, for quick iteration)
