@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from helpers.procs import ROOT, clean_env
+from helpers.verl_runs import vllm_python
 
 from verl_otel.demo import vllm_slow
 from verl_otel.demo.slow import ENV, SlowSpec
@@ -123,9 +124,7 @@ print(json.dumps(out))
 
 
 def test_the_logits_processor_holds_eos_back_then_forces_it():
-    vllm_py = ROOT / ".venv-vllm" / "bin" / "python"
-    if not vllm_py.exists():
-        pytest.skip(f"{vllm_py} missing: `make install-vllm` builds it (`make test` does)")
+    vllm_py = vllm_python()
     done = subprocess.run(
         [str(vllm_py), "-c", _PROCESSOR_CHECK],
         capture_output=True,

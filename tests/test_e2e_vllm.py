@@ -21,12 +21,12 @@ import pytest
 
 from helpers.procs import ROOT, clean_env
 from helpers.traces import load_spans, parent_chain, steps
+from helpers.verl_runs import VLLM_PY, vllm_demo_cmd
 
 from verl_otel import semconv as sc
 
 pytestmark = pytest.mark.verl
 
-VLLM_PY = ROOT / ".venv-vllm" / "bin" / "python"
 STEPS = 2
 TAIL_STEP, TAIL_S = 1, 4.0  # one sample of step 1 decodes for TAIL_S seconds (demo/vllm_slow.py)
 RESPONSE_LENGTH = 16  # the demo's data.max_response_length
@@ -63,29 +63,15 @@ def _settled(prom: Any) -> bool:
 
 @pytest.fixture(scope="module")
 def vllm_run(tmp_path_factory):
-    if not VLLM_PY.exists():
-        pytest.skip(f"{VLLM_PY} missing: `make install-vllm` builds it (`make test` does)")
     from helpers.prom import PromServer, available
 
     if not available():
         pytest.skip("prometheus not installed (`make prometheus`)")
     out = tmp_path_factory.mktemp("demo-vllm")
+    cmd = vllm_demo_cmd(
+        out, "--steps", str(STEPS), "--linger", str(LINGER_S), "--slow", f"rollout_sample@{TAIL_STEP}={TAIL_S:g}"
+    )
     prom = PromServer(out / "prom", out / sc.PROM_TARGETS_FILE).start()
-    cmd = [
-        str(VLLM_PY),
-        "-m",
-        "verl_otel.demo",
-        "--rollout",
-        "vllm",
-        "--steps",
-        str(STEPS),
-        "--out",
-        str(out),
-        "--linger",
-        str(LINGER_S),
-        "--slow",
-        f"rollout_sample@{TAIL_STEP}={TAIL_S:g}",
-    ]
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, env=clean_env(), cwd=out, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     query_time = settled_since = None

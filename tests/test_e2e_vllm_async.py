@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from helpers.procs import ROOT, clean_env
+from helpers.procs import clean_env
 from helpers.traces import load_spans, parent_chain
 from helpers.verl_log import step_metrics
+from helpers.verl_runs import vllm_demo_cmd
 
 from verl_otel import semconv as sc
 
 pytestmark = pytest.mark.verl
 
-VLLM_PY = ROOT / ".venv-vllm" / "bin" / "python"
 STEPS = 2
 
 
@@ -41,23 +41,9 @@ class Run:
 
 @pytest.fixture(scope="module", params=["separate_async", "fully_async"])
 def async_vllm_run(request, tmp_path_factory):
-    if not VLLM_PY.exists():
-        pytest.skip(f"{VLLM_PY} missing: `make install-vllm` builds it (`make test` does)")
     trainer = request.param
     out = tmp_path_factory.mktemp(f"vllm-{trainer}")
-    cmd = [
-        str(VLLM_PY),
-        "-m",
-        "verl_otel.demo",
-        "--rollout",
-        "vllm",
-        "--trainer",
-        trainer,
-        "--steps",
-        str(STEPS),
-        "--out",
-        str(out),
-    ]
+    cmd = vllm_demo_cmd(out, "--trainer", trainer, "--steps", str(STEPS))
     t0 = time.monotonic()
     rc = subprocess.run(
         cmd, env=clean_env(), cwd=out, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, timeout=1200

@@ -11,10 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from helpers.procs import clean_env
+import pytest
+
+from helpers.procs import ROOT, clean_env
 from helpers.prom import PromServer
 
 LINGER_S = 12.0
+VLLM_PY = ROOT / ".venv-vllm" / "bin" / "python"  # the real vLLM's venv (`make install-vllm`)
 PROGRESS_LOG = {"VERL_PROGRESS_LOG": "1"}  # the seed's lines beside the telemetry (tests/test_e2e_console.py)
 
 
@@ -115,3 +118,15 @@ def start_demo(
     if prom is not None:
         prom.at = query_time
     return run
+
+
+def vllm_python() -> Path:
+    """The vLLM venv's Python; the test is skipped without it."""
+    if not VLLM_PY.exists():
+        pytest.skip(f"{VLLM_PY} missing: `make install-vllm` builds it (`make test` does)")
+    return VLLM_PY
+
+
+def vllm_demo_cmd(out: Path, *args: str) -> list[str]:
+    """`verl-otel demo --rollout vllm ... --out OUT` in the vLLM venv (the test is skipped without it)."""
+    return [str(vllm_python()), "-m", "verl_otel.demo", "--rollout", "vllm", "--out", str(out), *args]

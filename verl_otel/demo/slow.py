@@ -54,3 +54,24 @@ class SlowSpec:
 
     def to_env(self) -> str:
         return ",".join(f"{p}@{s}={sec}" for (p, s), sec in self.delays.items())
+
+
+class RequestDelays:
+    """What ``--slow`` asks of a training request of a step, in the LLM server (the stand-in's or verl's vLLM
+    server): ``rollout`` for every request of that step, ``rollout_sample`` (the long tail) for its first one
+    only. Remembers at most one step per ``rollout_sample`` entry."""
+
+    def __init__(self, spec: SlowSpec | None = None) -> None:
+        self.spec = SlowSpec.from_env() if spec is None else spec
+        self._tails: set[int] = set()
+
+    def rollout_s(self, step: int) -> float:
+        return self.spec.seconds("rollout", step)
+
+    def tail_s(self, step: int) -> float:
+        """The long tail's seconds for this request if it is the step's first to ask, else 0."""
+        seconds = self.spec.seconds("rollout_sample", step)
+        if not seconds or step in self._tails:
+            return 0.0
+        self._tails.add(step)
+        return seconds

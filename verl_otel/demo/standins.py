@@ -31,7 +31,7 @@ from verl.workers.rollout.replica import (
     TokenOutput,
 )
 
-from verl_otel.demo.slow import SlowSpec
+from verl_otel.demo.slow import RequestDelays
 
 SERVER_NAME = "verl_otel_demo_llm_{}"
 
@@ -67,8 +67,7 @@ class StubLLMServer:
         self.abort_epoch = 0
         self.n_aborted = 0
         self.version = 0
-        self.slow = SlowSpec.from_env()
-        self.slowed_samples: set[int] = set()
+        self.delays = RequestDelays()
         self.n_requests = 0
         self.weight_syncs = 0
 
@@ -94,10 +93,7 @@ class StubLLMServer:
         delay = self.rng.uniform(0.005, 0.03)
         if float(sampling_params.get("temperature", 0) or 0) > 0:  # training rollouts sample; validation is greedy
             step = self.version + 1  # weights of step k-1 generate step k
-            delay += self.slow.seconds("rollout", step)
-            if step not in self.slowed_samples and self.slow.seconds("rollout_sample", step):
-                self.slowed_samples.add(step)
-                delay += self.slow.seconds("rollout_sample", step)
+            delay += self.delays.rollout_s(step) + self.delays.tail_s(step)
         await asyncio.sleep(delay)
         body = [self.rng.choice(self.word_ids) for _ in range(self.rng.randint(1, max(1, self.response_length - 4)))]
         budget = min(self.response_length, int(sampling_params.get("max_tokens") or self.response_length))

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from verl_otel.demo.slow import SlowSpec
+from verl_otel.demo.slow import RequestDelays, SlowSpec
 
 #: the engine argument that loads it (``module:Class``; one string: verl would turn a list into ``str(list)``)
 LOGITS_PROCESSOR = "verl_otel.demo.vllm_long_tail:LongTail"
@@ -35,13 +35,11 @@ def overrides(spec: SlowSpec) -> list[str]:
 
 
 class _Process:
-    """The rollout server of this process (one per process), and which steps' long tail was sent (one
-    sample per step, as the stand-in)."""
+    """The rollout server of this process (one per process) and what ``--slow`` asks of its requests."""
 
     def __init__(self) -> None:
-        self.spec = SlowSpec.from_env()
+        self.delays = RequestDelays()
         self.server: Any = None
-        self.tails: set[int] = set()
 
 
 _process = _Process()
@@ -64,15 +62,14 @@ def engine_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any,
     if float(getattr(params, "temperature", 0) or 0) <= 0:  # validation is greedy: only training is slowed
         return wrapped(*args, **kwargs)
     step = int(getattr(_process.server, "global_steps", None) or 0) + 1  # weights of step k-1 generate step k
-    tail = _process.spec.seconds("rollout_sample", step)
-    if tail and step not in _process.tails:
-        _process.tails.add(step)
+    tail = _process.delays.tail_s(step)
+    if tail:
         prompt = args[0] if args else kwargs.get("prompt")
         prompt_len = len(prompt.get("prompt_token_ids") or []) if isinstance(prompt, dict) else 0
         # as many tokens as the context holds (verl keeps response_length of them); LongTail ends it on time
         params.max_tokens = max(1, int(instance.model_config.max_model_len) - prompt_len)
         params.extra_args = {**(params.extra_args or {}), DEADLINE_KEY: time.time() + tail}
-    delay = _process.spec.seconds("rollout", step)
+    delay = _process.delays.rollout_s(step)
     return _after(delay, wrapped(*args, **kwargs)) if delay else wrapped(*args, **kwargs)
 
 
@@ -83,4 +80,4 @@ async def _after(delay: float, outputs: Any) -> Any:
 
 
 def asked() -> bool:
-    return _process.spec.any("rollout", "rollout_sample")
+    return _process.delays.spec.any("rollout", "rollout_sample")
