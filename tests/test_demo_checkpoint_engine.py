@@ -71,3 +71,22 @@ def test_gloo_engine_moves_every_tensor_bucket_by_bucket():
     assert buckets == [["b", "a"], ["c"], ["d"]], buckets
     assert metrics == {"checkpoint_engine/payload_mbytes": sum(t.nbytes for _, t in want) / (1 << 20)}
     assert receiver.bytes_moved == sender.bytes_moved == sum(t.nbytes for _, t in want)
+
+
+def test_the_master_listens_on_the_port_it_announces():
+    """The port goes out in prepare's metadata and is used in init_process_group, after verl has gathered
+    every rank's metadata: it must be held from the start, or another process can take it in between."""
+    import socket
+
+    engine = CheckpointEngineRegistry.get(BACKEND)(bucket_size=80, is_master=True)
+    master = engine.prepare()
+    try:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("", master["port"]))
+            except OSError:
+                return
+            raise AssertionError(f"port {master['port']} was announced but nothing listens on it")
+    finally:
+        engine.finalize()

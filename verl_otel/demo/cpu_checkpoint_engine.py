@@ -66,11 +66,12 @@ class GlooCheckpointEngine(CheckpointEngine):
         if not self.is_master:
             return {}
         import ray
-        from verl.utils.net_utils import get_free_port
 
         host = ray.util.get_node_ip_address().strip("[]")
-        port, _ = get_free_port(host)
-        return {"host": host, "port": port}
+        # The store listens from here on, on a port the OS picks: a port found free now and bound only
+        # in init_process_group can be taken in between (CI saw EADDRINUSE once in a fully_async run).
+        self._store = dist.TCPStore(host, 0, None, True, timeout=_TIMEOUT, wait_for_workers=False)
+        return {"host": host, "port": self._store.port}
 
     @classmethod
     def build_topology(
@@ -96,7 +97,8 @@ class GlooCheckpointEngine(CheckpointEngine):
         self.rank = rank
         if rank < 0:  # an actor rank that only walks its export (producing it is collective)
             return
-        self._store = dist.TCPStore(master["host"], master["port"], world_size, rank == 0, timeout=_TIMEOUT)
+        if rank != 0 or self._store is None:  # rank 0 is the master: its store listens since prepare
+            self._store = dist.TCPStore(master["host"], master["port"], world_size, False, timeout=_TIMEOUT)
         self._pg = dist.ProcessGroupGloo(self._store, rank, world_size, _TIMEOUT)
 
     def finalize(self) -> None:
