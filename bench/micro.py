@@ -234,7 +234,7 @@ def scrape_ms() -> float:
     tracker = RolloutTracker()
     tracker.batch_started("train", 1, 512, None)
     tracker.batch_started("validate", 1, 64, None)
-    state.add_source(tracker.samples)
+    state.add_source(tracker.readings)
     record_training_metrics(state, {f"actor/metric_{i}": float(i) for i in range(300)})
     reg = CollectorRegistry(auto_describe=False)
     reg.register(StateCollector(state))
