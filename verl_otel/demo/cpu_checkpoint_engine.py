@@ -97,7 +97,7 @@ class GlooCheckpointEngine(CheckpointEngine):
         self.rank = rank
         if rank < 0:  # an actor rank that only walks its export (producing it is collective)
             return
-        if rank != 0 or self._store is None:  # rank 0 is the master: its store listens since prepare
+        if rank != 0:  # rank 0 is the master (build_topology): its store listens since prepare
             self._store = dist.TCPStore(master["host"], master["port"], world_size, False, timeout=_TIMEOUT)
         self._pg = dist.ProcessGroupGloo(self._store, rank, world_size, _TIMEOUT)
 
