@@ -12,6 +12,7 @@ ATTR_STALL_CALL: Final = "verl.stall.call"  # the call in flight: phase, worker 
 ATTR_STALL_ELAPSED: Final = "verl.stall.elapsed_s"
 ATTR_STALL_THRESHOLD: Final = "verl.stall.threshold_s"
 ATTR_STALL_FRAME: Final = "verl.stall.frame"  # innermost frame in verl's or the user's code
+ATTR_STALL_STACK: Final = "verl.stall.stack"  # verl's and the user's frames of that thread, innermost first
 ATTR_STALL_KIND: Final = "verl.stall.kind"  # one of STALL_KINDS
 ATTR_STALL_EVIDENCE: Final = "verl.stall.evidence"  # the stack file's path
 ATTR_STALL_ROLE: Final = "verl.stall.process_role"

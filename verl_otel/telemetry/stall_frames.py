@@ -64,11 +64,12 @@ def is_relevant(filename: str) -> bool:
         return False
     if _OUR_DEMO in filename:
         return True
-    if _OURS in filename or filename.startswith(_STDLIB) or any(p in filename for p in _SKIP_PARTS):
+    if _OURS in filename or any(p in filename for p in _SKIP_PARTS):
         return False
     if any(s in filename for s in _SITE):  # installed packages: only verl's own
         return _VERL in filename
-    return _LIB_PYTHON.search(filename) is None  # another Python's standard library
+    # the standard library (a venv's "platstdlib" is its own lib/pythonX.Y, site-packages checked above)
+    return not filename.startswith(_STDLIB) and _LIB_PYTHON.search(filename) is None
 
 
 def frame_text(frame: Frame) -> str:

@@ -76,6 +76,7 @@ class Stall:
     role: str
     pid: int
     host: str
+    stack: tuple[str, ...] = ()  # verl's and the user's frames of the stuck thread, innermost first
     dumps: int = 1
     last_dump: float = 0.0
     calls: set[int] = field(default_factory=set)
@@ -223,6 +224,9 @@ class StallWatch:
             role,
             self.pid,
             self.host,
+            stack=tuple(frames.frame_text(f) for f in reversed(stack.frames) if frames.is_relevant(f[0]))[:12]
+            if stack
+            else (),
             last_dump=now,
         )
         self._phases.add(c.phase)
@@ -260,6 +264,7 @@ class StallWatch:
             "elapsed_s": f"{s.elapsed_s:.1f}",
             "threshold_s": f"{s.threshold_s:.1f}",
             "frame": s.frame,
+            "stack": " <- ".join(s.stack),
             "kind": s.kind,
             "role": s.role,
             "pid": s.pid,
@@ -275,6 +280,7 @@ class StallWatch:
             sc.ATTR_STALL_ELAPSED: round(s.elapsed_s, 3),
             sc.ATTR_STALL_THRESHOLD: round(s.threshold_s, 3),
             sc.ATTR_STALL_FRAME: s.frame,
+            sc.ATTR_STALL_STACK: list(s.stack),
             sc.ATTR_STALL_KIND: s.kind,
             sc.ATTR_STALL_EVIDENCE: s.evidence,
             sc.ATTR_STALL_ROLE: s.role,
