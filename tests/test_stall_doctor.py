@@ -85,10 +85,11 @@ def test_doctor_reads_repeats(tmp_path, capsys):
     stalls = tmp_path / sc.STALLS_DIR
     stalls.mkdir()
     head = f"{sc.STALL_FILE_MAGIC}\nphase: update_actor\ncall: worker.update_actor\nstep: 2\nframe: f (a.py:1)\n"
-    body = f"kind: collective\nrole: train_worker\npid: 5\nhost: h\n\nstacks\n{sc.STALL_REPEAT_MARK} after 9s; innermost: f (a.py:1)\n"
+    body = "kind: collective\nrole: train_worker\npid: 5\nhost: h\n\nstacks\n"
+    body += f"{sc.STALL_REPEAT_MARK} after 9s; innermost: f (a.py:1)\n"
     (stalls / "x.txt").write_text(head + body)
     (stalls / "other.txt").write_text("not ours\n")
-    rc, text = _doctor(capsys, "--dir", str(tmp_path), "--json")
+    _, text = _doctor(capsys, "--dir", str(tmp_path), "--json")
     [rec] = json.loads(text)
     assert rec["repeats"] == 1 and rec["moved"] is False and "TORCH_NCCL" in rec["advice"]
     assert Path(rec["evidence"]).name == "x.txt"
