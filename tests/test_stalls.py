@@ -155,3 +155,29 @@ def test_innermost_skips_stdlib_and_picks_the_working_thread():
     assert stall_frames.classify(sc.PHASE_UPDATE_ACTOR, collective) == sc.STALL_COLLECTIVE
     assert stall_frames.classify(sc.PHASE_SAVE_CHECKPOINT, ()) == sc.STALL_CHECKPOINT
     assert stall_frames.classify(sc.PHASE_ADV, ()) == sc.STALL_UNKNOWN
+
+
+def test_an_awaiting_call_points_at_its_await_chain(watch):
+    """An agent-loop sample waiting on the engine is on no thread's stack: its task's await chain is."""
+    import asyncio
+
+    async def wait_for_engine(gate: asyncio.Event) -> None:
+        await gate.wait()
+
+    async def sample() -> None:
+        gate = asyncio.Event()
+        token = watch.enter(sc.CALL_AGENT_SAMPLE)
+        waiter = asyncio.ensure_future(wait_for_engine(gate))
+        await asyncio.sleep(0.3)
+        found = await asyncio.to_thread(watch.check)
+        gate.set()
+        await waiter
+        watch.exit(token)
+        return found
+
+    async def main() -> list:
+        return await asyncio.create_task(sample())
+
+    [stall] = asyncio.run(main())
+    assert stall.frame.startswith("sample (test_stalls.py:") and stall.kind == sc.STALL_ROLLOUT
+    assert "Awaiting" in Path(stall.evidence).read_text()

@@ -66,7 +66,7 @@ def parse_file(path: Path) -> StallRecord | None:
     step = _num(head.get("step", ""))
     pid = _num(head.get("pid", ""))
     repeats = [ln for ln in lines if ln.startswith(sc.STALL_REPEAT_MARK)]
-    innermosts = {head.get("frame", "")} | {ln.rpartition("innermost: ")[2] for ln in repeats}
+    innermosts = {head.get("frame", "")} | {ln.rpartition("innermost: ")[2].strip("? ") for ln in repeats}
     return StallRecord(
         phase=head.get("phase", ""),
         call=head.get("call", ""),

@@ -52,9 +52,11 @@ def _read(args: argparse.Namespace) -> tuple[list[stalls.StallRecord], str]:
 
 def render(records: list[stalls.StallRecord], source: str) -> str:
     if not records:
-        return f"no stall in {source}: no evidence files and no stall spans (the run never stalled, or ran with "
-        f"{sc.ENV_STALL}=0)\n"
-    out = [f"{len(records)} stall{'s' * (len(records) != 1)} in {source}:\n"]
+        return (
+            f"no stall in {source}: no evidence files and no stall spans (the run never stalled, or ran with "
+            f"{sc.ENV_STALL}=0)\n"
+        )
+    out = [f"{len(records)} stall{'s' * (len(records) != 1)} in {source}:"]
     for i, r in enumerate(records, 1):
         step = f"step {r.step}" if r.step is not None else "step ?"
         call = f" ({r.call})" if r.call and r.call != r.phase else ""

@@ -14,6 +14,7 @@ import threading
 import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from verl_otel import semconv as sc
 
@@ -78,12 +79,46 @@ def frame_text(frame: Frame) -> str:
     return f"{func} ({os.path.basename(filename)}:{line})"
 
 
+def task_stack(task: Any) -> ThreadStack | None:
+    """The await chain of an asyncio task (a coroutine suspended in ``await`` is on no thread's stack): the
+    agent-loop sample or reward call that entered the watch, outermost first."""
+    try:
+        coro, out = task.get_coro(), []
+        while coro is not None and len(out) < MAX_FRAMES:
+            frame = (
+                getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None) or getattr(coro, "gi_frame", None)
+            )
+            if frame is None:
+                break
+            out.append((frame.f_code.co_filename, frame.f_lineno or 0, frame.f_code.co_name))
+            coro = (
+                getattr(coro, "cr_await", None)
+                or getattr(coro, "ag_await", None)
+                or getattr(coro, "gi_yieldfrom", None)
+            )
+        return ThreadStack(TASK_IDENT, f"asyncio task {task.get_name()}", tuple(out)) if out else None
+    except Exception:  # noqa: BLE001 - a task that finished meanwhile: no chain
+        return None
+
+
+def _first(obj: Any, names: tuple[str, ...]) -> Any:
+    for name in names:
+        val = getattr(obj, name, None)
+        if val is not None:
+            return val
+    return None
+
+
+TASK_IDENT = 0  # the ident of a task's await chain among the thread stacks
+
+
 def innermost(stacks: Iterable[ThreadStack], prefer: int | None = None) -> tuple[Frame | None, ThreadStack | None]:
     """The innermost relevant frame: in the thread that entered the call (``prefer``) if it has one, else in
     the thread with the deepest relevant frame (an executor thread running a reward function while the
-    event loop waits). Our own threads are never it."""
+    event loop waits), else in the call's own await chain (a sample waiting on the engine). Our own threads
+    are never it."""
     candidates = [s for s in stacks if not s.name.startswith("verl-otel")]
-    candidates.sort(key=lambda s: (s.ident != prefer, -len(s.frames)))
+    candidates.sort(key=lambda s: (s.ident != prefer, s.ident == TASK_IDENT, -len(s.frames)))
     for stack in candidates:
         for frame in reversed(stack.frames):
             if is_relevant(frame[0]):
@@ -128,7 +163,8 @@ def format_stacks(stacks: Iterable[ThreadStack]) -> str:
     """Python's traceback layout, one block per thread, innermost call last."""
     blocks = []
     for stack in stacks:
-        lines = [f'Thread {stack.ident} "{stack.name}" (most recent call last):']
+        what = "Awaiting" if stack.ident == TASK_IDENT else f"Thread {stack.ident}"
+        lines = [f'{what} "{stack.name}" (most recent call last):']
         lines += [f'  File "{fn}", line {line}, in {func}' for fn, line, func in stack.frames]
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks) + "\n"

@@ -12,6 +12,7 @@ printed. The same stall is dumped again every ``repeat_s`` seconds (does it move
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import socket
@@ -58,6 +59,7 @@ class _Call:
     start: float
     thread: int
     parent: otel_context.Context | None
+    task: Any = None  # the asyncio task that entered (its await chain is on no thread's stack)
     stalled: bool = False
 
 
@@ -119,7 +121,8 @@ class StallWatch:
             self._start()
         token = next(self._ids)
         ctx = trace.set_span_in_context(parent) if isinstance(parent, Span) else parent
-        self._calls[token] = _Call(phase, call or phase, step, time.monotonic(), threading.get_ident(), ctx)
+        task = asyncio.current_task() if asyncio._get_running_loop() is not None else None
+        self._calls[token] = _Call(phase, call or phase, step, time.monotonic(), threading.get_ident(), ctx, task)
         return token
 
     def exit(self, token: int | None) -> None:
@@ -206,7 +209,7 @@ class StallWatch:
         return touched
 
     def _detect(self, c: _Call, elapsed: float, limit: float, now: float) -> Stall:
-        stacks = frames.capture()
+        stacks = self._stacks(c)
         frame, stack = frames.innermost(stacks, c.thread)
         kind = frames.classify(c.phase if c.call == c.phase else c.call, stack.frames if stack else ())
         if kind == sc.STALL_UNKNOWN and c.call != c.phase:
@@ -249,12 +252,15 @@ class StallWatch:
         stall.last_dump = now
         if self._evidence is None or not stall.evidence:
             return
-        stacks = frames.capture()
+        stacks = self._stacks(c)
         frame, _ = frames.innermost(stacks, c.thread)
-        text = (
-            f"\n{sc.STALL_REPEAT_MARK} after {elapsed:.0f}s; innermost: {frames.frame_text(frame) if frame else '?'}\n"
-        )
+        where = frames.frame_text(frame) if frame else ""
+        text = f"\n{sc.STALL_REPEAT_MARK} after {elapsed:.0f}s; innermost: {where}\n"
         self._evidence.append(Path(stall.evidence), text + frames.format_stacks(stacks))
+
+    def _stacks(self, c: _Call) -> list[frames.ThreadStack]:
+        chain = frames.task_stack(c.task) if c.task is not None else None
+        return ([chain] if chain else []) + frames.capture()
 
     def _header(self, s: Stall) -> str:
         rows = {
