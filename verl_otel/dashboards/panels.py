@@ -225,9 +225,9 @@ DROPPED = Panel(
 STALLS = Panel(
     21,
     "Stalls",
-    "1 while a process reports a call stalled (past its stall threshold) in a phase: its stacks are in "
-    "the stalls/ folder of VERL_OTEL_DIR and a stall span is in the step's trace; `verl-otel doctor` explains it. Healthy: "
-    "nothing (no series at all until a first stall).",
+    "1 while a process reports a call stalled (past its stall threshold) in a phase: its stacks are in the "
+    "stalls/ folder of VERL_OTEL_DIR and a stall span is in the step's trace; `verl-otel doctor` explains it. "
+    "Healthy: nothing (no series at all until a first stall).",
     "timeseries",
     (
         Target(
