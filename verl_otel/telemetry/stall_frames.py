@@ -83,7 +83,7 @@ def task_stack(task: Any) -> ThreadStack | None:
     """The await chain of an asyncio task (a coroutine suspended in ``await`` is on no thread's stack): the
     agent-loop sample or reward call that entered the watch, outermost first."""
     try:
-        coro, out = task.get_coro(), []
+        coro, out = task.get_coro(), list[Frame]()
         while coro is not None and len(out) < MAX_FRAMES:
             frame = (
                 getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None) or getattr(coro, "gi_frame", None)
