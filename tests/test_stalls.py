@@ -181,3 +181,28 @@ def test_an_awaiting_call_points_at_its_await_chain(watch):
     [stall] = asyncio.run(main())
     assert stall.frame.startswith("sample (test_stalls.py:") and stall.kind == sc.STALL_ROLLOUT
     assert "Awaiting" in Path(stall.evidence).read_text()
+
+
+def test_native_stacks_by_py_spy_or_one_line(tmp_path):
+    """With py-spy installed and allowed to attach, the native stacks; otherwise one line says why not."""
+    import os
+
+    text = EvidenceFiles(tmp_path).native(os.getpid())
+    if text.startswith("(native stacks:"):
+        assert text.count("\n") == 1
+    else:
+        assert "Thread" in text and "test_native_stacks_by_py_spy_or_one_line" in text
+    assert "not installed" in EvidenceFiles(tmp_path, py_spy="").native(os.getpid())
+    assert "cannot run py-spy" in EvidenceFiles(tmp_path, py_spy=str(tmp_path / "nope")).native(os.getpid())
+
+
+def test_off_by_setting(monkeypatch, tmp_path):
+    from verl_otel import runtime
+
+    monkeypatch.setenv(sc.ENV_STALL, "0")
+    monkeypatch.setenv(sc.ENV_DIR, str(tmp_path))
+    runtime.reset_for_tests()
+    try:
+        assert runtime.current().stalls is None
+    finally:
+        runtime.reset_for_tests()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from verl_otel import semconv as sc
@@ -24,7 +25,7 @@ class EvidenceFiles:
     def __init__(self, root: Path, max_bytes: int = MAX_FILE_BYTES, py_spy: str | None = None) -> None:
         self.root = Path(root)
         self.max_bytes = max_bytes
-        self._py_spy = py_spy if py_spy is not None else (shutil.which("py-spy") or "")
+        self._py_spy = py_spy if py_spy is not None else _find_py_spy()
 
     def path(self, name: str) -> Path:
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[:200]
@@ -76,6 +77,12 @@ class EvidenceFiles:
             why = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
             return f"(native stacks: py-spy could not attach: {why[0][:300]}; ptrace may be restricted)\n"
         return done.stdout
+
+
+def _find_py_spy() -> str:
+    """py-spy on PATH, or beside this Python (a venv's bin/, which a Ray worker's PATH may lack)."""
+    beside = Path(sys.executable).parent / "py-spy"
+    return shutil.which("py-spy") or (str(beside) if os.access(beside, os.X_OK) else "")
 
 
 def _cut(data: bytes, limit: int) -> bytes:
