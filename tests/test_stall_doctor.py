@@ -93,3 +93,40 @@ def test_doctor_reads_repeats(tmp_path, capsys):
     [rec] = json.loads(text)
     assert rec["repeats"] == 1 and rec["moved"] is False and "TORCH_NCCL" in rec["advice"]
     assert Path(rec["evidence"]).name == "x.txt"
+
+
+def test_doctor_reads_stall_spans_from_jaeger(jaeger, capsys):
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from helpers.step_spans import otlp_json
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("t")
+    step = tracer.start_span(sc.SPAN_STEP, attributes={sc.ATTR_GLOBAL_STEP: 4})
+    call = tracer.start_span("worker.update_actor", context=trace.set_span_in_context(step))
+    attrs = {
+        sc.ATTR_PHASE: sc.PHASE_UPDATE_ACTOR,
+        sc.ATTR_STALL_CALL: "worker.update_actor",
+        sc.ATTR_STALL_FRAME: "all_reduce (distributed_c10d.py:2500)",
+        sc.ATTR_STALL_STACK: ["all_reduce (distributed_c10d.py:2500)", "update_actor (engine_workers.py:714)"],
+        sc.ATTR_STALL_KIND: sc.STALL_COLLECTIVE,
+        sc.ATTR_STALL_ROLE: sc.ROLE_WORKER,
+        sc.ATTR_STALL_PID: 42,
+        sc.ATTR_STALL_HOST: "node-3",
+    }
+    tracer.start_span(sc.SPAN_STALL, context=trace.set_span_in_context(call), attributes=attrs).end()
+    call.end()
+    step.end()
+    doc = otlp_json(list(exporter.get_finished_spans()))
+    j = jaeger({"/api/v3/traces": (200, json.dumps({"result": doc}).encode())})
+    rc, text = _doctor(capsys, "--jaeger", j.url, "--json")
+    [rec] = json.loads(text)
+    assert rc == 0 and rec["step"] == 4 and rec["host"] == "node-3" and rec["kind"] == sc.STALL_COLLECTIVE
+    assert "TORCH_NCCL" in rec["advice"] and j.queries[0][1]["query.operation_name"] == [sc.SPAN_STALL]
+    rc, text = _doctor(capsys, "--jaeger", j.url)
+    assert "train_worker pid 42 on node-3" in text and "<- update_actor (engine_workers.py:714)" in text
