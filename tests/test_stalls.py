@@ -206,3 +206,34 @@ def test_off_by_setting(monkeypatch, tmp_path):
         assert runtime.current().stalls is None
     finally:
         runtime.reset_for_tests()
+
+
+def test_a_forked_child_gets_its_own_watch(monkeypatch, tmp_path):
+    import os
+
+    from verl_otel import runtime
+
+    monkeypatch.setenv(sc.ENV_DIR, str(tmp_path))
+    monkeypatch.setenv(sc.ENV_STALL_SECONDS, "0.1")
+    runtime.reset_for_tests()
+    try:
+        parent = runtime.current().stalls
+        assert parent is not None
+        parent.exit(parent.enter(sc.PHASE_ADV))  # its thread runs
+        pid = os.fork()
+        if pid == 0:  # the child: a new runtime, a new watch with its own thread, nothing of the parent's calls
+            code = 1
+            try:
+                child = runtime.current().stalls
+                token = child.enter(sc.PHASE_ADV, step=1)
+                time.sleep(0.5)  # its own thread catches it
+                ok = child is not parent and [s.pid for s in child.stalls()] == [os.getpid()]
+                child.exit(token)
+                code = 0 if ok else 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert parent.stalls() == []
+    finally:
+        runtime.reset_for_tests()
