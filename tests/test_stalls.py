@@ -237,3 +237,30 @@ def test_a_forked_child_gets_its_own_watch(monkeypatch, tmp_path):
         assert parent.stalls() == []
     finally:
         runtime.reset_for_tests()
+
+
+def test_enter_and_exit_do_no_io_on_the_calling_thread(watch, monkeypatch):
+    """The training thread's side is a dict entry: opening, writing or spawning there fails this test."""
+    import builtins
+    import os
+    import subprocess
+
+    me = threading.get_ident()
+
+    def guard(real):
+        def call(*a, **k):
+            assert threading.get_ident() != me, f"{real.__name__} on the calling thread"
+            return real(*a, **k)
+
+        return call
+
+    for mod, name in ((builtins, "open"), (os, "open"), (os, "write"), (subprocess, "run"), (builtins, "print")):
+        monkeypatch.setattr(mod, name, guard(getattr(mod, name)))
+    for step in range(3):
+        watch.exit(watch.enter(sc.PHASE_UPDATE_ACTOR, step=step))
+    token = watch.enter(sc.PHASE_UPDATE_ACTOR, step=9)
+    th = threading.Thread(target=watch.check, kwargs={"now": time.monotonic() + 1000})
+    th.start()  # the stall itself is handled off the calling thread (here: another thread, as the watchdog's)
+    th.join()
+    watch.exit(token)
+    assert len(watch.stalls()) == 1 and watch.stalls()[0].evidence
