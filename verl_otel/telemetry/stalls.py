@@ -176,9 +176,12 @@ class StallWatch:
         """One look at the calls in flight (the watchdog's tick); returns the stalls found or dumped again."""
         now = time.monotonic() if now is None else now
         touched = []
+        limits: dict[tuple[str, int], float] = {}  # one median per phase and step per tick, however many calls
         for token, c in list(self._calls.items()):
             elapsed = now - c.start
-            limit = self.threshold(c.phase, c.step)
+            limit = limits.get((c.phase, c.step))
+            if limit is None:
+                limit = limits[(c.phase, c.step)] = self.threshold(c.phase, c.step)
             if elapsed < limit:
                 continue
             key = (c.phase, c.step if c.step >= 0 else _trace_of(c.parent))
@@ -196,8 +199,10 @@ class StallWatch:
             c.stalled = True
         # repeats are per stall, once per tick: any of its calls still in flight
         for stall in self.stalls():
-            live = [self._calls.get(t) for t in stall.calls]
-            call = next((x for x in live if x is not None), None)
+            live = [x for x in (self._calls.get(t) for t in list(stall.calls)) if x is not None]
+            if len(live) < len(stall.calls):  # the calls that ended are forgotten
+                stall.calls = {t for t in stall.calls if t in self._calls}
+            call = live[0] if live else None
             if (
                 call is not None
                 and stall not in touched
