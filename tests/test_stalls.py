@@ -38,7 +38,7 @@ def watch(tmp_path: Path):
         tracer=lambda: tracer,
         state=state,
         flush_soon=lambda: flushes.append(1),
-        evidence=EvidenceFiles(tmp_path / "stalls", max_bytes=64 * 1024, py_spy=""),
+        evidence=EvidenceFiles(tmp_path / "stalls", py_spy=""),
         role=lambda: sc.ROLE_REWARD,
         console=True,
     )
@@ -92,6 +92,8 @@ def test_a_stall_leaves_file_span_metrics_and_a_line(watch, tmp_path, capsys):
         assert path.parent == tmp_path / "stalls" and path.name == f"step3-reward-{sc.ROLE_REWARD}-{stall.pid}.txt"
         text = path.read_text()
         assert text.startswith(sc.STALL_FILE_MAGIC) and "phase: reward" in text and "in my_stuck_reward" in text
+        first_thread = text.split("\n\n", 2)[1]  # the stuck thread's stack comes first, right after the header
+        assert "in my_stuck_reward" in first_thread, first_thread
         assert "py-spy is not installed" in text  # degraded with one line
         [span] = [s for s in watch.exporter.get_finished_spans() if s.name == sc.SPAN_STALL]
         assert span.parent.span_id == parent.get_span_context().span_id  # under the stalled phase, ended at once

@@ -242,7 +242,9 @@ class StallWatch:
         if self._evidence is not None:
             step = f"step{c.step}" if c.step >= 0 else "step-unknown"
             name = f"{step}-{c.phase}-{role}-{self.pid}"
-            path = self._evidence.write(name, self._header(stall) + frames.format_stacks(stacks))
+            first = [stack] if stack is not None else []  # the stuck thread first: the cap cuts the others
+            rest = [x for x in stacks if x is not stack]
+            path = self._evidence.write(name, self._header(stall) + frames.format_stacks(first + rest))
             if path is not None:
                 stall.evidence = str(path)
                 self._evidence.append(
