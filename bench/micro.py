@@ -4,6 +4,8 @@
 - progress_update_us: one finished rollout sample (sample_started + sample_finished), the per-sample
   agent-loop cost; target <= 2 us.
 - scrape_ms: rendering /metrics for a worker with 2 modes and a trainer with 300 training keys.
+- stall_watch_us: the stall watch's enter + exit per watched call; stall_dump_ms: one stall's evidence (stacks,
+  frames, file) on the watchdog thread.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 
 def _best_of(fn: Callable[[int], None], n: int, repeats: int = 5) -> float:
@@ -254,3 +256,65 @@ if __name__ == "__main__":
     print(f"scrape_ms {scrape_ms():.2f}")
     print(f"reward_record_us {reward_record_us():.3f}")
     print(f"carry_us {carry_us():.3f}")
+
+
+def _stall_watch(root: str) -> Any:
+    from opentelemetry import trace
+
+    from verl_otel.config import StallSettings
+    from verl_otel.export.stall_evidence import EvidenceFiles
+    from verl_otel.telemetry.metrics import MetricsState
+    from verl_otel.telemetry.stalls import StallWatch
+
+    watch = StallWatch(
+        StallSettings(),
+        tracer=trace.NoOpTracer,
+        state=MetricsState(),
+        flush_soon=lambda: None,
+        evidence=EvidenceFiles(__import__("pathlib").Path(root), py_spy=""),
+        role=lambda: "bench",
+        console=False,
+    )
+    return watch
+
+
+def stall_watch_us(n: int = 200000) -> float:
+    """Per watched call (a phase, a worker call, a reward call, a sample): the stall watch's enter + exit on the
+    calling thread (a dict entry and its removal; the watchdog thread does the rest)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        watch = _stall_watch(tmp)
+        enter, exit_ = watch.enter, watch.exit
+
+        def run(k: int) -> None:
+            for _ in range(k):
+                exit_(enter("reward"))
+
+        try:
+            return _best_of(run, n)
+        finally:
+            watch.stop()
+
+
+def stall_dump_ms(repeats: int = 5) -> float:
+    """Wall time of one stall's evidence on the watchdog thread: every thread's Python stack, the frame reading,
+    the file (py-spy's native dump, when installed, is a subprocess on top: not counted here)."""
+    import threading
+
+    with tempfile.TemporaryDirectory() as tmp:
+        watch = _stall_watch(tmp)
+        gate = threading.Event()
+        threads = [threading.Thread(target=gate.wait) for _ in range(8)]  # a process with some threads
+        for th in threads:
+            th.start()
+        times = []
+        try:
+            for step in range(repeats):
+                token = watch.enter("update_actor", step=step)
+                t0 = time.perf_counter()
+                watch.check(now=time.monotonic() + 10**6)
+                times.append((time.perf_counter() - t0) * 1000)
+                watch.exit(token)
+        finally:
+            gate.set()
+            watch.stop()
+        return min(times)

@@ -138,6 +138,8 @@ def main() -> None:
     print(f"overhead_ratio {statistics.median(results['all']) / base:.4f}")
     print(f"span_us {fg:.2f}")
     print(f"progress_update_us {micro.progress_update_us():.3f}")
+    print(f"stall_watch_us {micro.stall_watch_us():.3f}")
+    print(f"stall_dump_ms {micro.stall_dump_ms():.2f}")
     stats = blackhole_run()
     print(f"step_end_us {micro.step_end_us():.1f}")
     print(f"startup_ms {micro.startup_ms():.1f}")

@@ -27,6 +27,8 @@ print("FIGURES " + json.dumps({{
     "carry_us": micro.carry_us(n=200),
     "engine_carry_us": client_us,
     "scrape_ms": micro.scrape_ms(),
+    "stall_watch_us": micro.stall_watch_us(n=200),
+    "stall_dump_ms": micro.stall_dump_ms(repeats=2),
 }}))
 """
 

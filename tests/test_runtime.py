@@ -32,7 +32,8 @@ def _stats(proc: subprocess.CompletedProcess) -> dict:
 @pytest.mark.parametrize("mode", ["blackhole", "reset", "garbage"])
 def test_broken_collector_one_thread_and_bounded_fit_end(tmp_path, mode):
     """30 fast steps against a collector that never answers, resets, or answers garbage: one flusher
-    thread at most, a step end that only enqueues, a fit end within VERL_OTEL_SHUTDOWN_TIMEOUT."""
+    thread and one stall watch at most (the watch has its own thread: a flusher stuck on this collector
+    must not stop stall detection), a step end that only enqueues, a fit end within VERL_OTEL_SHUTDOWN_TIMEOUT."""
     with BadCollector(mode) as bad:
         t0 = time.monotonic()
         proc = run_py(
@@ -46,7 +47,7 @@ def test_broken_collector_one_thread_and_bounded_fit_end(tmp_path, mode):
         )
         wall = time.monotonic() - t0
     stats = _stats(proc)
-    assert stats["most_threads"] <= 1, stats
+    assert stats["most_threads"] <= 2, stats
     assert stats["step_end_s"] < 0.5, stats
     assert stats["fit_end_s"] <= 2.0 * 1.1, stats
     assert wall < 60, wall  # the process exits too: no exit hook waits on the collector without a deadline

@@ -132,6 +132,33 @@ def _endpoint(r: _Reader, *names: str) -> str | None:
 
 
 @dataclass(frozen=True)
+class StallSettings:
+    """Stall detection (README, "When a run hangs"): a call is stalled past
+    ``min(seconds, max(min_seconds, factor x median of its earlier runs))`` (``seconds`` alone at first)."""
+
+    enabled: bool = True
+    seconds: float = 1800.0
+    min_seconds: float = 120.0
+    factor: float = 5.0
+    repeat_s: float = 600.0  # stacks again after this many more seconds of the same stall
+
+    def threshold(self, median_s: float | None) -> float:
+        if median_s is None:
+            return self.seconds
+        return min(self.seconds, max(self.min_seconds, self.factor * median_s))
+
+
+def _stall(r: _Reader) -> StallSettings:
+    return StallSettings(
+        enabled=r.flag(sc.ENV_STALL, True),
+        seconds=r.number(sc.ENV_STALL_SECONDS, 1800.0, 0.01, 86_400.0 * 30),
+        min_seconds=r.number(sc.ENV_STALL_MIN_SECONDS, 120.0, 0.01, 86_400.0 * 30),
+        factor=r.number(sc.ENV_STALL_FACTOR, 5.0, 1.0, 1e6),
+        repeat_s=r.number(sc.ENV_STALL_REPEAT_SECONDS, 600.0, 0.01, 86_400.0 * 30),
+    )
+
+
+@dataclass(frozen=True)
 class Settings:
     data_dir: Path
     traces_endpoint: str | None
@@ -151,6 +178,7 @@ class Settings:
     role: str = sc.ROLE_OTHER
     console_only: bool = False  # VERL_PROGRESS_LOG=1 alone: the [VERL_PROGRESS] lines, no span/metric export at all
     engine_spans: bool = True  # the rollout engine's (vLLM's) request spans under our samples
+    stall: StallSettings = field(default_factory=lambda: StallSettings())
     problems: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -193,6 +221,7 @@ def load(env: Mapping[str, str] | None = None, *, report: bool = True) -> Settin
         role=r.text(sc.ENV_ROLE, sc.ROLE_OTHER, limit=64),
         console_only=console_only,
         engine_spans=r.flag(sc.ENV_ENGINE_SPANS, True),
+        stall=_stall(r),
     )
     r.choice(sc.ENV_LOG_LEVEL, "info", ("debug", "info", "warning", "error"))
     r.flag(sc.ENV_ENABLED, False)
@@ -252,6 +281,11 @@ OWN_VARIABLES: tuple[str, ...] = (
     sc.ENV_MAX_FILES,
     sc.ENV_LOG_LEVEL,
     sc.ENV_ENGINE_SPANS,
+    sc.ENV_STALL,
+    sc.ENV_STALL_SECONDS,
+    sc.ENV_STALL_MIN_SECONDS,
+    sc.ENV_STALL_FACTOR,
+    sc.ENV_STALL_REPEAT_SECONDS,
     sc.ENV_PROGRESS_LOG,
     sc.ENV_PROGRESS_LOG_INTERVAL,
     sc.ENV_PROGRESS_BAR_INTERVAL,
@@ -267,6 +301,7 @@ __all__ = [
     "OWN_VARIABLES",
     "ProgressSettings",
     "Settings",
+    "StallSettings",
     "load",
     "load_progress",
     "sanitize_otel_env",

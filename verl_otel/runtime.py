@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 
@@ -25,6 +25,9 @@ from verl_otel import config as cfg
 from verl_otel import semconv as sc
 from verl_otel._log import logger, warn_once
 from verl_otel.telemetry.metrics import MetricsState
+
+if TYPE_CHECKING:
+    from verl_otel.telemetry.stalls import StallWatch
 
 _given: dict[str, Any] = {}  # providers handed to instrument() in this process
 
@@ -48,6 +51,7 @@ class Runtime:
         self._unregister: Callable[[], None] | None = None  # removes this process' file_sd entry
         self._engine_provider: Any = None  # an inference engine's request spans (vLLM), see engine_provider
         self._extra_targets: list[Callable[[], None]] = []  # removes the file_sd entries of add_scrape_target
+        self._stalls: Any = None  # the stall watch (telemetry/stalls.py), made on first use
         from verl_otel.export.flusher import Flusher
 
         self.flusher = Flusher(self._flush_exports)
@@ -186,6 +190,41 @@ class Runtime:
         data_dir = self.settings.data_dir
         self.flusher.submit(lambda: prometheus.register_target(data_dir, host, port, labels))
         self._extra_targets.append(lambda: prometheus.unregister_target(data_dir, host, port))
+
+    # -- stalls -------------------------------------------------------------------------------------
+    @property
+    def stalls(self) -> StallWatch | None:
+        """This process' stall watch (None when VERL_OTEL_STALL=0 or it cannot be made): hooks call its
+        ``enter``/``exit`` around the calls they see; its thread dumps evidence through a writer of export/."""
+        watch = self._stalls
+        if watch is not None or not self.settings.stall.enabled:
+            return watch or None
+        with self._lock:
+            if self._stalls is None:
+                self._stalls = self._make_stall_watch() or False
+            return self._stalls or None
+
+    def _make_stall_watch(self) -> StallWatch | None:
+        try:
+            from verl_otel.telemetry.stalls import StallWatch
+
+            evidence = None
+            if not self.settings.console_only:
+                from verl_otel.export.stall_evidence import EvidenceFiles
+
+                evidence = EvidenceFiles(self.settings.data_dir / sc.STALLS_DIR)
+            return StallWatch(
+                self.settings.stall,
+                tracer=lambda: self.tracer,
+                state=self.state,
+                flush_soon=self.flush_soon,
+                evidence=evidence,
+                role=lambda: self.role,
+                console=self.settings.console or self.settings.console_only,
+            )
+        except Exception as exc:  # noqa: BLE001 - no stall detection, never raise
+            warn_once("stalls", f"cannot set up stall detection ({exc!r}); it is off in pid {os.getpid()}")
+            return None
 
     # -- metrics ------------------------------------------------------------------------------------
     def _start_metrics(self) -> None:
@@ -349,6 +388,8 @@ def reset_for_tests() -> None:
     with _lock:
         rt, _current = _current, None
         _given.clear()
+    if rt is not None and rt._stalls:
+        rt._stalls.stop()  # its thread ends at its next tick
     if rt is not None and rt._provider is not None and hasattr(rt._provider, "shutdown"):
         with contextlib.suppress(Exception):  # a provider that fails to shut down is dropped all the same
             rt._provider.shutdown()

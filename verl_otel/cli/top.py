@@ -80,8 +80,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.text import Text
 
     from verl_otel.live.health import signals
-    from verl_otel.live.run_view import HISTORY_KEYS, History, build_view
-    from verl_otel.live.sources import PrometheusQuery, SourceError
+    from verl_otel.live.run_view import HISTORY_KEYS, History, attach_stall_frames, build_view
+    from verl_otel.live.sources import PrometheusQuery, SourceError, TargetsFile
     from verl_otel.live.view import frame
 
     _Console = _console_class()  # noqa: N806 (a class)
@@ -94,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
     def render() -> Any:
         try:
             view = build_view(source.read(), run_name)
+            if isinstance(source, TargetsFile):
+                attach_stall_frames(view, source.path.parent / sc.STALLS_DIR)
             if backfill[0]:
                 for metrics in source.history(view.run or None, HISTORY_KEYS):
                     history.add_metrics(metrics)

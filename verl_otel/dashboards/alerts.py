@@ -173,6 +173,16 @@ def _run_rules(t: Thresholds) -> list[Rule]:
             f"process (first step or after a restart), so there is no typical duration to compare with.",
         ),
         Rule(
+            "VerlStall",
+            f"max by ({BY}, {sc.LABEL_PROCESS_ROLE}, {sc.LABEL_PHASE}) ({sc.STALL_ACTIVE.name}) > 0",
+            t.stall_for,
+            "critical",
+            "{{ $labels.verl_process_role }} stalled in {{ $labels.phase }}: run verl-otel doctor",
+            "A call of this phase is past its stall threshold in this process (VERL_OTEL_STALL_SECONDS, or "
+            "VERL_OTEL_STALL_FACTOR x its median): the process dumped its stacks to $VERL_OTEL_DIR/stalls/ and put a "
+            "stall span in the step's trace. `verl-otel doctor` says where it is stuck and what to do next.",
+        ),
+        Rule(
             "VerlRolloutStalled",
             # the rollout must be older than the window: changes() over a younger series says nothing
             f"(sum by ({BY}, worker, mode) (changes({sc.ROLLOUT_SAMPLES_COMPLETED.name}[{t.rollout_stall_window}])) "

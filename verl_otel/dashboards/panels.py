@@ -220,7 +220,24 @@ DROPPED = Panel(
     "constant trickle of non-scalars.",
     "timeseries",
     (Target(f"sum by (reason) ({m(sc.OTEL_DROPPED.name)})", "{{reason}}"),),
-    grid=(0, 34, 24, 6),
+    grid=(0, 34, 12, 6),
+)
+STALLS = Panel(
+    21,
+    "Stalls",
+    "1 while a process reports a call stalled (past its stall threshold) in a phase: its stacks are in the "
+    "stalls/ folder of VERL_OTEL_DIR and a stall span is in the step's trace; `verl-otel doctor` explains it. "
+    "Healthy: nothing (no series at all until a first stall).",
+    "timeseries",
+    (
+        Target(
+            f"max by ({_RUN}, {sc.LABEL_PROCESS_ROLE}, phase) ({m(sc.STALL_ACTIVE.name)})",
+            "{{verl_process_role}} {{phase}}",
+        ),
+    ),
+    grid=(12, 34, 12, 6),
+    max=1,
+    cpu_empty="the demo does not stall unless asked to (verl-otel demo --hang PHASE@STEP=SECONDS)",
 )
 
 PROGRESS = Dashboard(
@@ -240,6 +257,7 @@ PROGRESS = Dashboard(
         SLOW_STEPS,
         PHASE_DURATION,
         DROPPED,
+        STALLS,
         ASYNC_VERSIONS,
         ASYNC_QUEUE,
         ASYNC_IDLE,

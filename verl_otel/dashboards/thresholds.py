@@ -36,6 +36,9 @@ class Thresholds:
         "VerlPhaseHungFirstRun: a phase with no finished run yet in this "
         "process (the first step, or after a restart) active longer than this",
     )
+    stall_for: str = _t(
+        "1m", "VerlStall: a process has reported a stall (verl_stall_active, see VERL_OTEL_STALL_*) for this long"
+    )
     rollout_stall_window: str = _t(
         "10m", "VerlRolloutStalled: no sample finished in this window (of an older rollout) while samples are in flight"
     )

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from verl_otel.cli.argtypes import positive_int
-from verl_otel.demo.slow import PHASES, SlowSpec
+from verl_otel.demo.slow import HANG_PHASES, PHASES, SlowSpec
 
 # the demo's trainers (here, not in the runner: --help must not import verl)
 TRAINERS = ("v1", "legacy", "colocate_async", "separate_async", "fully_async")
@@ -20,6 +20,14 @@ def _slow(text: str) -> str:
     """Checked while parsing, so a typo is reported at once (on stderr, exit 2), before verl is imported."""
     try:
         SlowSpec.parse([text])
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _hang(text: str) -> str:
+    try:
+        SlowSpec.parse_hang([text])
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
@@ -59,6 +67,15 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         default=[],
         metavar="PHASE@STEP=SECONDS",
         help="delay one phase of one step; PHASE: " + ", ".join(PHASES),
+    )
+    p.add_argument(
+        "--hang",
+        action="append",
+        type=_hang,
+        default=[],
+        metavar="PHASE@STEP=SECONDS",
+        help="block one phase of one step for SECONDS inside its real code (a stall the telemetry catches: "
+        "verl-otel doctor), then let go; PHASE: " + ", ".join(HANG_PHASES),
     )
     p.add_argument("--test-freq", type=int, default=2, help="validate every K steps (and before training)")
     p.add_argument(
@@ -145,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
             out=args.out,
             trainer=args.trainer,
             slow=args.slow,
+            hang=args.hang,
             test_freq=args.test_freq,
             linger=args.linger,
             adv=args.adv,

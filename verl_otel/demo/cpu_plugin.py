@@ -8,7 +8,7 @@ does goes through verl's public extension points or module attributes; no verl f
 3. CPU resource pools for both trainers (``ResourcePoolManager`` of the legacy and v1 modules);
 4. a plain gloo process group in verl's worker-group processes (verl's own CPU backend string,
    ``cpu:gloo,cpu:gloo``, is rejected by torch: "Duplicate device type cpu");
-5. ``--slow`` delays inside the real workers, and ``--linger`` (keep the run's processes, and so
+5. ``--slow`` delays and ``--hang`` hangs inside the real workers, and ``--linger`` (keep the run's processes, and so
    their /metrics, alive after fit(); fully_async's after its trainer's fit);
 6. separate_async's "save the model to CPU memory" that really copies on a CPU (see ``_copying_save``).
 
@@ -29,7 +29,7 @@ import torch
 import wrapt
 from verl.plugin.platform import PlatformBase, PlatformRegistry
 
-from verl_otel.demo.slow import ENV_FIT_TIMES, SlowSpec
+from verl_otel.demo.slow import ENV_FIT_TIMES, HANG_ENV, SlowSpec, planted_hang
 
 ENV_LINGER = "VERL_OTEL_DEMO_LINGER"
 
@@ -209,7 +209,8 @@ def _fully_async_linger(module: Any) -> None:
 
 
 def _slowed(method: Any, phase: str, role_check: Any = None) -> Any:
-    """Sleep in the k-th call of ``method`` in this process (the k-th step) when --slow says so."""
+    """Sleep in the k-th call of ``method`` in this process (the k-th step) when --slow says so; hang there
+    (``planted_hang``) when --hang does."""
     calls = {"n": 0}
 
     @functools.wraps(method)
@@ -219,13 +220,16 @@ def _slowed(method: Any, phase: str, role_check: Any = None) -> Any:
             delay = SlowSpec.from_env().seconds(phase, calls["n"])
             if delay:
                 time.sleep(delay)
+            hang = SlowSpec.from_env(HANG_ENV).seconds(phase, calls["n"])
+            if hang:
+                planted_hang(hang)  # --hang: a stall the telemetry catches, then it lets go
         return method(self, *args, **kwargs)
 
     return run
 
 
 def _slow_workers(ew: Any) -> None:
-    if not os.environ.get("VERL_OTEL_DEMO_SLOW"):
+    if not os.environ.get("VERL_OTEL_DEMO_SLOW") and not os.environ.get(HANG_ENV):
         return
     arr = ew.ActorRolloutRefWorker
     arr.compute_log_prob = _slowed(arr.__dict__["compute_log_prob"], "old_log_prob")

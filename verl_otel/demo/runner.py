@@ -11,15 +11,28 @@ import time
 from pathlib import Path
 
 from verl_otel import semconv as sc
-from verl_otel.demo import assets, vllm_slow
+from verl_otel.demo import assets, hang_reward, vllm_slow
 from verl_otel.demo.cli import ROLLOUTS, TRAINERS
 from verl_otel.demo.cpu_plugin import ENV_LINGER
 from verl_otel.demo.slow import ENV as ENV_SLOW
-from verl_otel.demo.slow import SlowSpec
+from verl_otel.demo.slow import HANG_ENV, SlowSpec
 
 # verl's entry point per trainer: fully_async has its own (a rollouter and a trainer Ray actor)
 _MAIN = {"fully_async": "verl.experimental.fully_async_policy.fully_async_main"}
 _FP32 = ["param_dtype=fp32", "reduce_dtype=fp32", "buffer_dtype=fp32"]
+
+
+TRAIN_BATCH, ROLLOUT_N = 4, 2  # the reward calls of a step: hang_reward counts its steps by them
+
+
+def hang_overrides(hang: SlowSpec) -> list[str]:
+    """``--hang reward@K=S``: the demo's own reward function (verl's score, after a hang) in the reward worker."""
+    if not hang.any("reward"):
+        return []
+    return [
+        f"reward.custom_reward_function.path={hang_reward.__file__}",
+        "reward.custom_reward_function.name=compute_score",
+    ]
 
 
 def overrides(
@@ -32,7 +45,7 @@ def overrides(
         f"actor_rollout_ref.model.path={asset_dir}/tiny_model",
         f"data.train_files={asset_dir}/train.parquet",
         f"data.val_files={asset_dir}/test.parquet",
-        "data.train_batch_size=4",
+        f"data.train_batch_size={TRAIN_BATCH}",
         "data.max_prompt_length=32",
         "data.max_response_length=16",
         "data.dataloader_num_workers=0",
@@ -55,7 +68,7 @@ def overrides(
         "actor_rollout_ref.ref.fsdp_config.forward_only=false",
         "+actor_rollout_ref.ref.optim._target_=verl.workers.config.FSDPOptimizerConfig",
         "actor_rollout_ref.rollout.name=cpu_stub",
-        "actor_rollout_ref.rollout.n=2",
+        f"actor_rollout_ref.rollout.n={ROLLOUT_N}",
         "actor_rollout_ref.rollout.agent.num_workers=2",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         "actor_rollout_ref.rollout.checkpoint_engine.backend=naive",
@@ -188,7 +201,13 @@ def telemetry_env(mode: str, otlp_endpoint: str | None = None) -> dict[str, str]
 
 
 def demo_env(
-    out: Path, asset_dir: Path, slow: SlowSpec, linger: float, extra: dict[str, str] | None, rollout: str = "stub"
+    out: Path,
+    asset_dir: Path,
+    slow: SlowSpec,
+    linger: float,
+    extra: dict[str, str] | None,
+    rollout: str = "stub",
+    hang: SlowSpec | None = None,
 ) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
@@ -208,6 +227,8 @@ def demo_env(
             "HF_HUB_OFFLINE": "1",
             "PYTHONUNBUFFERED": "1",
             ENV_SLOW: slow.to_env(),
+            HANG_ENV: (hang or SlowSpec()).to_env(),
+            hang_reward.ENV_CALLS: str(TRAIN_BATCH * ROLLOUT_N),
             ENV_LINGER: str(linger),
         }
     )
@@ -270,6 +291,7 @@ def run_demo(
     out: str | Path = "./verl-otel-data",
     trainer: str = "v1",
     slow: list[str] | None = None,
+    hang: list[str] | None = None,
     test_freq: int = 2,
     linger: float = 0.0,
     adv: str = "grpo",
@@ -285,6 +307,7 @@ def run_demo(
     if rollout == "vllm":
         _check_vllm()
     spec = SlowSpec.parse(slow or [])
+    hangs = SlowSpec.parse_hang(hang or [])
     out = Path(out).absolute()
     out.mkdir(parents=True, exist_ok=True)
     asset_dir = assets.build(out / "assets")
@@ -297,9 +320,10 @@ def run_demo(
         _MAIN.get(trainer, "verl.trainer.main_ppo"),
         *overrides(asset_dir, ckpt_dir, steps, test_freq, trainer, adv, rollout),
         *(vllm_slow.overrides(spec) if rollout == "vllm" else []),
+        *hang_overrides(hangs),
         *(extra_overrides or []),
     ]
-    env = demo_env(out, asset_dir, spec, linger, extra_env, rollout)
+    env = demo_env(out, asset_dir, spec, linger, extra_env, rollout, hangs)
     log_path = out / "demo.log"
     t0 = time.monotonic()
     for attempt in range(1, RAY_START_ATTEMPTS + 1):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass, field
 
 ENV = "VERL_OTEL_DEMO_SLOW"
@@ -19,6 +20,14 @@ PHASES = {
     "update_actor": "ActorRolloutRefWorker.update_actor",
     "update_critic": "TrainingWorker.train_mini_batch (critic)",
 }
+#: ``--hang PHASE@STEP=SECONDS``: blocks (a hang the stall detection catches, then lets go) where each phase works
+HANG_ENV = "VERL_OTEL_DEMO_HANG"
+HANG_PHASES = {
+    "reward": "the reward function (a custom one the demo configures: verl_otel/demo/hang_reward.py)",
+    "old_log_prob": PHASES["old_log_prob"],
+    "ref": PHASES["ref"],
+    "update_actor": PHASES["update_actor"],
+}
 _RE = re.compile(r"^(?P<phase>[a-z_]+)@(?P<step>\d+)=(?P<seconds>\d+(\.\d*)?)$")
 
 
@@ -27,22 +36,26 @@ class SlowSpec:
     delays: dict[tuple[str, int], float] = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, specs: list[str]) -> SlowSpec:
+    def parse(cls, specs: list[str], phases: dict[str, str] = PHASES, what: str = "--slow") -> SlowSpec:
         delays = {}
         for spec in specs:
             for part in filter(None, (p.strip() for p in spec.split(","))):
                 m = _RE.match(part)
-                if not m or m["phase"] not in PHASES:
+                if not m or m["phase"] not in phases:
                     raise ValueError(
-                        f"bad --slow {part!r}: expected PHASE@STEP=SECONDS with PHASE one of {', '.join(PHASES)}"
+                        f"bad {what} {part!r}: expected PHASE@STEP=SECONDS with PHASE one of {', '.join(phases)}"
                     )
                 delays[(m["phase"], int(m["step"]))] = float(m["seconds"])
         return cls(delays)
 
     @classmethod
-    def from_env(cls) -> SlowSpec:
+    def parse_hang(cls, specs: list[str]) -> SlowSpec:
+        return cls.parse(specs, HANG_PHASES, "--hang")
+
+    @classmethod
+    def from_env(cls, env: str = ENV) -> SlowSpec:
         try:
-            return cls.parse([os.environ.get(ENV, "")])
+            return cls.parse([os.environ.get(env, "")], HANG_PHASES if env == HANG_ENV else PHASES)
         except ValueError:
             return cls()
 
@@ -75,3 +88,10 @@ class RequestDelays:
             return 0.0
         self._tails.add(step)
         return seconds
+
+
+def planted_hang(seconds: float) -> None:
+    """The demo's hang (``--hang``): blocks the calling thread ``seconds``, then lets go."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))

@@ -175,13 +175,18 @@ def _trace_headers(engine: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     return {**kwargs, "trace_headers": {"traceparent": str(tp)}}
 
 
-async def _flushed_after(outputs: Any) -> Any:
+async def _flushed_after(outputs: Any, traceparent: str | None = None) -> Any:
     """vLLM ends its span as the request finishes; ask for an export then (not up to a second later on the
-    batch processor's schedule): a rollout server is killed, not shut down, when the run ends."""
+    batch processor's schedule): a rollout server is killed, not shut down, when the run ends. The request
+    is watched for a stall meanwhile."""
+    from verl_otel.hooks.stall_watch import unwatch, watch
+
+    token = safe(watch, sc.CALL_SERVER_REQUEST, traceparent)
     try:
         async for output in outputs:
             yield output
     finally:
+        safe(unwatch, token)
         safe(runtime.current().flush_soon)
 
 
@@ -189,4 +194,4 @@ def engine_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any,
     new = safe(_trace_headers, instance, args, kwargs)
     if new is None:
         return wrapped(*args, **kwargs)
-    return _flushed_after(wrapped(*args, **new))
+    return _flushed_after(wrapped(*args, **new), new["trace_headers"].get("traceparent"))

@@ -17,6 +17,7 @@ from typing import Any
 from verl_otel import runtime
 from verl_otel import semconv as sc
 from verl_otel.hooks._safe import on_exit, safe
+from verl_otel.hooks.stall_watch import unwatch, watch
 from verl_otel.hooks.verl_objects import reward_call_attributes, run_names
 from verl_otel.telemetry.propagation import inject
 from verl_otel.telemetry.reward_spans import RewardSpans
@@ -53,7 +54,8 @@ def _record(parent: str, data: Any, start_ns: int, results: list[Any], error: Ba
 
 async def _timed(coro: Coroutine[Any, Any, Any], parent: str, data: Any) -> Any:
     results: list[Any] = []
-    with on_exit(_record, parent, data, time.time_ns(), results):
+    token = safe(watch, sc.CALL_REWARD, parent)
+    with on_exit(_record, parent, data, time.time_ns(), results), on_exit(unwatch, token):
         results.append(await coro)
         return results[0]
 

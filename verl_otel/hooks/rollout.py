@@ -22,6 +22,7 @@ from typing import Any
 from verl_otel import runtime
 from verl_otel import semconv as sc
 from verl_otel.hooks._safe import on_exit, safe
+from verl_otel.hooks.stall_watch import unwatch, watch
 from verl_otel.hooks.verl_objects import run_names, sample_attributes
 from verl_otel.telemetry.rollout import TRACKER
 
@@ -268,7 +269,8 @@ def _batch_parent(mode: str) -> str | None:
 async def _timed_sample(coro: Coroutine[Any, Any, Any], mode: str, token: int, trajectory: dict[str, Any]) -> Any:
     ctx = _SampleCtx(safe(_batch_parent, mode))
     reset = _SAMPLE.set(ctx)
-    with on_exit(_sample_done, ctx, reset, mode, token, trajectory):
+    stall_token = safe(watch, sc.CALL_AGENT_SAMPLE, ctx.parent)
+    with on_exit(_sample_done, ctx, reset, mode, token, trajectory), on_exit(unwatch, stall_token):
         out = await coro
         if out is not None:  # v1's run_agent_loop returns nothing: its output is what tq_postprocess saw
             ctx.outputs.append(out)

@@ -97,7 +97,11 @@ def _span(method: str, role: str, worker: Any, data: Any) -> contextlib.Abstract
     traceparent = safe(take, data) if data is not None else None  # out of the batch before verl's code sees it
     if traceparent is None:
         return contextlib.nullcontext()
-    return safe(WorkerSpan, method, role, rank, traceparent, safe(batch_size, data)) or contextlib.nullcontext()
+    step, known = safe(_step, data, role) or (-1, False)
+    return (
+        safe(WorkerSpan, method, role, rank, traceparent, safe(batch_size, data), step if known else -1)
+        or contextlib.nullcontext()
+    )
 
 
 def train_mini_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -8,8 +8,10 @@ from __future__ import annotations
 import statistics
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from verl_otel import semconv as sc
+from verl_otel.analysis import stalls
 from verl_otel.live.sources import Scrape, Series
 
 #: verl's step-time metric keys: ``timing_s/<verl timer>``
@@ -57,6 +59,7 @@ class RunView:
     eta_s: float | None = None
     last_step_ts: float | None = None
     active: dict[str, float] = field(default_factory=dict)  # phase -> elapsed s (running now)
+    stalls: dict[tuple[str, str], str] = field(default_factory=dict)  # (process role, phase) stalled now -> frame
     workers: list[WorkerProgress] = field(default_factory=list)
     updates: list[UpdateProgress] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)  # verl's last logged scalars
@@ -136,6 +139,9 @@ def build_view(scrape: Scrape, run: str | None = None) -> RunView:
             view.active[phase] = max(view.active.get(phase, 0.0), s.value)
     for phase in active - set(view.active):
         view.active[phase] = 0.0
+    for s in by_name.get(sc.STALL_ACTIVE.name, []):
+        if s.value >= 1:
+            view.stalls[(s.labels.get(sc.LABEL_PROCESS_ROLE, "?"), s.labels.get(sc.LABEL_PHASE, ""))] = ""
     view.workers = _workers(by_name)
     view.updates = _updates(by_name)
     # verl's scalars: the trainer's process logs them; take the freshest step's if several processes do
@@ -253,3 +259,14 @@ def step_row(metrics: dict[str, float]) -> dict[str, float]:
     row = phases_of(metrics)
     value = metrics.get(TIMING_PREFIX + sc.VERL_TIMER_STEP)
     return row if value is None else {**row, sc.SPAN_STEP: value}
+
+
+def attach_stall_frames(view: RunView, stalls_dir: Path) -> None:
+    """Where each stall shown is stuck, from the newest evidence file of its process role and phase (the
+    run's $VERL_OTEL_DIR/stalls/, readable when top reads the run's targets file on its node)."""
+    if not view.stalls:
+        return
+    for rec in stalls.read_dir(stalls_dir):  # newest first
+        key = (rec.role, rec.phase)
+        if key in view.stalls and not view.stalls[key]:
+            view.stalls[key] = rec.frame

@@ -93,6 +93,12 @@ def header(view: RunView, now: float) -> RenderableType:
         lines.append(Text.assemble(("running: ", "bold"), (now_running, "yellow")))
     else:
         lines.append(Text("running: no phase", "dim"))
+    if view.stalls:
+        stuck = "; ".join(
+            f"{role} in {phase}" + (f" at {where}" if where else "")
+            for (role, phase), where in sorted(view.stalls.items())
+        )
+        lines.append(Text.assemble(("STALLED: ", "bold red"), (stuck, "red"), ("  (verl-otel doctor)", "dim")))
     return Group(*lines)
 
 

@@ -6,7 +6,8 @@ against it). By what it names:
 - :mod:`.metrics`: every exported metric (:class:`MetricDef`), labels, drop reasons, other exporters' metrics;
 - :mod:`.verl`: verl's own names (timers, metric keys, per-sample fields) mapped to ours;
 - :mod:`.engine`: the rollout engine's (vLLM's) span, attribute and metric names, and ours about it;
-- :mod:`.env`: environment variables and the embedded default's file names.
+- :mod:`.env`: environment variables and the embedded default's file names;
+- :mod:`.stall`: stall detection's span, attributes, classifications and evidence files.
 
 ``from verl_otel import semconv as sc`` gives all of them (``sc.SPAN_STEP``, ``sc.ROLLOUT_ETA``).
 
@@ -20,4 +21,5 @@ from verl_otel.semconv.engine import *  # noqa: F403
 from verl_otel.semconv.env import *  # noqa: F403
 from verl_otel.semconv.metrics import *  # noqa: F403
 from verl_otel.semconv.spans import *  # noqa: F403
+from verl_otel.semconv.stall import *  # noqa: F403
 from verl_otel.semconv.verl import *  # noqa: F403

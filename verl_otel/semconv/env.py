@@ -22,6 +22,12 @@ ENV_MAX_FILE_MB: Final = "VERL_OTEL_MAX_FILE_MB"  # the trace file rotates past 
 ENV_MAX_FILES: Final = "VERL_OTEL_MAX_FILES"  # trace files kept: traces.jsonl and traces.jsonl.1 .. .N-1
 ENV_LOG_LEVEL: Final = "VERL_OTEL_LOG_LEVEL"
 ENV_ENGINE_SPANS: Final = "VERL_OTEL_ENGINE_SPANS"  # 0: no inference-engine (vLLM) request spans under samples
+# stall detection (README, "When a run hangs")
+ENV_STALL: Final = "VERL_OTEL_STALL"  # 0: no stall detection
+ENV_STALL_SECONDS: Final = "VERL_OTEL_STALL_SECONDS"  # absolute threshold (the cap)
+ENV_STALL_MIN_SECONDS: Final = "VERL_OTEL_STALL_MIN_SECONDS"  # the relative threshold's floor
+ENV_STALL_FACTOR: Final = "VERL_OTEL_STALL_FACTOR"  # x the median of earlier runs of the phase/call
+ENV_STALL_REPEAT_SECONDS: Final = "VERL_OTEL_STALL_REPEAT_SECONDS"  # stacks again after this many more seconds
 # set by us in a rollout server whose engine tracing we switched on: the OTLP endpoint we gave the engine
 # (vLLM then exports OTEL_EXPORTER_OTLP_TRACES_ENDPOINT with it; that one is not the user's collector)
 ENV_ENGINE_ENDPOINT: Final = "VERL_OTEL_ENGINE_ENDPOINT"  # the start-up parser's copy: _env.ENGINE_ENDPOINT

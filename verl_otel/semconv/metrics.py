@@ -216,6 +216,21 @@ PHASE_PEAK_MEMORY = MetricDef(
     unit="By",
 )
 
+STALL_ACTIVE = MetricDef(
+    "verl_stall_active",
+    "gauge",
+    "1 while a call of the phase is stalled in this process (elapsed past its stall threshold), else 0.",
+    (LABEL_PHASE,),
+    unit="",
+)
+STALLS_TOTAL = MetricDef(
+    "verl_stalls_total",
+    "counter",
+    "Stalls detected in this process, by phase (evidence: verl-otel doctor).",
+    (LABEL_PHASE,),
+    unit="{stall}",
+)
+
 OTEL_DROPPED = MetricDef(
     "verl_otel_dropped_total",
     "counter",
@@ -312,6 +327,8 @@ METRICS: Final[tuple[MetricDef, ...]] = (
     UPDATE_ETA,
     TRAINING_METRIC,
     PHASE_PEAK_MEMORY,
+    STALL_ACTIVE,
+    STALLS_TOTAL,
     OTEL_DROPPED,
     ASYNC_SAMPLES_PRODUCED,
     ASYNC_SAMPLES_DROPPED,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from verl_otel.semconv.stall import SPAN_STALL
+
 INSTRUMENTATION_NAME: Final = "verl_otel"
 SERVICE_NAME_DEFAULT: Final = "verl"
 
@@ -124,6 +126,7 @@ NON_PHASE_SPANS: Final[frozenset[str]] = frozenset(
         SPAN_ROLLOUT_SAMPLE,
         SPAN_REWARD_WORKER,
         SPAN_REWARD_SCORE,
+        SPAN_STALL,
         *WORKER_SPAN_NAMES.values(),
     }
 )

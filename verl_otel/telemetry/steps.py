@@ -74,6 +74,7 @@ class _Open:
     name: str
     span: Span
     start: float
+    watch: int | None = None  # the stall watch's token
 
 
 @dataclass
@@ -155,6 +156,7 @@ class StepTracer:
                 if step is not None:
                     self._fail(step, exc, record=False)
             token.span.end()
+            _unwatch(token)
             number = -1
             trace_id = format(token.span.get_span_context().trace_id, "032x")
             if step is not None:
@@ -315,6 +317,9 @@ class StepTracer:
                 attributes={sc.ATTR_PHASE: phase, sc.ATTR_GLOBAL_STEP: step.number},
             )
             token = _Open(phase, span, time.monotonic())
+            stalls = runtime.current().stalls
+            if stalls is not None:
+                token.watch = stalls.enter(phase, step=step.number, parent=span)
             step.open.append(token)
             number = step.number
         self._notify("on_phase_start", phase, number)
@@ -332,7 +337,11 @@ class StepTracer:
         for token in reversed(step.open):  # phases left open by an exception path
             token.span.set_status(Status(StatusCode.ERROR, "phase did not finish"))
             token.span.end()
+            _unwatch(token)
         span = step.span
+        stalls = runtime.current().stalls
+        if stalls is not None:
+            span.set_attribute(sc.ATTR_STEP_STALLS, stalls.stalls_in(step.number))
         if metrics:
             for key, attr in sc.STEP_METRIC_ATTRS.items():
                 if key in metrics:
@@ -368,6 +377,14 @@ class StepTracer:
                 getattr(obs, method)(*args)
             except Exception as exc:  # noqa: BLE001 - an observer bug must not reach training
                 logger.debug("observer %s.%s failed: %s", type(obs).__name__, method, exc)
+
+
+def _unwatch(token: _Open) -> None:
+    if token.watch is not None:
+        stalls = runtime.current().stalls
+        if stalls is not None:
+            stalls.exit(token.watch)
+        token.watch = None
 
 
 #: The fit() process has one trainer at a time.

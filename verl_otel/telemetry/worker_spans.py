@@ -22,15 +22,23 @@ class WorkerSpan:
     """``with WorkerSpan(method, role, rank, traceparent, size):`` around one worker call; a no-op without
     the trainer's ``traceparent`` (the hooks take it out of verl's batch, with the batch's ``size``)."""
 
-    def __init__(self, method: str, role: str, rank: int, traceparent: str | None, size: int | None) -> None:
+    def __init__(
+        self, method: str, role: str, rank: int, traceparent: str | None, size: int | None, step: int = -1
+    ) -> None:
         self.span: Span | None = None
+        self.watch: int | None = None
         name = sc.WORKER_SPAN_NAMES.get(method)
         if traceparent is None or name is None:
             return
         attrs: dict[str, Any] = {sc.ATTR_WORKER_METHOD: method, sc.ATTR_WORKER_ROLE: role, sc.ATTR_WORKER_RANK: rank}
         if size is not None:
             attrs[sc.ATTR_WORKER_BATCH] = size
-        self.span = runtime.current().tracer.start_span(name, context=extract(traceparent), attributes=attrs)
+        rt = runtime.current()
+        self.span = rt.tracer.start_span(name, context=extract(traceparent), attributes=attrs)
+        stalls = rt.stalls
+        if stalls is not None:
+            phase = sc.WORKER_METHOD_PHASES.get(method, method)
+            self.watch = stalls.enter(phase, call=name, step=step, parent=self.span)
 
     def __enter__(self) -> WorkerSpan:
         return self
@@ -39,6 +47,10 @@ class WorkerSpan:
         if self.span is None:
             return
         try:
+            if self.watch is not None:
+                stalls = runtime.current().stalls
+                if stalls is not None:
+                    stalls.exit(self.watch)
             if exc is not None:
                 mark_failed(self.span, exc, runtime.current().settings.max_text)
             self.span.end()

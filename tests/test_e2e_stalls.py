@@ -1,0 +1,143 @@
+"""A real demo run that hangs twice (``--hang reward@1``, ``--hang update_actor@2``) with stall thresholds of
+seconds: each hang is caught in the process it happens in (the reward worker, the FSDP worker) with the planted
+frame in its evidence, its ``stall`` span is in traces.jsonl while its step is still open, /metrics shows it, the
+console says it, and ``verl-otel doctor`` names phase, step and function. One run shared by every test here."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from helpers.verl_runs import start_demo
+
+from verl_otel import semconv as sc
+from verl_otel.analysis.otlp_json import read_file
+from verl_otel.cli.main import main
+
+HANG_S = 20
+STALL_ENV = {
+    sc.ENV_STALL_SECONDS: "10",
+    sc.ENV_STALL_MIN_SECONDS: "3",
+    sc.ENV_STALL_FACTOR: "3",
+    sc.ENV_STALL_REPEAT_SECONDS: "6",
+}
+
+
+class StallProbe:
+    """Called every half second while the run is up: the stall spans seen so far (and whether their step had
+    ended when first seen) and the stall metrics of every process' /metrics."""
+
+    def __init__(self) -> None:
+        self.open_when_seen: dict[str, bool] = {}  # stall span id -> its step span not yet in the file
+        self.metrics: dict[str, float] = {}  # "name{labels}" -> the highest value seen
+
+    def __call__(self, out: Path) -> None:
+        traces = out / sc.TRACES_FILE
+        if traces.exists():
+            spans = read_file(traces).spans
+            ended = {s.trace_id for s in spans if s.name == sc.SPAN_STEP}
+            for s in spans:
+                if s.name == sc.SPAN_STALL and s.span_id not in self.open_when_seen:
+                    self.open_when_seen[s.span_id] = s.trace_id not in ended
+        try:
+            targets = json.loads((out / sc.PROM_TARGETS_FILE).read_text())
+        except (OSError, ValueError):
+            return
+        for group in targets:
+            for target in group.get("targets", []):
+                self._scrape(target)
+
+    def _scrape(self, target: str) -> None:
+        try:
+            with urllib.request.urlopen(f"http://{target}/metrics", timeout=2) as resp:
+                text = resp.read().decode()
+        except OSError:
+            return
+        for line in text.splitlines():
+            if line.startswith(("verl_stall_active{", "verl_stalls_total{")):
+                series, _, value = line.rpartition(" ")
+                self.metrics[series] = max(self.metrics.get(series, 0.0), float(value))
+
+
+@pytest.fixture(scope="module")
+def hung_run(tmp_path_factory):
+    probe = StallProbe()
+    run = start_demo(
+        tmp_path_factory.mktemp("demo-hang"),
+        "v1",
+        3,
+        [],
+        scrape=False,
+        probe=probe,
+        hang=[f"reward@1={HANG_S}", f"update_actor@2={HANG_S}"],
+        extra_env=STALL_ENV,
+    )
+    run.extra["probe"] = probe
+    return run
+
+
+def _doctor(run, capsys) -> list[dict]:
+    assert main(["doctor", "--dir", str(run.out), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _one(records: list[dict], role: str, phase: str) -> dict:
+    found = [r for r in records if r["role"] == role and r["phase"] == phase]
+    assert found, [(r["role"], r["phase"], r["frame"]) for r in records]
+    return found[0]
+
+
+def test_the_run_ends_normally(hung_run):
+    assert hung_run.rc == 0, hung_run.log_tail()
+
+
+def test_the_reward_hang_is_caught_in_the_reward_worker(hung_run, capsys):
+    rec = _one(_doctor(hung_run, capsys), sc.ROLE_REWARD, sc.CALL_REWARD)
+    assert rec["frame"].startswith("planted_hang (slow.py:"), rec
+    assert any(f.startswith("compute_score (hang_reward.py:") for f in rec["stack"]), rec
+    assert rec["kind"] == sc.STALL_REWARD and rec["step"] == 1 and rec["in_trace"], rec
+    text = Path(rec["evidence"]).read_text()
+    assert text.startswith(sc.STALL_FILE_MAGIC) and "in planted_hang" in text
+    assert sc.STALL_REPEAT_MARK in text  # stacks again after VERL_OTEL_STALL_REPEAT_SECONDS
+
+
+def test_the_worker_hang_is_caught_in_the_fsdp_worker(hung_run, capsys):
+    rec = _one(_doctor(hung_run, capsys), sc.ROLE_WORKER, sc.PHASE_UPDATE_ACTOR)
+    assert rec["frame"].startswith("planted_hang (slow.py:"), rec
+    assert rec["call"] == "worker.update_actor" and rec["step"] == 2 and rec["in_trace"], rec
+    assert any("verl" in Path(rec["evidence"]).read_text() for _ in [0])
+    # the trainer's own update_actor phase stalled too, waiting for the worker, at step 2
+    trainer = _one(_doctor(hung_run, capsys), sc.ROLE_TRAINER, sc.PHASE_UPDATE_ACTOR)
+    assert trainer["step"] == 2 and trainer["frame"], trainer
+
+
+def test_stall_spans_are_in_the_file_while_their_step_is_open(hung_run):
+    seen = hung_run.extra["probe"].open_when_seen
+    assert len(seen) >= 2 and sum(seen.values()) >= 2, seen
+    spans = read_file(hung_run.out / sc.TRACES_FILE).spans
+    by_id = {s.span_id: s for s in spans}
+    stalls = [s for s in spans if s.name == sc.SPAN_STALL]
+    for stall in stalls:  # each under the span of the call or phase it stalled in
+        assert stall.parent_id in by_id and by_id[stall.parent_id].trace_id == stall.trace_id
+    steps = {s.attributes[sc.ATTR_GLOBAL_STEP]: s for s in spans if s.name == sc.SPAN_STEP}
+    assert steps[2].attributes.get(sc.ATTR_STEP_STALLS, 0) >= 1
+    assert steps[3].attributes.get(sc.ATTR_STEP_STALLS) == 0
+
+
+def test_metrics_and_console_say_it(hung_run):
+    metrics = hung_run.extra["probe"].metrics
+    assert metrics.get('verl_stall_active{phase="update_actor"}') == 1.0, metrics
+    assert metrics.get('verl_stalls_total{phase="reward.compute_score"}', 0) >= 1, metrics
+    log = (hung_run.out / "demo.log").read_text(errors="replace")
+    lines = [ln for ln in log.splitlines() if "[verl-otel] STALL:" in ln]
+    assert any("planted_hang" in ln and sc.ROLE_REWARD in ln and "evidence: " in ln for ln in lines), lines
+
+
+def test_doctor_names_phase_step_and_function(hung_run, capsys):
+    assert main(["doctor", "--dir", str(hung_run.out)]) == 0
+    text = capsys.readouterr().out
+    assert "step 2, phase update_actor (worker.update_actor)" in text and "planted_hang (slow.py:" in text
+    assert "reward_function" in text and "timeout" in text

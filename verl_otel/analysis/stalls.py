@@ -1,0 +1,182 @@
+"""Reading a run's stall evidence back (``verl-otel doctor``): the files under ``$VERL_OTEL_DIR/stalls/`` and the
+``stall`` spans of the traces, merged into one record per stall with what to do next."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from verl_otel import semconv as sc
+from verl_otel.analysis.step_traces import Span
+
+MAX_FILES = 200  # files read (the newest), each at most MAX_BYTES
+MAX_BYTES = 2 << 20
+
+
+@dataclass
+class StallRecord:
+    phase: str
+    call: str = ""
+    step: int | None = None
+    elapsed_s: float | None = None
+    threshold_s: float | None = None
+    frame: str = ""
+    stack: list[str] = field(default_factory=list)  # innermost first
+    kind: str = sc.STALL_UNKNOWN
+    role: str = ""
+    pid: int | None = None
+    host: str = ""
+    evidence: str = ""
+    repeats: int = 0  # stacks taken again after the first
+    moved: bool | None = None  # did the innermost frame change between dumps
+    trace_id: str = ""
+    in_trace: bool = False  # its stall span was found
+    advice: str = ""
+
+    def key(self) -> tuple[Any, ...]:
+        return (self.evidence,) if self.evidence else (self.trace_id, self.phase, self.pid)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _num(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def parse_file(path: Path) -> StallRecord | None:
+    """One evidence file (None when it is not one of ours)."""
+    with open(path, "rb") as f:
+        text = f.read(MAX_BYTES).decode(errors="replace")
+    lines = text.splitlines()
+    if not lines or lines[0] != sc.STALL_FILE_MAGIC:
+        return None
+    head: dict[str, str] = {}
+    for line in lines[1:]:
+        if not line.strip():
+            break
+        key, _, val = line.partition(": ")
+        head[key.strip()] = val.strip()
+    step = _num(head.get("step", ""))
+    pid = _num(head.get("pid", ""))
+    repeats = [ln for ln in lines if ln.startswith(sc.STALL_REPEAT_MARK)]
+    innermosts = {head.get("frame", "")} | {ln.rpartition("innermost: ")[2].strip("? ") for ln in repeats}
+    return StallRecord(
+        phase=head.get("phase", ""),
+        call=head.get("call", ""),
+        step=int(step) if step is not None and step >= 0 else None,
+        elapsed_s=_num(head.get("elapsed_s", "")),
+        threshold_s=_num(head.get("threshold_s", "")),
+        frame=head.get("frame", ""),
+        stack=[s for s in head.get("stack", "").split(" <- ") if s],
+        kind=head.get("kind", sc.STALL_UNKNOWN),
+        role=head.get("role", ""),
+        pid=int(pid) if pid is not None else None,
+        host=head.get("host", ""),
+        evidence=str(path),
+        repeats=len(repeats),
+        moved=(len(innermosts) > 1) if repeats else None,
+    )
+
+
+def read_dir(stalls_dir: Path) -> list[StallRecord]:
+    """Every evidence file under ``stalls_dir`` (the newest MAX_FILES); a missing folder is no stall."""
+    try:
+        entries = [e for e in os.scandir(stalls_dir) if e.name.endswith(sc.STALL_FILE_SUFFIX) and e.is_file()]
+    except FileNotFoundError:
+        return []
+    entries.sort(key=lambda e: e.stat().st_mtime, reverse=True)
+    out = []
+    for entry in entries[:MAX_FILES]:
+        try:
+            rec = parse_file(Path(entry.path))
+        except OSError:
+            continue
+        if rec is not None:
+            out.append(rec)
+    return out
+
+
+def from_spans(spans: Iterable[Span]) -> list[StallRecord]:
+    """The ``stall`` spans, each with its step (from its trace's step span when it does not say it)."""
+    spans = list(spans)
+    steps = {s.trace_id: s.attributes.get(sc.ATTR_GLOBAL_STEP) for s in spans if s.name == sc.SPAN_STEP}
+    out = []
+    for s in spans:
+        if s.name != sc.SPAN_STALL:
+            continue
+        a = s.attributes
+        step = a.get(sc.ATTR_GLOBAL_STEP, steps.get(s.trace_id))
+        out.append(
+            StallRecord(
+                phase=str(a.get(sc.ATTR_PHASE, "")),
+                call=str(a.get(sc.ATTR_STALL_CALL, "")),
+                step=int(step) if isinstance(step, (int, float)) and step >= 0 else None,
+                elapsed_s=a.get(sc.ATTR_STALL_ELAPSED),
+                threshold_s=a.get(sc.ATTR_STALL_THRESHOLD),
+                frame=str(a.get(sc.ATTR_STALL_FRAME, "")),
+                stack=[str(x) for x in a.get(sc.ATTR_STALL_STACK, ()) or ()],
+                kind=str(a.get(sc.ATTR_STALL_KIND, sc.STALL_UNKNOWN)),
+                role=str(a.get(sc.ATTR_STALL_ROLE, "")),
+                pid=a.get(sc.ATTR_STALL_PID),
+                host=str(a.get(sc.ATTR_STALL_HOST, "")),
+                evidence=str(a.get(sc.ATTR_STALL_EVIDENCE, "")),
+                trace_id=s.trace_id,
+                in_trace=True,
+            )
+        )
+    return out
+
+
+def merge(files: list[StallRecord], traced: list[StallRecord]) -> list[StallRecord]:
+    """One record per stall: a file and the span naming it are the same stall (the file says more, the span
+    gives the trace and the step)."""
+    by_key: dict[tuple[Any, ...], StallRecord] = {r.key(): r for r in files}
+    for t in traced:
+        rec = by_key.get(t.key())
+        if rec is None:
+            by_key[t.key()] = t
+            continue
+        rec.trace_id, rec.in_trace = t.trace_id, True
+        if rec.step is None:
+            rec.step = t.step
+    out = list(by_key.values())
+    for rec in out:
+        rec.advice = advice(rec)
+    out.sort(key=lambda r: (r.step if r.step is not None else -1, r.phase, r.role, r.pid or 0))
+    return out
+
+
+_ADVICE = {
+    sc.STALL_REWARD: "the reward function did not return: give it a timeout (e.g. a deadline on its remote "
+    "call, or verl's reward.reward_kwargs / sandbox timeouts) and make it return a score on failure",
+    sc.STALL_COLLECTIVE: "a collective (NCCL/gloo) is waiting for a rank that is not there: compare the ranks' "
+    "stacks; set TORCH_NCCL_ASYNC_ERROR_HANDLING=1 and TORCH_NCCL_TRACE_BUFFER_SIZE=2000 (flight recorder, "
+    "TORCH_NCCL_DUMP_ON_TIMEOUT=1) and a shorter NCCL timeout so the hang becomes an error with a record",
+    sc.STALL_ROLLOUT: "the rollout engine did not answer: look at the rollout server's own stall file and its "
+    "vLLM/SGLang log (a stuck request, a dead engine core, KV cache exhausted)",
+    sc.STALL_DATA: "the data loader is stuck: check the dataset's storage and dataloader workers "
+    "(data.dataloader_num_workers=0 shows the stack in the trainer itself)",
+    sc.STALL_CHECKPOINT: "checkpoint I/O is stuck: check the checkpoint directory's filesystem (space, a "
+    "network mount that stopped answering)",
+    sc.STALL_TOOL: "a tool call did not return: give the tool a timeout (the sandbox's or the tool's own)",
+    sc.STALL_UNKNOWN: "read the stacks in the evidence file",
+}
+
+
+def advice(rec: StallRecord) -> str:
+    text = _ADVICE.get(rec.kind, _ADVICE[sc.STALL_UNKNOWN])
+    if rec.moved is False:
+        text += "; the stacks did not move between dumps (a hang, not slow progress)"
+    elif rec.moved:
+        text += "; the innermost frame changed between dumps (slow progress rather than a hang?)"
+    if not rec.frame:
+        text += "; no verl or user frame in the Python stacks: the native stacks (py-spy dump --native --pid "
+        f"{rec.pid or 'PID'}) tell where it waits"
+    return text

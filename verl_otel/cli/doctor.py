@@ -1,0 +1,91 @@
+"""``verl-otel doctor``: what a stuck (or killed) run left behind, explained: per stall, which phase of which step,
+which process on which node, where it is stuck (verl's and the user's frames), what kind of stall it is and what
+to do next. Reads the evidence files ($VERL_OTEL_DIR/stalls/) and the ``stall`` spans of the trace file
+(``--dir``, default $VERL_OTEL_DIR) or of Jaeger (``--jaeger URL``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from verl_otel import semconv as sc
+from verl_otel.analysis import stalls
+from verl_otel.analysis.jaeger import DEFAULT_LIMIT, JaegerClient, JaegerError
+from verl_otel.analysis.otlp_json import read_file
+from verl_otel.cli.spans import DEFAULT_DIR, fail, parse_since
+
+PROG = "verl-otel doctor"
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("doctor", help="explain a stuck run from its stall evidence", description=__doc__)
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--dir", metavar="DIR", help=f"the run's data folder (default: ${sc.ENV_DIR} or {DEFAULT_DIR})")
+    src.add_argument("--jaeger", metavar="URL", help="read the stall spans from Jaeger, e.g. http://localhost:16686")
+    p.add_argument("--service", default=sc.SERVICE_NAME_DEFAULT, help="service.name in Jaeger (default: %(default)s)")
+    p.add_argument("--since", type=parse_since, default=parse_since("7d"), metavar="WINDOW", help="Jaeger window")
+    p.add_argument("--json", action="store_true", help="print JSON (a list of stalls)")
+    return p
+
+
+def _read(args: argparse.Namespace) -> tuple[list[stalls.StallRecord], str]:
+    if args.jaeger:
+        client = JaegerClient(args.jaeger)
+        now = time.time_ns()
+        spans = client.find_traces(args.service, now - int(args.since * 1e9), now, sc.SPAN_STALL, DEFAULT_LIMIT)
+        return stalls.merge([], stalls.from_spans(spans)), f"Jaeger at {client.base}"
+    root = Path(args.dir or os.environ.get(sc.ENV_DIR) or DEFAULT_DIR)
+    if not root.is_dir():
+        raise OSError(f"{root} is not a folder (the run's {sc.ENV_DIR})")
+    files = stalls.read_dir(root / sc.STALLS_DIR)
+    traced: list[stalls.StallRecord] = []
+    trace_file = root / sc.TRACES_FILE
+    if trace_file.exists():
+        traced = stalls.from_spans(read_file(trace_file).spans)
+    return stalls.merge(files, traced), str(root)
+
+
+def render(records: list[stalls.StallRecord], source: str) -> str:
+    if not records:
+        return (
+            f"no stall in {source}: no evidence files and no stall spans (the run never stalled, or ran with "
+            f"{sc.ENV_STALL}=0)\n"
+        )
+    out = [f"{len(records)} stall{'s' * (len(records) != 1)} in {source}:"]
+    for i, r in enumerate(records, 1):
+        step = f"step {r.step}" if r.step is not None else "step ?"
+        call = f" ({r.call})" if r.call and r.call != r.phase else ""
+        took = ""
+        if r.elapsed_s is not None and r.threshold_s is not None:
+            took = f", {r.elapsed_s:.0f}s in flight when caught (threshold {r.threshold_s:.0f}s)"
+        out.append(f"\n{i}. {step}, phase {r.phase}{call}{took}")
+        out.append(f"   process:   {r.role or '?'} pid {r.pid if r.pid is not None else '?'} on {r.host or '?'}")
+        out.append(f"   stuck at:  {r.frame or '(no verl or user frame in the Python stacks)'}")
+        for frame in r.stack[1:6]:
+            out.append(f"              <- {frame}")
+        out.append(f"   kind:      {r.kind}")
+        if r.evidence:
+            again = f" (stacks taken {r.repeats} more time{'s' * (r.repeats != 1)})" if r.repeats else ""
+            out.append(f"   evidence:  {r.evidence}{again}")
+        if r.trace_id:
+            out.append(f"   trace:     {r.trace_id}")
+        out.append(f"   next:      {r.advice}")
+    return "\n".join(out) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        records, source = _read(args)
+    except (OSError, JaegerError) as err:
+        return fail(PROG, str(err))
+    if args.json:
+        json.dump([r.as_dict() for r in records], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render(records, source))
+    return 0

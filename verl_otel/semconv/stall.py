@@ -1,0 +1,61 @@
+"""Stall detection (README, "When a run hangs"): the ``stall`` span, its attributes and classifications, and
+the evidence files' names."""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: One span per stall a process detects, child of the stalled phase span (trainer) or call span (worker),
+#: ended at once so the trace shows it while the step is still open.
+SPAN_STALL: Final = "stall"
+ATTR_STALL_CALL: Final = "verl.stall.call"  # the call in flight: phase, worker method or hooked call
+ATTR_STALL_ELAPSED: Final = "verl.stall.elapsed_s"
+ATTR_STALL_THRESHOLD: Final = "verl.stall.threshold_s"
+ATTR_STALL_FRAME: Final = "verl.stall.frame"  # innermost frame in verl's or the user's code
+ATTR_STALL_STACK: Final = "verl.stall.stack"  # verl's and the user's frames of that thread, innermost first
+ATTR_STALL_KIND: Final = "verl.stall.kind"  # one of STALL_KINDS
+ATTR_STALL_EVIDENCE: Final = "verl.stall.evidence"  # the stack file's path
+ATTR_STALL_ROLE: Final = "verl.stall.process_role"
+ATTR_STALL_PID: Final = "verl.stall.pid"
+ATTR_STALL_HOST: Final = "verl.stall.host"
+ATTR_STALL_CALLS: Final = "verl.stall.calls"  # calls of this phase stalled in this process when detected
+#: On the step span: stalls detected in the trainer process during the step.
+ATTR_STEP_STALLS: Final = "verl.stalls"
+
+STALL_REWARD: Final = "reward_function"
+STALL_COLLECTIVE: Final = "collective"
+STALL_ROLLOUT: Final = "rollout_engine"
+STALL_DATA: Final = "data_loading"
+STALL_CHECKPOINT: Final = "checkpoint_io"
+STALL_TOOL: Final = "tool_call"
+STALL_UNKNOWN: Final = "unknown"
+STALL_KINDS: Final[tuple[str, ...]] = (
+    STALL_REWARD,
+    STALL_COLLECTIVE,
+    STALL_ROLLOUT,
+    STALL_DATA,
+    STALL_CHECKPOINT,
+    STALL_TOOL,
+    STALL_UNKNOWN,
+)
+
+#: Hooked calls outside the trainer's phases (their ``phase`` label and call name)
+CALL_REWARD: Final = "reward.compute_score"
+CALL_AGENT_SAMPLE: Final = "rollout.sample"
+CALL_SERVER_REQUEST: Final = "rollout.request"
+
+#: A training worker's traced method -> the trainer phase it runs in (its stalls' ``phase``)
+WORKER_METHOD_PHASES: Final[dict[str, str]] = {
+    "update_actor": "update_actor",
+    "compute_log_prob": "old_log_prob",
+    "compute_ref_log_prob": "ref",
+    "train_mini_batch": "update_critic",
+    "infer_batch": "values",
+}
+
+#: Evidence files: $VERL_OTEL_DIR/stalls/step<N>-<phase>-<role>-<pid>.txt
+STALLS_DIR: Final = "stalls"
+STALL_FILE_SUFFIX: Final = ".txt"
+#: The first line of an evidence file, then ``key: value`` header lines, a blank line and the stacks
+STALL_FILE_MAGIC: Final = "# verl-otel stall evidence"
+STALL_REPEAT_MARK: Final = "# stacks again"

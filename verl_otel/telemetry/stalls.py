@@ -1,0 +1,324 @@
+"""Stall detection: one watch per process, owned by the runtime (README, "When a run hangs").
+
+A hooked call (a trainer phase, a training worker's method, a reward call, an agent-loop sample, a rollout
+server request) tells the watch when it starts and ends: :meth:`StallWatch.enter` stores a start time in a
+dict, :meth:`StallWatch.exit` pops it (no lock, no I/O: a training thread never waits here). One daemon
+thread per process looks at the calls in flight every tick; a call past its threshold,
+``min(seconds, max(min_seconds, factor x median of the phase's earlier runs))``, is a stall: the process
+dumps its stacks to an evidence file (through the writer the runtime hands in), a ``stall`` span is ended at
+once under the call's span and a flush is asked for, the gauge and counter change and one console line is
+printed. The same stall is dumped again every ``repeat_s`` seconds (does it move?), within bounds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import socket
+import statistics
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Span
+
+from verl_otel import semconv as sc
+from verl_otel._log import warn_once
+from verl_otel.config import StallSettings
+from verl_otel.telemetry import stall_frames as frames
+from verl_otel.telemetry.metrics import MetricsState, Reading
+
+MAX_STALLS = 32  # stalls a process reports in a run (each: a file, a span)
+MAX_DUMPS = 4  # stack dumps per stall (the first and the repeats), per phase and step
+HISTORY = 64  # durations kept per phase for the median
+
+
+class Evidence(Protocol):
+    """Writes the evidence files (export/stall_evidence.py::EvidenceFiles)."""
+
+    def write(self, name: str, text: str) -> Path | None: ...
+
+    def append(self, path: Path, text: str) -> bool: ...
+
+    def native(self, pid: int) -> str: ...
+
+
+@dataclass
+class _Call:
+    phase: str
+    call: str
+    step: int
+    start: float
+    thread: int
+    parent: otel_context.Context | None
+    task: Any = None  # the asyncio task that entered (its await chain is on no thread's stack)
+    stalled: bool = False
+
+
+@dataclass
+class Stall:
+    """One stall of a phase (of a step) in this process: what its file, span and line say."""
+
+    phase: str
+    call: str
+    step: int
+    elapsed_s: float
+    threshold_s: float
+    frame: str
+    kind: str
+    evidence: str
+    role: str
+    pid: int
+    host: str
+    stack: tuple[str, ...] = ()  # verl's and the user's frames of the stuck thread, innermost first
+    dumps: int = 1
+    last_dump: float = 0.0
+    calls: set[int] = field(default_factory=set)
+
+
+class StallWatch:
+    def __init__(
+        self,
+        settings: StallSettings,
+        *,
+        tracer: Callable[[], trace.Tracer],
+        state: MetricsState,
+        flush_soon: Callable[[], None],
+        evidence: Evidence | None,
+        role: Callable[[], str],
+        console: bool = True,
+    ) -> None:
+        self.settings = settings
+        self._tracer, self._state, self._flush_soon = tracer, state, flush_soon
+        self._evidence, self._role, self._console = evidence, role, console
+        self._ids = itertools.count(1)
+        self._calls: dict[int, _Call] = {}
+        self._history: dict[str, deque[tuple[int, float]]] = {}
+        self._stalls: dict[tuple[str, Any], Stall] = {}
+        self._phases: set[str] = set()  # phases that stalled here: their gauge goes back to 0, not away
+        self._lock = threading.Lock()  # the watchdog's own state (stalls); enter/exit do not take it
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.pid, self.host = os.getpid(), socket.gethostname()
+        self.tick_s = max(0.05, min(1.0, settings.min_seconds / 4, settings.seconds / 4))
+        state.add_source(self.readings)
+
+    # -- from the hooks (training threads): a dict entry, nothing else -----------------------------
+    def enter(
+        self, phase: str, call: str | None = None, step: int = -1, parent: Span | otel_context.Context | None = None
+    ) -> int | None:
+        """A call of ``phase`` started (``call``: its own name, e.g. ``worker.update_actor``); returns the
+        token for :meth:`exit`. ``parent``: the span (or context) its stall span goes under."""
+        if self._thread is None:
+            self._start()
+        token = next(self._ids)
+        ctx = trace.set_span_in_context(parent) if isinstance(parent, Span) else parent
+        task = asyncio.current_task() if asyncio._get_running_loop() is not None else None
+        self._calls[token] = _Call(phase, call or phase, step, time.monotonic(), threading.get_ident(), ctx, task)
+        return token
+
+    def exit(self, token: int | None) -> None:
+        if token is None:
+            return
+        c = self._calls.pop(token, None)
+        if c is None:
+            return
+        hist = self._history.get(c.phase)
+        if hist is None:
+            hist = self._history.setdefault(c.phase, deque(maxlen=HISTORY))
+        hist.append((c.step, time.monotonic() - c.start))
+
+    def stalls_in(self, step: int) -> int:
+        """Stalls this process detected in ``step`` (the step span's count)."""
+        with self._lock:
+            return sum(1 for s in self._stalls.values() if s.step == step)
+
+    def stalls(self) -> list[Stall]:
+        with self._lock:
+            return list(self._stalls.values())
+
+    def readings(self) -> Iterable[Reading]:
+        stalled = {c.phase for c in list(self._calls.values()) if c.stalled}
+        for phase in sorted(self._phases):
+            yield sc.STALL_ACTIVE, (phase,), 1.0 if phase in stalled else 0.0
+
+    def threshold(self, phase: str, step: int) -> float:
+        hist = self._history.get(phase)
+        earlier = [d for s, d in list(hist or ()) if step < 0 or s < step]
+        return self.settings.threshold(statistics.median(earlier) if earlier else None)
+
+    # -- the watchdog thread -----------------------------------------------------------------------
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="verl-otel-stall-watch", daemon=True)
+                self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.tick_s):
+            try:
+                self.check()
+            except Exception as exc:  # noqa: BLE001 - the watchdog never dies of a telemetry error
+                warn_once("stall-watch", f"stall detection failed ({exc!r}); it goes on")
+
+    def check(self, now: float | None = None) -> list[Stall]:
+        """One look at the calls in flight (the watchdog's tick); returns the stalls found or dumped again."""
+        now = time.monotonic() if now is None else now
+        touched = []
+        limits: dict[tuple[str, int], float] = {}  # one median per phase and step per tick, however many calls
+        for token, c in list(self._calls.items()):
+            elapsed = now - c.start
+            limit = limits.get((c.phase, c.step))
+            if limit is None:
+                limit = limits[(c.phase, c.step)] = self.threshold(c.phase, c.step)
+            if elapsed < limit:
+                continue
+            key = (c.phase, c.step if c.step >= 0 else _trace_of(c.parent))
+            with self._lock:
+                stall = self._stalls.get(key)
+            if stall is None:
+                if len(self._stalls) >= MAX_STALLS:
+                    warn_once("stall-cap", f"more than {MAX_STALLS} stalls in pid {self.pid}: no more evidence")
+                    continue
+                stall = self._detect(c, elapsed, limit, now)
+                with self._lock:
+                    self._stalls[key] = stall
+                touched.append(stall)
+            stall.calls.add(token)
+            c.stalled = True
+        # repeats are per stall, once per tick: any of its calls still in flight
+        for stall in self.stalls():
+            live = [x for x in (self._calls.get(t) for t in list(stall.calls)) if x is not None]
+            if len(live) < len(stall.calls):  # the calls that ended are forgotten
+                stall.calls = {t for t in stall.calls if t in self._calls}
+            call = live[0] if live else None
+            if (
+                call is not None
+                and stall not in touched
+                and stall.dumps < MAX_DUMPS
+                and now - stall.last_dump >= self.settings.repeat_s
+            ):
+                self._dump_again(stall, call, now - call.start, now)
+                touched.append(stall)
+        return touched
+
+    def _detect(self, c: _Call, elapsed: float, limit: float, now: float) -> Stall:
+        stacks = self._stacks(c)
+        frame, stack = frames.innermost(stacks, c.thread)
+        kind = frames.classify(c.phase if c.call == c.phase else c.call, stack.frames if stack else ())
+        if kind == sc.STALL_UNKNOWN and c.call != c.phase:
+            kind = frames.classify(c.phase, ())
+        role = self._role()
+        stall = Stall(
+            c.phase,
+            c.call,
+            c.step,
+            elapsed,
+            limit,
+            frames.frame_text(frame) if frame else "",
+            kind,
+            "",
+            role,
+            self.pid,
+            self.host,
+            stack=tuple(frames.frame_text(f) for f in reversed(stack.frames) if frames.is_relevant(f[0]))[:12]
+            if stack
+            else (),
+            last_dump=now,
+        )
+        self._phases.add(c.phase)
+        self._state.inc(sc.STALLS_TOTAL, (c.phase,))
+        if self._evidence is not None:
+            step = f"step{c.step}" if c.step >= 0 else "step-unknown"
+            name = f"{step}-{c.phase}-{role}-{self.pid}"
+            first = [stack] if stack is not None else []  # the stuck thread first: the cap cuts the others
+            rest = [x for x in stacks if x is not stack]
+            path = self._evidence.write(name, self._header(stall) + frames.format_stacks(first + rest))
+            if path is not None:
+                stall.evidence = str(path)
+                self._evidence.append(
+                    path, "\n# native stacks (py-spy dump --native)\n" + self._evidence.native(self.pid)
+                )
+        self._span(stall, c)
+        self._line(stall)
+        return stall
+
+    def _dump_again(self, stall: Stall, c: _Call, elapsed: float, now: float) -> None:
+        stall.dumps += 1
+        stall.last_dump = now
+        if self._evidence is None or not stall.evidence:
+            return
+        stacks = self._stacks(c)
+        frame, _ = frames.innermost(stacks, c.thread)
+        where = frames.frame_text(frame) if frame else ""
+        text = f"\n{sc.STALL_REPEAT_MARK} after {elapsed:.0f}s; innermost: {where}\n"
+        self._evidence.append(Path(stall.evidence), text + frames.format_stacks(stacks))
+
+    def _stacks(self, c: _Call) -> list[frames.ThreadStack]:
+        chain = frames.task_stack(c.task) if c.task is not None else None
+        return ([chain] if chain else []) + frames.capture()
+
+    def _header(self, s: Stall) -> str:
+        rows = {
+            "phase": s.phase,
+            "call": s.call,
+            "step": s.step,
+            "elapsed_s": f"{s.elapsed_s:.1f}",
+            "threshold_s": f"{s.threshold_s:.1f}",
+            "frame": s.frame,
+            "stack": " <- ".join(s.stack),
+            "kind": s.kind,
+            "role": s.role,
+            "pid": s.pid,
+            "host": s.host,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        return sc.STALL_FILE_MAGIC + "\n" + "".join(f"{k}: {v}\n" for k, v in rows.items()) + "\n"
+
+    def _span(self, s: Stall, c: _Call) -> None:
+        attrs: dict[str, Any] = {
+            sc.ATTR_PHASE: s.phase,
+            sc.ATTR_STALL_CALL: s.call,
+            sc.ATTR_STALL_ELAPSED: round(s.elapsed_s, 3),
+            sc.ATTR_STALL_THRESHOLD: round(s.threshold_s, 3),
+            sc.ATTR_STALL_FRAME: s.frame,
+            sc.ATTR_STALL_STACK: list(s.stack),
+            sc.ATTR_STALL_KIND: s.kind,
+            sc.ATTR_STALL_EVIDENCE: s.evidence,
+            sc.ATTR_STALL_ROLE: s.role,
+            sc.ATTR_STALL_PID: s.pid,
+            sc.ATTR_STALL_HOST: s.host,
+        }
+        if s.step >= 0:
+            attrs[sc.ATTR_GLOBAL_STEP] = s.step
+        ctx = c.parent if c.parent is not None else otel_context.Context()
+        self._tracer().start_span(sc.SPAN_STALL, context=ctx, attributes=attrs).end()
+        self._flush_soon()
+
+    def _line(self, s: Stall) -> None:
+        if not self._console:
+            return
+        step = f" of step {s.step}" if s.step >= 0 else ""
+        where = f" at {s.frame}" if s.frame else ""
+        evidence = f"; evidence: {s.evidence}" if s.evidence else ""
+        line = (
+            f"[verl-otel] STALL: {s.call}{step} running {s.elapsed_s:.0f}s (threshold {s.threshold_s:.0f}s) in "
+            f"{s.role} pid {s.pid} on {s.host}{where} [{s.kind}]{evidence} (verl-otel doctor)"
+        )
+        print(line, file=sys.stdout, flush=True)
+
+
+def _trace_of(ctx: otel_context.Context | None) -> int:
+    """The trace a call of an unknown step belongs to (its stalls are one per phase and trace)."""
+    return 0 if ctx is None else trace.get_current_span(ctx).get_span_context().trace_id
