@@ -57,13 +57,13 @@ def _panel(pid: int, grid: tuple[int, int, int, int] = (0, 0, 12, 8)) -> grafana
 def test_extra_variables_are_typed_or_refused():
     custom = {"name": "phase", "type": "custom", "query": "gen,update_actor", "multi": True, "includeAll": True}
     d = grafana.Dashboard("x", "x", "x", (_panel(1),), extra_vars=(custom,))
-    (var,) = [v for v in grafana.render(d)["templating"]["list"] if v["name"] == "phase"]
+    (var,) = [v for v in builders.render(d)["templating"]["list"] if v["name"] == "phase"]
     assert {k: var[k] for k in custom} == custom
     with pytest.raises(ValueError, match="definition"):
-        grafana.render(grafana.Dashboard("x", "x", "x", (_panel(1),), extra_vars=({**custom, "definition": "x"},)))
+        builders.render(grafana.Dashboard("x", "x", "x", (_panel(1),), extra_vars=({**custom, "definition": "x"},)))
 
 
 def test_panels_left_at_the_origin_are_placed_by_the_sdk():
     d = grafana.Dashboard("x", "x", "x", (_panel(1), _panel(2), _panel(3, (0, 0, 24, 4)), _panel(4, (12, 20, 12, 8))))
-    grids = [(p["gridPos"]["x"], p["gridPos"]["y"], p["gridPos"]["w"]) for p in grafana.render(d)["panels"]]
+    grids = [(p["gridPos"]["x"], p["gridPos"]["y"], p["gridPos"]["w"]) for p in builders.render(d)["panels"]]
     assert grids == [(0, 0, 12), (12, 0, 12), (0, 8, 24), (12, 20, 12)]

@@ -17,7 +17,7 @@ from helpers.prom import MetricsEndpoint, PromServer, available
 from helpers.synthetic_metrics import exposition
 
 from verl_otel import semconv as sc
-from verl_otel.dashboards import alerts, all_expressions, build, concrete, grafana, panels
+from verl_otel.dashboards import alerts, all_expressions, build, builders, concrete, grafana, panels
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIABLES = {"datasource", "jaeger", "project", "experiment", "instance", "service"}
@@ -180,7 +180,7 @@ def test_every_metric_and_label_is_semconv_or_a_listed_external():
 def test_all_expressions_lists_every_query_variable_and_rule():
     exprs = all_expressions()
     n_targets = sum(len(p.targets) for d in panels.DASHBOARDS for p in d.panels)
-    n_vars = len(panels.DASHBOARDS) * sum(1 for v in grafana.variables() if v["type"] == "query")
+    n_vars = len(panels.DASHBOARDS) * sum(1 for v in builders.variables() if v["type"] == "query")
     n_annotations = sum(len(d.annotations) for d in panels.DASHBOARDS)
     assert n_annotations and len(exprs) == n_targets + n_vars + n_annotations + len(alerts.rules())
     assert len({w for w, _, _ in exprs}) == len(exprs), "where-names must be unique"

@@ -28,11 +28,11 @@ def concrete(expr: str) -> str:
 def all_expressions() -> list[tuple[str, str, str | None]]:
     """(where, PromQL, reason it may be empty on a CPU run or None) of every dashboard query and annotation, every
     template variable's series selector and every alert rule. Expressions keep Grafana's variables: see concrete()."""
-    from verl_otel.dashboards import alerts, grafana, panels
+    from verl_otel.dashboards import alerts, builders, panels
 
     out: list[tuple[str, str, str | None]] = []
     for dash in panels.DASHBOARDS:
-        for var in grafana.variables():
+        for var in builders.variables():
             # a Prometheus query variable keeps its label_values() in query.query (the SDK's model has no definition)
             query = var.get("query")
             match = _LABEL_VALUES.match(query.get("query", "") if isinstance(query, dict) else "")

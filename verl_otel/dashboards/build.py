@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from verl_otel.dashboards import alerts, grafana, panels
+from verl_otel.dashboards import alerts, builders, panels
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = Path("deploy/prometheus/rules/verl-alerts.yml")
@@ -73,7 +73,7 @@ def splice(readme: str, generated: str) -> str:
 
 def outputs(root: Path = ROOT, thresholds: alerts.Thresholds = alerts.DEFAULTS) -> dict[Path, str]:
     files = {
-        Path("grafana") / f"{d.uid}.json": json.dumps(grafana.render(d), indent=2, ensure_ascii=False) + "\n"
+        Path("grafana") / f"{d.uid}.json": json.dumps(builders.render(d), indent=2, ensure_ascii=False) + "\n"
         for d in panels.DASHBOARDS
     }
     files[RULES] = _HEADER + yaml.safe_dump(

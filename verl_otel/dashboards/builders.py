@@ -266,3 +266,14 @@ def dashboard_builder(d: g.Dashboard) -> db.Dashboard:
     for p in d.panels:
         b.with_panel(panel_builder(p))
     return b
+
+
+def variables() -> list[dict[str, Any]]:
+    """The template variables every dashboard gets, as Grafana JSON."""
+    return [plain(v.build()) for v in variable_builders()]
+
+
+def render(d: g.Dashboard) -> dict[str, Any]:
+    """``d`` as Grafana JSON, produced by grafana-foundation-sdk's typed builders (the parts the SDK cannot type
+    are passed through above)."""
+    return plain(dashboard_builder(d).build())

@@ -95,13 +95,6 @@ class Dashboard:
         assert len(ids) == len(set(ids)), f"{self.uid}: duplicate panel ids"
 
 
-def variables() -> list[dict[str, Any]]:
-    """The template variables every dashboard gets, as Grafana JSON (built by the SDK: builders.py)."""
-    from verl_otel.dashboards import builders
-
-    return [builders.plain(v.build()) for v in builders.variable_builders()]
-
-
 def jaeger_step_search(experiment: str, project: str | None = None) -> dict[str, Any]:
     """A Jaeger search (tags in logfmt) for one run's step spans under ``$service``; ``experiment`` and ``project``
     are single values: a repeated variable or a field-label reference. A raw dict: grafana-foundation-sdk has no
@@ -129,11 +122,3 @@ def explore_link(title: str, queries: list[dict[str, Any]], datasource: str) -> 
 def ref_id(index: int) -> str:
     """The refId Grafana gives a panel's ``index``-th query (A, B, ...); per-query overrides match on it."""
     return chr(ord("A") + index)
-
-
-def render(d: Dashboard) -> dict[str, Any]:
-    """``d`` as Grafana JSON, produced by grafana-foundation-sdk's typed builders (see builders.py for the parts
-    the SDK cannot type)."""
-    from verl_otel.dashboards import builders
-
-    return builders.plain(builders.dashboard_builder(d).build())

@@ -8,12 +8,8 @@ import sys
 from typing import Any
 
 from verl_otel.cli.argtypes import positive_int
+from verl_otel.demo.options import ROLLOUTS, TELEMETRY, TRAINERS
 from verl_otel.demo.slow import HANG_PHASES, PHASES, SlowSpec
-
-# the demo's trainers (here, not in the runner: --help must not import verl)
-TRAINERS = ("v1", "legacy", "colocate_async", "separate_async", "fully_async")
-TELEMETRY = ("console", "embedded", "otlp")
-ROLLOUTS = ("stub", "vllm")
 
 
 def _slow(text: str) -> str:

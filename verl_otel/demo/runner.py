@@ -12,8 +12,8 @@ from pathlib import Path
 
 from verl_otel import semconv as sc
 from verl_otel.demo import assets, hang_reward, vllm_slow
-from verl_otel.demo.cli import ROLLOUTS, TRAINERS
 from verl_otel.demo.cpu_plugin import ENV_LINGER
+from verl_otel.demo.options import ROLLOUTS, TRAINERS
 from verl_otel.demo.slow import ENV as ENV_SLOW
 from verl_otel.demo.slow import HANG_ENV, SlowSpec
 
