@@ -1,0 +1,231 @@
+"""The CPU demo through the real stack (the Collector and Jaeger built by `make stack-bin`, Debian's Prometheus
+and Alertmanager, all started by `verl-otel stack up --native`'s code on the very files of deploy/): traces in
+Jaeger through a Jaeger crash and a Collector restart, the Collector's real metric names, every dashboard and
+alert expression, an exemplar's trace, and an alert that reaches Alertmanager. One run (helpers/real_stack_run.py)
+serves every test."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+from helpers.real_stack import wait_until
+from helpers.real_stack_run import HUNG_ALERT, SLOW_STEP, STEPS
+from helpers.traces import event_names, load_spans
+
+from verl_otel import semconv as sc
+from verl_otel.analysis.jaeger import JaegerClient
+from verl_otel.cli.main import main
+
+pytestmark = pytest.mark.verl
+
+
+def _file_traces(real) -> dict[str, dict[str, str]]:
+    """trace id -> {span id: parent id} of the step traces the run wrote to its own trace file."""
+    out: dict[str, dict[str, str]] = {}
+    spans = load_spans(real.run.out / "traces.jsonl")
+    steps = {s.trace_id for s in spans if s.name == sc.SPAN_STEP}
+    for s in spans:
+        if s.trace_id in steps:
+            out.setdefault(s.trace_id, {})[s.span_id] = s.parent_id
+    return out
+
+
+def _jaeger_tree(client: JaegerClient, trace_id: str) -> dict[str, str]:
+    return {s.span_id: s.parent_id for s in client.get_trace(trace_id)}
+
+
+def test_the_demo_ran_through_the_stack(real_stack_run):
+    assert real_stack_run.run.rc == 0, real_stack_run.run.log_tail()
+
+
+def test_every_step_trace_is_in_jaeger_with_its_parents(real_stack_run):
+    expected = _file_traces(real_stack_run)
+    assert len(expected) >= STEPS, sorted(expected)
+    client = JaegerClient(real_stack_run.stack.jaeger_url)
+
+    def missing() -> list[str]:
+        return [t for t, tree in expected.items() if _jaeger_tree(client, t) != tree]
+
+    left = wait_until(lambda: not missing(), timeout=90, every=2) or missing()
+    assert left is True, f"{len(left)} traces differ in Jaeger: {left[:3]}"
+    for trace_id, tree in expected.items():  # each parent is a span of the trace, one root
+        roots = [s for s, p in tree.items() if not p]
+        assert len(roots) == 1 and all(p in tree for p in tree.values() if p), trace_id
+    found = client.find_steps(sc.SERVICE_NAME_DEFAULT, time.time_ns() - 3600 * 10**9, time.time_ns())
+    assert {s.trace_id for s in found if s.name == sc.SPAN_STEP} == set(expected)
+
+
+def test_spans_accepted_while_jaeger_was_down_survive_a_collector_restart(real_stack_run):
+    o = real_stack_run.probe.outage
+    assert not o.errors and o.jaeger_killed and o.collector_restarted and o.jaeger_restarted, o
+    assert o.accepted_before_restart > o.accepted_at_kill, "no span reached the Collector while Jaeger was down"
+    # the traces that ended in the outage are among those the test above finds complete
+    spans = load_spans(real_stack_run.run.out / "traces.jsonl")
+    ended = [s for s in spans if s.name == sc.SPAN_STEP and o.jaeger_killed < s.end_ns / 1e9 < o.collector_restarted]
+    assert ended, "no step ended while Jaeger was down"
+    client = JaegerClient(real_stack_run.stack.jaeger_url)
+    for root in ended:
+        assert wait_until(lambda r=root: client.get_trace(r.trace_id), timeout=60), root.trace_id
+
+
+def test_slow_steps_finds_the_planted_step_in_jaeger(real_stack_run, capsys):
+    url = real_stack_run.stack.jaeger_url
+    assert main(["slow-steps", "--jaeger", url, "--since", "1h", "--json", "--top", "3"]) == 0
+    top = json.loads(capsys.readouterr().out)[0]
+    assert top["global_step"] == SLOW_STEP and top["cause"]["phase"] == "update_actor", top
+
+
+def test_val_generations_reads_validation_samples_from_jaeger(real_stack_run, capsys):
+    url = real_stack_run.stack.jaeger_url
+    assert main(["val-generations", "--jaeger", url, "--since", "1h", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    spans = load_spans(real_stack_run.run.out / "traces.jsonl")
+    events = sum(event_names(s).count("verl.val_generation") for s in spans if s.name == "validate")
+    assert events > 0 and len(got) == events
+
+
+# -- Prometheus, scraping the real Collector ------------------------------------------------------------------------
+#: labels every push-path series carries besides its metric's own: the run's resource attributes, Prometheus'
+#: target labels, the histogram's le, and what the Collector's exporter adds for every scope
+_RESOURCE = {sc.LABEL_PROJECT, sc.LABEL_EXPERIMENT, sc.LABEL_PROCESS_ROLE, "instance", "job", "le"}
+
+
+BY_NAME = {m.name: m for m in sc.METRICS}
+
+
+def _base(name: str) -> str:
+    return name if name in BY_NAME else re.sub(r"_(bucket|sum|count)$", "", name)
+
+
+def test_the_collector_makes_exactly_the_semconv_names(real_stack_run):
+    series = real_stack_run.prom.api("series", **{"match[]": '{job="verl"}', "start": time.time() - 900})
+    names = {_base(s["__name__"]) for s in series}
+    by_name = BY_NAME
+    assert names and names <= set(by_name), sorted(names - set(by_name))
+    extra_labels = {}
+    for s in series:
+        metric = by_name[_base(s["__name__"])]
+        extra = set(s) - {"__name__"} - set(metric.labels) - _RESOURCE
+        if extra:
+            extra_labels[metric.name] = sorted(extra)
+    assert not extra_labels, extra_labels
+    # every metric the trainer's hooks feed on a v1 run without vLLM got through
+    assert {sc.TRAINING_STEP.name, sc.STEP_DURATION.name, sc.PHASE_DURATION.name, sc.PHASE_ACTIVE.name} <= names
+
+
+def test_every_dashboard_and_alert_expression_evaluates_on_the_real_stack(real_stack_run):
+    from verl_otel.dashboards import all_expressions, concrete
+
+    prom = real_stack_run.prom
+    empty_without_reason, with_data = [], 0
+    for where, expr, cpu_empty in all_expressions():
+        rows = prom.query(concrete(expr))  # a parse or evaluation error raises
+        if rows:
+            with_data += 1
+        elif cpu_empty is None:
+            empty_without_reason.append(where)
+    assert not empty_without_reason, empty_without_reason
+    assert with_data >= 20, with_data
+
+
+def test_a_step_exemplar_names_a_trace_jaeger_has(real_stack_run):
+    prom, now = real_stack_run.prom, time.time()
+    rows = prom.api("query_exemplars", query=f"{sc.STEP_DURATION.name}_bucket", start=now - 900, end=now)
+    trace_ids = {e["labels"]["trace_id"] for row in rows for e in row["exemplars"] if "trace_id" in e["labels"]}
+    assert trace_ids, rows
+    client = JaegerClient(real_stack_run.stack.jaeger_url)
+    for trace_id in sorted(trace_ids)[:3]:
+        assert any(s.name == sc.SPAN_STEP for s in client.get_trace(trace_id)), trace_id
+
+
+def test_the_hung_phase_fires_and_reaches_alertmanager(real_stack_run):
+    probe = real_stack_run.probe
+    assert HUNG_ALERT in probe.prom_firing, sorted(probe.prom_firing)
+    alert = probe.am_seen.get(HUNG_ALERT)
+    assert alert is not None, sorted(probe.am_seen)
+    assert alert["labels"][sc.LABEL_PHASE] == "update_actor" and alert["status"]["state"] == "active", alert
+    assert alert["labels"][sc.LABEL_EXPERIMENT] and alert["annotations"]["summary"], alert
+
+
+def test_the_collectors_own_alerts_evaluate_on_its_real_metrics(real_stack_run):
+    from verl_otel.dashboards import alerts
+
+    prom = real_stack_run.prom
+    names = set(prom.api("label/__name__/values", **{"match[]": '{job="otel-collector"}'}))
+    assert prom.query('up{job="otel-collector"} == 1'), "Prometheus does not scrape the Collector's own metrics"
+    group = next(g for g in alerts.rule_groups(alerts.DEFAULTS)["groups"] if g["name"] == "verl-otel-pipeline")
+    used = {n for r in group["rules"] for n in re.findall(r"\b(otelcol_[a-z_]+)", r["expr"])}
+    assert used, group
+    # the names the rules use are the ones this Collector version makes (failure counters appear at the first
+    # failure: the Jaeger outage made the exporter's, the receiver's accepted/refused come with the first data)
+    made = {n for n in used if n in names}
+    assert {n for n in used if "refused" in n} <= made, sorted(used - made)
+    for rule in group["rules"]:
+        prom.query(rule["expr"])  # evaluates without error
+
+
+def _exposed(text: str, experiment: str) -> dict[str, set[str]]:
+    """metric name -> label names of the exposition's samples of one experiment."""
+    out: dict[str, set[str]] = {}
+    for line in text.splitlines():
+        m = re.match(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\} ", line)
+        if m and f'{sc.LABEL_EXPERIMENT}="{experiment}"' in m[2]:
+            out.setdefault(m[1], set()).update(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="', m[2]))
+    return out
+
+
+def test_every_semconv_metric_comes_out_of_the_real_collector_as_named(real_stack_run):
+    """Every metric (not only those the CPU run feeds), through verl-otel's own OTLP instruments into the real
+    Collector: its prometheus exporter's names and labels are semconv's. Last: it adds an experiment of its own."""
+    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.resources import Resource
+
+    from helpers.real_stack import scrape
+
+    from verl_otel.config import load
+    from verl_otel.export.otel_metrics import start_push
+    from verl_otel.telemetry.metrics import MetricsState
+
+    stack, experiment = real_stack_run.stack, "names-check"
+    exporter = OTLPMetricExporter(endpoint=f"127.0.0.1:{stack.ports.otlp_grpc}", insecure=True, timeout=10)
+    reader = PeriodicExportingMetricReader(exporter, export_interval_millis=3_600_000)
+    resource = Resource.create(
+        {
+            "service.name": sc.SERVICE_NAME_DEFAULT,
+            "service.instance.id": "check/x/1",
+            sc.ATTR_PROJECT: "p",
+            sc.ATTR_EXPERIMENT: experiment,
+        }
+    )
+    provider = MeterProvider(metric_readers=[reader], resource=resource)
+    state = MetricsState()
+    start_push(state, load({}, report=False), resource, given=provider)
+    for metric in sc.METRICS:
+        labels = tuple(f"v{i}" for i in range(len(metric.labels)))
+        if metric.kind == "histogram":
+            state.observe(metric, labels, 1.0)
+        elif metric.kind == "counter":
+            state.inc(metric, labels, 1.0)
+        else:
+            state.set(metric, labels, 1.0)
+    try:
+        assert provider.force_flush(30_000)
+        url = f"http://127.0.0.1:{stack.ports.collector_metrics}/metrics"
+        got = wait_until(lambda: len(_exposed(scrape(url), experiment)) >= len(sc.METRICS), timeout=60)
+        exposed = _exposed(scrape(url), experiment)
+    finally:
+        provider.shutdown()
+    assert got, sorted(exposed)
+    by_base: dict[str, set[str]] = {}
+    for name, labels in exposed.items():
+        by_base.setdefault(_base(name), set()).update(labels)
+    assert set(by_base) == set(BY_NAME), sorted(set(by_base) ^ set(BY_NAME))
+    for name, labels in by_base.items():
+        own = set(BY_NAME[name].labels)
+        assert own <= labels and labels - own <= _RESOURCE, (name, sorted(labels - own - _RESOURCE))
