@@ -9,6 +9,8 @@ cache=${VERL_OTEL_STACK_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/verl-otel/sta
 links=$root/.stack-bin
 if ! command -v go >/dev/null 2>&1; then
     echo "make stack-bin: no \`go\` on PATH; install Go >= 1.25 (go.dev/dl) to build the Collector and Jaeger" >&2
+    # `make test` goes on without them (the real-stack tests skip, saying why), except under CI=true
+    [ "${VERL_OTEL_STACK_BIN_OPTIONAL:-}" = 1 ] && [ "${CI:-}" != true ] && exit 0
     exit 1
 fi
 gov=$(go version)
