@@ -51,8 +51,9 @@ def test_every_step_trace_is_in_jaeger_with_its_parents(real_stack_run):
 
 
 def test_every_span_the_collector_accepted_reached_jaeger_through_the_outage(real_stack_run):
-    """Jaeger was killed after step 1; while it was down the Collector accepted step 2's spans into its disk queue,
-    was restarted (SIGTERM), and only then Jaeger came back: every span either Collector accepted is in Jaeger."""
+    """Jaeger was killed before the run's first span; while it was down the Collector accepted the spans of steps
+    0..2 into its disk queue, was restarted (SIGTERM), and only then Jaeger came back: every span either Collector
+    process accepted is in Jaeger."""
     o = real_stack_run.probe.outage
     assert not o.errors and o.jaeger_killed and o.collector_restarted and o.jaeger_restarted, o
     assert o.accepted_before_restart > o.accepted_at_kill, "no span reached the Collector while Jaeger was down"
@@ -83,9 +84,19 @@ def test_val_generations_reads_validation_samples_from_jaeger(real_stack_run, ca
 
 
 # -- Prometheus, scraping the real Collector ------------------------------------------------------------------------
-#: labels every push-path series carries besides its metric's own: the run's resource attributes, Prometheus'
-#: target labels, the histogram's le, and what the Collector's exporter adds for every scope
-_RESOURCE = {sc.LABEL_PROJECT, sc.LABEL_EXPERIMENT, sc.LABEL_PROCESS_ROLE, "instance", "job", "le"}
+#: series of job verl that Prometheus makes itself (per target, rule results) and the exporter's resource info
+#: metric (OTel's Prometheus compatibility spec): not metrics of ours
+NOT_OURS = {"up", "ALERTS", "ALERTS_FOR_STATE", "target_info"}
+#: labels the exporter adds to every series besides the resource's: the instrumentation scope
+SCOPE_LABELS = {"otel_scope_name", "otel_scope_version", "otel_scope_schema_url"}
+#: the resource attributes the Collector's resource/series_labels deletes from metrics (deploy/otel-collector)
+DELETED = ("process.", "telemetry.")
+
+
+def _resource_labels(real) -> set[str]:
+    """Label names the run's resource attributes become (resource_to_telemetry_conversion), from Jaeger's spans."""
+    keys = {k for s in _jaeger_spans(real) for k in s.resource if not k.startswith(DELETED)}
+    return {re.sub(r"[^a-zA-Z0-9_]", "_", k) for k in keys} | {"job", "instance", "le"} | SCOPE_LABELS
 
 
 BY_NAME = {m.name: m for m in sc.METRICS}
@@ -97,13 +108,15 @@ def _base(name: str) -> str:
 
 def test_the_collector_makes_exactly_the_semconv_names(real_stack_run):
     series = real_stack_run.prom.api("series", **{"match[]": '{job="verl"}', "start": time.time() - 900})
+    series = [s for s in series if s["__name__"] not in NOT_OURS and not s["__name__"].startswith("scrape_")]
+    resource = _resource_labels(real_stack_run)
     names = {_base(s["__name__"]) for s in series}
     by_name = BY_NAME
     assert names and names <= set(by_name), sorted(names - set(by_name))
     extra_labels = {}
     for s in series:
         metric = by_name[_base(s["__name__"])]
-        extra = set(s) - {"__name__"} - set(metric.labels) - _RESOURCE
+        extra = set(s) - {"__name__"} - set(metric.labels) - resource
         if extra:
             extra_labels[metric.name] = sorted(extra)
     assert not extra_labels, extra_labels
@@ -128,7 +141,7 @@ def test_every_dashboard_and_alert_expression_evaluates_on_the_real_stack(real_s
 
 def test_a_step_exemplar_names_a_trace_jaeger_has(real_stack_run):
     prom, now = real_stack_run.prom, time.time()
-    rows = prom.api("query_exemplars", query=f"{sc.STEP_DURATION.name}_bucket", start=now - 900, end=now)
+    rows = prom.api("query_exemplars", query=f"{sc.STEP_DURATION.name}_bucket", start=now - 1800, end=now)
     trace_ids = {e["labels"]["trace_id"] for row in rows for e in row["exemplars"] if "trace_id" in e["labels"]}
     assert trace_ids, rows
     client = JaegerClient(real_stack_run.stack.jaeger_url)
@@ -167,7 +180,7 @@ def _exposed(text: str, experiment: str) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for line in text.splitlines():
         m = re.match(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\} ", line)
-        if m and f'{sc.LABEL_EXPERIMENT}="{experiment}"' in m[2]:
+        if m and m[1] not in NOT_OURS and f'{sc.LABEL_EXPERIMENT}="{experiment}"' in m[2]:
             out.setdefault(m[1], set()).update(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="', m[2]))
     return out
 
@@ -197,6 +210,7 @@ def test_every_semconv_metric_comes_out_of_the_real_collector_as_named(real_stac
             sc.ATTR_EXPERIMENT: experiment,
         }
     )
+    pushed = {re.sub(r"[^a-zA-Z0-9_]", "_", k) for k in resource.attributes if not k.startswith(DELETED)}
     provider = MeterProvider(metric_readers=[reader], resource=resource)
     state = MetricsState()
     start_push(state, load({}, report=False), resource, given=provider)
@@ -221,5 +235,5 @@ def test_every_semconv_metric_comes_out_of_the_real_collector_as_named(real_stac
         by_base.setdefault(_base(name), set()).update(labels)
     assert set(by_base) == set(BY_NAME), sorted(set(by_base) ^ set(BY_NAME))
     for name, labels in by_base.items():
-        own = set(BY_NAME[name].labels)
-        assert own <= labels and labels - own <= _RESOURCE, (name, sorted(labels - own - _RESOURCE))
+        own, resource = set(BY_NAME[name].labels), {"job", "instance", "le", *SCOPE_LABELS, *pushed}
+        assert own <= labels and labels - own <= resource, (name, sorted(labels - own - resource))

@@ -1,6 +1,7 @@
-"""One CPU demo run pushed through the real stack (tests/test_e2e_real_stack.py): only
-OTEL_EXPORTER_OTLP_ENDPOINT points it at the Collector. While it runs, a probe kills Jaeger after step 1, restarts
-the Collector (its export queue is on disk) and then Jaeger once step 2 is done, and watches Prometheus and
+"""One CPU demo run pushed through the real stack (tests/test_e2e_real_stack.py): OTEL_EXPORTER_OTLP_ENDPOINT points
+it at the Collector (and OTEL_METRIC_EXPORT_INTERVAL, see below). While it runs, a probe kills Jaeger before the
+first span, restarts the Collector (its export queue is on disk) and then Jaeger once the slow step began, and
+watches Prometheus and
 Alertmanager for the hung phase planted in step 3 (update_actor sleeps SLOW_S; the rules are written with a low
 phase_hung_min_s)."""
 
@@ -24,8 +25,9 @@ from verl_otel.native import Ports, Stack, down, procs, up
 
 STEPS = 3
 SLOW_STEP = 3
-SLOW_S = 130  # long enough for VerlPhaseHung: above the floor, then `for: 1m`, a 15s evaluation, push and scrape lags
+SLOW_S = 150  # long enough for VerlPhaseHung: above the floor, then `for: 1m`, a 15s evaluation, push and scrape lags
 HUNG_ALERT = "VerlPhaseHung"
+EXPORT_INTERVAL_MS = 15_000
 THRESHOLDS = ["phase_hung_min_s=10", "phase_hung_factor=2"]
 
 
@@ -59,7 +61,6 @@ class Probe:
         self.outage = Outage()
         self.am_seen: dict[str, dict[str, Any]] = {}  # alertname -> the alert as Alertmanager listed it first
         self.prom_firing: set[str] = set()
-        self.step2_seen: float | None = None
         self.last = 0.0
 
     def _step(self) -> float:
@@ -77,21 +78,20 @@ class Probe:
             self.am_seen.setdefault(alert["labels"]["alertname"], alert)
         with contextlib.suppress(OSError, ValueError):
             self.prom_firing |= {r["metric"]["alertname"] for r in self.prom.query('ALERTS{alertstate="firing"}')}
-        o, step = self.outage, self._step()
+        o = self.outage
         try:
-            if o.jaeger_killed is None and step >= 1:
+            if o.jaeger_killed is None:  # before the run's first span: every span passes the Collector's queue
                 o.accepted_at_kill = accepted_spans(self.stack)
                 self._kill("jaeger")
                 o.jaeger_killed = now
-            elif o.jaeger_killed is not None and o.collector_restarted is None and step >= 2:
-                self.step2_seen = self.step2_seen or now
-                if now - self.step2_seen >= 8 and now - o.jaeger_killed >= 15:  # step 2's spans are in the queue
-                    o.accepted_before_restart = accepted_spans(self.stack)
-                    self.stack.stop("collector")  # SIGTERM: what the queue holds stays on disk
-                    self.stack.start("collector", ROOT, self.binaries, timeout_s=120)
-                    o.collector_restarted = time.time()
-                    self.stack.start("jaeger", ROOT, self.binaries, timeout_s=120)  # same port, same Badger files
-                    o.jaeger_restarted = time.time()
+            elif o.collector_restarted is None and self._step() >= SLOW_STEP and now - o.jaeger_killed >= 15:
+                # steps 0..SLOW_STEP-1 have ended and their spans wait in the queue; the planted hang begins
+                o.accepted_before_restart = accepted_spans(self.stack)
+                self.stack.stop("collector")  # SIGTERM: what the queue holds stays on disk
+                self.stack.start("collector", ROOT, self.binaries, timeout_s=120)
+                o.collector_restarted = time.time()
+                self.stack.start("jaeger", ROOT, self.binaries, timeout_s=120)  # same port, same Badger files
+                o.jaeger_restarted = time.time()
         except Exception as err:  # noqa: BLE001 - recorded and asserted on, the run goes on
             o.errors.append(repr(err))
 
@@ -128,7 +128,13 @@ def start(tmp: Path) -> RealRun:
             [f"update_actor@{SLOW_STEP}={SLOW_S}"],
             scrape=False,
             probe=probe,
-            extra_env={"OTEL_EXPORTER_OTLP_ENDPOINT": stack.otlp_endpoint},
+            extra_env={
+                "OTEL_EXPORTER_OTLP_ENDPOINT": stack.otlp_endpoint,
+                # the Collector's prometheus exporter shows a histogram's exemplar only until the next export
+                # replaces the data point (cumulative, no new exemplar): exporting less often than Prometheus
+                # scrapes (5s) is what lets every exemplar be scraped
+                "OTEL_METRIC_EXPORT_INTERVAL": str(EXPORT_INTERVAL_MS),
+            },
         )
         if probe.outage.jaeger_restarted is None and "jaeger" not in stack.pids:  # the run ended first
             stack.start("jaeger", ROOT, binaries, timeout_s=120)
