@@ -131,4 +131,4 @@ dashboards: install
 	$(PY) -m verl_otel.dashboards.build
 
 clean:
-	rm -rf $(VENV) $(MIN_VENV) $(VLLM_VENV) .venv-verl0* verl-otel-data
+	rm -rf $(VENV) $(MIN_VENV) $(VLLM_VENV) .venv-verl0* verl-otel-data .stack-bin

@@ -17,7 +17,7 @@ from typing import Any
 
 from helpers.procs import ROOT
 from helpers.prom import PromClient
-from helpers.real_stack import am_alerts, go_binaries, scrape, system_binaries
+from helpers.real_stack import am_alerts, go_binaries, scrape, system_binaries, wait_until
 from helpers.verl_runs import DemoRun, start_demo
 
 from verl_otel import semconv as sc
@@ -138,7 +138,21 @@ def start(tmp: Path) -> RealRun:
         )
         if probe.outage.jaeger_restarted is None and "jaeger" not in stack.pids:  # the run ended first
             stack.start("jaeger", ROOT, binaries, timeout_s=120)
+        prom = PromClient(stack.prometheus_url)
+        # the queries' time: the run's final state scraped, the last validation still inside the dashboards'
+        # 1m windows (as Grafana shows it right after the run)
+        wait_until(lambda: _settled(prom), timeout=90)
+        prom.at = time.time()
     except BaseException:
         down(stack.state)
         raise
-    return RealRun(stack, run, probe, PromClient(stack.prometheus_url), binaries)
+    return RealRun(stack, run, probe, prom, binaries)
+
+
+def _settled(prom: PromClient) -> bool:
+    try:
+        step = prom.scalar_by(f"max({sc.TRAINING_STEP.name})").get((), -1.0)
+        active = prom.scalar_by(f"sum({sc.PHASE_ACTIVE.name})").get((), 1.0)
+    except (OSError, ValueError):
+        return False
+    return step >= STEPS and active == 0.0
