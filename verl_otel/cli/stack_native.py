@@ -85,6 +85,10 @@ def run_up(args: argparse.Namespace) -> int:
     except (StackError, FileNotFoundError) as err:
         print(f"{PROG} up: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # what had started is stopped again, not left running unseen
+        down(state)
+        print(f"{PROG} up: interrupted; stopped what had started", file=sys.stderr)
+        return 130
     print(f"the verl-otel stack runs (state, logs and pids in {stack.state}; `{PROG} down` stops it):")
     for what, url in stack.urls().items():
         print(f"  {what}: {url}")
