@@ -92,3 +92,15 @@ def test_up_and_down_run_every_part_on_the_given_ports(tmp_path):
         down = _cli("down", "--state", str(state))
     assert down.returncode == 0 and not procs.running(state), down.stdout
     assert all(not procs.alive(pid) for pid in running.values())
+
+
+def test_native_prometheus_takes_composes_flags(tmp_path):
+    """Besides its paths and listen address, `stack up --native` runs Prometheus with compose's flags."""
+    from helpers.deploy import compose
+
+    from verl_otel.native.ports import Binds
+
+    flags = compose()["services"]["prometheus"]["command"]
+    own = ("--config.file=", "--storage.tsdb.path=", "--web.listen-address=")
+    part = configs.prometheus(tmp_path / "prometheus", ROOT, tmp_path, Ports(), Binds(), None)
+    assert {f for f in flags if not f.startswith(own)} <= set(part.argv), part.argv
