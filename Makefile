@@ -33,7 +33,7 @@ CHECK_CPU_TORCH = $(1)/bin/python -c 'import importlib.metadata as m, sys, torch
 	sys.exit(f"$(1): torch {torch.__version__} is not the CPU build (cuda={torch.version.cuda}, {cuda})") \
 	if torch.version.cuda or cuda else print(f"[verl-otel] $(1): torch {torch.__version__}, no CUDA packages")'
 
-.PHONY: install install-vllm demo test test-fast test-min lint prometheus verl-compat bench dashboards clean
+.PHONY: install install-vllm demo test test-fast test-min lint prometheus stack-bin stack-up stack-down verl-compat bench dashboards clean
 
 $(STAMP): pyproject.toml verl_otel/_pth/verl_otel_autoload.pth
 	@echo "[verl-otel] creating $(VENV) and installing: $(TORCH_PIN) from $(or $(TORCH_WHEELS),$(TORCH_INDEX)), then verl $(VERL_VERSION) and verl-otel (a few minutes)"
@@ -71,8 +71,24 @@ prometheus:
 	@command -v promtool >/dev/null 2>&1 && command -v amtool >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null; }
 	@promtool --version 2>&1 | head -1
 
+# the stack's real Collector and Jaeger, built from deploy/otel-collector/build and deploy/jaeger/build (Go >= 1.25)
+# into a cache outside the repository (deploy/stack-bin.sh): minutes the first time, seconds after
+stack-bin:
+	@VERL_OTEL_STACK_BIN_OPTIONAL=$(STACK_BIN_OPTIONAL) bash deploy/stack-bin.sh
+
+# without Go, `make test` runs on and the real-stack tests skip (CI=true: they fail)
+test: STACK_BIN_OPTIONAL := 1
+
+# the stack without Docker (Grafana excepted): Collector, Jaeger, Prometheus, Alertmanager on compose's ports,
+# 127.0.0.1 only; STACK_ARGS="--state DIR --otlp-bind 0.0.0.0 ..." (verl-otel stack up --help)
+stack-up: install stack-bin prometheus
+	$(VENV)/bin/verl-otel stack up --native $(STACK_ARGS)
+
+stack-down: install
+	$(VENV)/bin/verl-otel stack down $(STACK_ARGS)
+
 # install-vllm: tests/test_e2e_vllm.py runs the real vLLM demo from .venv-vllm (about 5 minutes to build, once)
-test: install install-vllm prometheus lint test-min
+test: install install-vllm prometheus stack-bin lint test-min
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 # the push-path and metric tests on the OpenTelemetry and prometheus-client floors pyproject.toml declares, in a
@@ -115,4 +131,4 @@ dashboards: install
 	$(PY) -m verl_otel.dashboards.build
 
 clean:
-	rm -rf $(VENV) $(MIN_VENV) $(VLLM_VENV) .venv-verl0* verl-otel-data
+	rm -rf $(VENV) $(MIN_VENV) $(VLLM_VENV) .venv-verl0* verl-otel-data .stack-bin

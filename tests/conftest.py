@@ -154,3 +154,18 @@ def jaeger():
     yield make
     for j in made:
         j.close()
+
+
+@pytest.fixture(scope="module")
+def real_stack_run(tmp_path_factory):
+    """One CPU demo run pushed through the real Collector, Jaeger, Prometheus and Alertmanager
+    (helpers/real_stack_run.py); skips without Go (fails under CI=true). Every process is stopped afterwards."""
+    from helpers.real_stack_run import start
+
+    from verl_otel.native import down
+
+    real = start(tmp_path_factory.mktemp("real-stack"))
+    try:
+        yield real
+    finally:
+        down(real.stack.state)

@@ -1,6 +1,7 @@
 """The trace side of the stack: the Collector's pipelines and settings (cross-checked with compose and
 Prometheus' scrape targets), its memory limit, the push path's series identity with our real resource, and
-Jaeger v2's configuration and retention (there is no Collector or Jaeger binary on these machines)."""
+Jaeger v2's configuration and retention, read from the files (the real binaries run them in
+tests/test_stack_versions.py and tests/test_e2e_real_stack.py)."""
 
 from __future__ import annotations
 
@@ -176,3 +177,20 @@ def test_jaeger_keeps_traces_on_a_volume_as_long_as_prometheus_keeps_exemplars()
         if a.startswith("--storage.tsdb.retention.time=")
     )
     assert _duration_s(badger["ttl"]["spans"]) == _duration_s(retention), (badger["ttl"], retention)
+
+
+def test_collector_keeps_what_it_accepted_on_disk_until_jaeger_takes_it():
+    """The otlp/jaeger queue is file_storage's (on compose's otelcol-queue volume) and never gives a batch up while
+    Jaeger is down; tests/test_e2e_real_stack.py checks it on the real Collector through a Jaeger crash."""
+    cfg = repo_yaml("deploy/otel-collector/config.yaml")
+    exporter = cfg["exporters"]["otlp/jaeger"]
+    assert exporter["sending_queue"]["storage"] == "file_storage" in cfg["service"]["extensions"]
+    assert exporter["retry_on_failure"]["max_elapsed_time"] == 0
+    directory = cfg["extensions"]["file_storage"]["directory"]
+    svc = compose()["services"]
+    assert mounts(svc["otel-collector"])[directory] == "otelcol-queue"
+    # the one-shot service that hands the volume to the Collector's user runs first
+    (init,) = [
+        n for n, c in svc["otel-collector"]["depends_on"].items() if c["condition"] == "service_completed_successfully"
+    ]
+    assert mounts(svc[init])[directory] == "otelcol-queue" and "10001:10001" in svc[init]["entrypoint"]

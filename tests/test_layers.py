@@ -18,6 +18,7 @@ OURS = {
     "analysis": (),
     "dashboards": (),
     "live": ("analysis", "dashboards", "telemetry.eta"),
+    "native": (),
 }
 #: folder -> third-party top-level packages it must not import
 FORBIDDEN = {
@@ -26,6 +27,7 @@ FORBIDDEN = {
     "analysis": ("verl", "ray", "torch", "wrapt"),
     "dashboards": ("verl", "ray", "torch", "opentelemetry"),
     "semconv": ("verl", "ray", "torch", "opentelemetry"),
+    "native": ("verl", "ray", "torch", "opentelemetry", "yaml"),
 }
 
 

@@ -45,7 +45,44 @@ def file_sd_config(file_sd: Path, rule_files: list[Path] | None = None) -> dict[
     }
 
 
-class PromServer:
+class PromClient:
+    """PromQL through a Prometheus server's HTTP API at ``url``."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.at: float | None = None  # default evaluation time of queries (None: now)
+
+    def api(self, path: str, **params: Any) -> Any:
+        url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params, doseq=True)}"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                body = json.loads(r.read())
+        except urllib.error.HTTPError as err:
+            body = json.loads(err.read())
+        if body.get("status") != "success":
+            raise ValueError(f"{path} {params}: {body.get('errorType')}: {body.get('error')}")
+        return body["data"]
+
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"query": expr}
+        at = self.at if at is None else at
+        if at is not None:
+            params["time"] = at
+        return self.api("query", **params)["result"]
+
+    def scalar_by(self, expr: str, label: str | None = None) -> dict[Any, float]:
+        """{label value (or the sorted label items): value} of an instant query."""
+        out = {}
+        for row in self.query(expr):
+            key = tuple(sorted(row["metric"].items())) if label is None else row["metric"].get(label)
+            out[key] = float(row["value"][1])
+        return out
+
+    def targets(self) -> list[dict[str, Any]]:
+        return self.api("targets")["activeTargets"]
+
+
+class PromServer(PromClient):
     def __init__(
         self,
         workdir: Path,
@@ -60,7 +97,7 @@ class PromServer:
             raise ValueError("give either file_sd or config")
         self.workdir = Path(workdir)
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        super().__init__(f"http://127.0.0.1:{self.port}")
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.config = config if config is not None else file_sd_config(file_sd, rule_files)  # type: ignore[arg-type]
         self.config_path = self.workdir / "prometheus.yml"
@@ -68,7 +105,6 @@ class PromServer:
         self.args = list(args)
         self.agent = agent
         self.proc: subprocess.Popen[bytes] | None = None
-        self.at: float | None = None  # default evaluation time of queries (None: now)
 
     def command(self) -> list[str]:
         data = self.workdir / "data"
@@ -113,35 +149,6 @@ class PromServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
             self.proc = None
-
-    def api(self, path: str, **params: Any) -> Any:
-        url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params, doseq=True)}"
-        try:
-            with urllib.request.urlopen(url, timeout=10) as r:
-                body = json.loads(r.read())
-        except urllib.error.HTTPError as err:
-            body = json.loads(err.read())
-        if body.get("status") != "success":
-            raise ValueError(f"{path} {params}: {body.get('errorType')}: {body.get('error')}")
-        return body["data"]
-
-    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
-        params: dict[str, Any] = {"query": expr}
-        at = self.at if at is None else at
-        if at is not None:
-            params["time"] = at
-        return self.api("query", **params)["result"]
-
-    def scalar_by(self, expr: str, label: str | None = None) -> dict[Any, float]:
-        """{label value (or the sorted label items): value} of an instant query."""
-        out = {}
-        for row in self.query(expr):
-            key = tuple(sorted(row["metric"].items())) if label is None else row["metric"].get(label)
-            out[key] = float(row["value"][1])
-        return out
-
-    def targets(self) -> list[dict[str, Any]]:
-        return self.api("targets")["activeTargets"]
 
     def wait_for(self, expr: str, timeout: float = 30) -> list[dict[str, Any]]:
         """Poll ``expr`` until it returns something (raises TimeoutError with the log tail otherwise)."""

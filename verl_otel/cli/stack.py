@@ -10,6 +10,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from verl_otel.cli import stack_native
+
 PROG = "verl-otel stack"
 COMPOSE = "docker-compose.yml"
 #: what the stack is made of, relative to its root (the repo's top level; verl_otel/stack/ in the wheel)
@@ -56,16 +58,23 @@ def write(dest: Path, force: bool = False) -> list[Path]:
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "stack", help="the Docker stack (Collector, Jaeger, Prometheus, Grafana)", description=__doc__
+        "stack",
+        help="the stack (Collector, Jaeger, Prometheus, Alertmanager, Grafana): write for Docker, up/down natively",
+        description=__doc__,
     )
     sub = p.add_subparsers(dest="stack_command", required=True)
     w = sub.add_parser("write", help="write docker-compose.yml and its configs into DIR", description=__doc__)
     w.add_argument("dir", metavar="DIR", help="where to write (created if missing)")
     w.add_argument("--force", action="store_true", help="replace files of DIR that differ")
+    stack_native.add_parsers(sub)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.stack_command == "up":
+        return stack_native.run_up(args)
+    if args.stack_command == "down":
+        return stack_native.run_down(args)
     dest = Path(args.dir)
     try:
         files = write(dest, args.force)
