@@ -104,6 +104,8 @@ class StepTrace:
     phases: dict[str, float] = field(default_factory=dict)  # summed: a phase may run several times a step
     phase_runs: dict[str, int] = field(default_factory=dict)
     samples: list[Sample] = field(default_factory=list)  # slowest first
+    tokens: dict[str, int] = field(default_factory=dict)  # phase -> tokens it handled (summed over its runs)
+    tail_ratio: float | None = None  # slowest training sample / median sample (the step span's attribute)
 
 
 def as_int(value: Any) -> int | None:
@@ -145,6 +147,8 @@ def build_step(trace: list[Span]) -> StepTrace | None:
         root.service,
         root.status_error,
     )
+    tail = root.attributes.get(sc.ATTR_STEP_TAIL_RATIO)
+    step.tail_ratio = float(tail) if isinstance(tail, (int, float)) and not isinstance(tail, bool) else None
     workers = {s.span_id: s.attributes for s in unique if s.name == sc.SPAN_ROLLOUT_WORKER}
     requests: dict[str, list[Span]] = defaultdict(list)
     for s in unique:
@@ -168,6 +172,9 @@ def build_step(trace: list[Span]) -> StepTrace | None:
         elif _is_phase(s, root):
             step.phases[s.name] = step.phases.get(s.name, 0.0) + s.seconds
             step.phase_runs[s.name] = step.phase_runs.get(s.name, 0) + 1
+            tokens = as_int(s.attributes.get(sc.ATTR_PHASE_TOKENS))
+            if tokens is not None and tokens > 0:
+                step.tokens[s.name] = step.tokens.get(s.name, 0) + tokens
     step.samples.sort(key=lambda x: x.seconds, reverse=True)
     return step
 

@@ -1,0 +1,57 @@
+"""Why a step was slow, one level deeper (issue 28): the tokens a step and each phase handled and the time
+per 1k tokens, the rollout's long tail (slowest sample against the median sample), a straggling rank."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from verl_otel.semconv.metric_def import LABEL_PHASE, LABEL_WORKER, MetricDef
+from verl_otel.semconv.spans import (
+    PHASE_OLD_LOG_PROB,
+    PHASE_REF,
+    PHASE_REWARD,
+    PHASE_ROLLOUT,
+    PHASE_UPDATE_ACTOR,
+    PHASE_UPDATE_CRITIC,
+    PHASE_VALUES,
+)
+
+# -- tokens ------------------------------------------------------------------------------------
+#: On the step span: the training batch's prompt and response tokens (sums of its attention mask, once a step).
+ATTR_STEP_PROMPT_TOKENS: Final = "verl.step.prompt_tokens"
+ATTR_STEP_RESPONSE_TOKENS: Final = "verl.step.response_tokens"
+#: On a phase span that processes tokens: the tokens it handled and its seconds per 1k of them.
+ATTR_PHASE_TOKENS: Final = "verl.phase.tokens"
+ATTR_PHASE_S_PER_1K_TOKENS: Final = "verl.phase.seconds_per_1k_tokens"
+#: The phases that process the batch's tokens; rollout's are the tokens it generated (responses), the
+#: others read prompt and response tokens.
+GENERATING_PHASES: Final[frozenset[str]] = frozenset((PHASE_ROLLOUT,))
+TOKEN_PHASES: Final[frozenset[str]] = frozenset(
+    (PHASE_ROLLOUT, PHASE_REWARD, PHASE_OLD_LOG_PROB, PHASE_REF, PHASE_VALUES, PHASE_UPDATE_ACTOR, PHASE_UPDATE_CRITIC)
+)
+
+PHASE_S_PER_1K_TOKENS: Final = MetricDef(
+    "verl_phase_seconds_per_1k_tokens",
+    "gauge",
+    "Seconds per 1000 tokens of the last training step's phase (rollout: tokens generated; the others: prompt "
+    "and response tokens of the batch).",
+    (LABEL_PHASE,),
+    unit="s",
+)
+
+# -- the rollout's long tail -------------------------------------------------------------------
+#: On ``rollout.worker``: the median and slowest sample of the worker's batch (all its samples, not only those
+#: with a span).
+ATTR_WORKER_SAMPLE_MEDIAN_S: Final = "verl.rollout.sample_median_s"
+ATTR_WORKER_SAMPLE_MAX_S: Final = "verl.rollout.sample_max_s"
+#: On the step span: the slowest training sample ÷ the median one (over the agent-loop workers' batches).
+ATTR_STEP_TAIL_RATIO: Final = "verl.rollout.tail_ratio"
+ROLLOUT_TAIL_RATIO: Final = MetricDef(
+    "verl_rollout_tail_ratio",
+    "gauge",
+    "The last training batch's slowest sample over its median sample, per agent-loop worker (1: no tail).",
+    (LABEL_WORKER,),
+    unit="",
+)
+
+WHY_METRICS: Final[tuple[MetricDef, ...]] = (PHASE_S_PER_1K_TOKENS, ROLLOUT_TAIL_RATIO)
