@@ -62,14 +62,14 @@ def test_the_gauge_per_token_phase():
 
 
 def test_phase_spans_tokens_are_read_back():
-    root = Span("t" * 32, "r" * 16, "", sc.SPAN_STEP, 0, 10**10, {sc.ATTR_GLOBAL_STEP: 4, sc.ATTR_STEP_TAIL_RATIO: 7.5})
+    root = Span("t" * 32, "r" * 16, "", sc.SPAN_STEP, 0, 10**10, {sc.ATTR_GLOBAL_STEP: 4})
     spans = [root]
     for i, (name, tokens) in enumerate(((sc.PHASE_UPDATE_ACTOR, "1000"), (sc.PHASE_UPDATE_ACTOR, 1000.0))):
         attrs = {sc.ATTR_PHASE: name, sc.ATTR_PHASE_TOKENS: tokens}
         spans.append(Span("t" * 32, f"{i:016x}", root.span_id, name, 0, 10**9, attrs))
     spans.append(Span("t" * 32, "a" * 16, root.span_id, sc.PHASE_ADV, 0, 10**9, {sc.ATTR_PHASE: sc.PHASE_ADV}))
     step = build_step(spans)
-    assert step is not None and step.tokens == {sc.PHASE_UPDATE_ACTOR: 2000} and step.tail_ratio == 7.5
+    assert step is not None and step.tokens == {sc.PHASE_UPDATE_ACTOR: 2000}
 
 
 def _steps() -> list[StepTrace]:

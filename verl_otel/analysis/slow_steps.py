@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl_otel import semconv as sc
+from verl_otel.analysis import long_tail as lt
 from verl_otel.analysis import tokens as tk
 from verl_otel.analysis.jaeger import rfc3339, trace_link
 from verl_otel.analysis.step_traces import Sample, StepTrace
@@ -197,6 +198,7 @@ def to_json(ranking: Ranking, ui_base: str | None) -> list[dict[str, Any]]:
                 "phase_per_token_ratios": {p: _r(r, 2) for p, r in v.per_token.items()},
                 "note": v.note,
                 "summary": cause_text(v),
+                "rollout_tail": None if (t := lt.tail(st)) is None else t.to_json(),
                 "also_not_every_step": [{"phase": p, "duration_s": _r(s)} for p, s in v.unusual],
                 "slowest_samples": [
                     {
@@ -286,6 +288,9 @@ def to_text(ranking: Ranking, ui_base: str | None) -> str:
             runs = st.phase_runs.get(phase, 1)
             parts.append(f"{phase} {sec:.2f}s{ratio}" + (f" in {runs} runs" if runs > 1 else ""))
         lines.append("   phases: " + (", ".join(parts) or "none"))
+        t = lt.tail(st)
+        if t is not None and t.is_long:
+            lines.append(f"   {t.text()}")
         if ranking.per_token and v.per_token:
             worst = sorted(v.per_token.items(), key=lambda kv: -kv[1])
             lines.append("   per-token time vs median: " + ", ".join(f"{p} {r:.1f}{TIMES}" for p, r in worst))

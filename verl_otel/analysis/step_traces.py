@@ -91,6 +91,7 @@ class Sample:
     rollout_n: int | None = None  # which of the prompt's n responses (the index repeats across them)
     mode: str | None = None  # train / validate (validation samples live in the step's trace too)
     engine: EngineTime | None = None  # its engine requests (vLLM rollout with engine spans), summed
+    end_ns: int = 0
 
 
 @dataclass
@@ -105,7 +106,7 @@ class StepTrace:
     phase_runs: dict[str, int] = field(default_factory=dict)
     samples: list[Sample] = field(default_factory=list)  # slowest first
     tokens: dict[str, int] = field(default_factory=dict)  # phase -> tokens it handled (summed over its runs)
-    tail_ratio: float | None = None  # slowest training sample / median sample (the step span's attribute)
+    worker_medians: list[float] = field(default_factory=list)  # each training rollout.worker's median sample, s
 
 
 def as_int(value: Any) -> int | None:
@@ -119,6 +120,16 @@ def as_int(value: Any) -> int | None:
     except (TypeError, ValueError):
         return None
     return int(f) if f.is_integer() else None
+
+
+def as_float(value: Any) -> float | None:
+    """A number attribute, whichever way the backend typed it; else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _is_phase(span: Span, root: Span) -> bool:
@@ -147,9 +158,11 @@ def build_step(trace: list[Span]) -> StepTrace | None:
         root.service,
         root.status_error,
     )
-    tail = root.attributes.get(sc.ATTR_STEP_TAIL_RATIO)
-    step.tail_ratio = float(tail) if isinstance(tail, (int, float)) and not isinstance(tail, bool) else None
     workers = {s.span_id: s.attributes for s in unique if s.name == sc.SPAN_ROLLOUT_WORKER}
+    for attrs in workers.values():
+        median = as_float(attrs.get(sc.ATTR_WORKER_SAMPLE_MEDIAN_S))
+        if median is not None and attrs.get(sc.ATTR_MODE) in (None, sc.MODE_TRAIN):
+            step.worker_medians.append(median)
     requests: dict[str, list[Span]] = defaultdict(list)
     for s in unique:
         if s.name == sc.SPAN_ENGINE_REQUEST:
@@ -167,6 +180,7 @@ def build_step(trace: list[Span]) -> StepTrace | None:
                     as_int(s.attributes.get(sc.ATTR_SAMPLE_ROLLOUT_N)),
                     None if mode is None else str(mode),
                     engine_time(requests.get(s.span_id, [])),
+                    s.end_ns,
                 )
             )
         elif _is_phase(s, root):

@@ -36,7 +36,7 @@ PHASE_S_PER_1K_TOKENS: Final = MetricDef(
     "Seconds per 1000 tokens of the last training step's phase (rollout: tokens generated; the others: prompt "
     "and response tokens of the batch).",
     (LABEL_PHASE,),
-    unit="s",
+    unit="",  # seconds per 1k tokens: no OTel unit translates to this name's suffix
 )
 
 # -- the rollout's long tail -------------------------------------------------------------------
@@ -44,8 +44,9 @@ PHASE_S_PER_1K_TOKENS: Final = MetricDef(
 #: with a span).
 ATTR_WORKER_SAMPLE_MEDIAN_S: Final = "verl.rollout.sample_median_s"
 ATTR_WORKER_SAMPLE_MAX_S: Final = "verl.rollout.sample_max_s"
-#: On the step span: the slowest training sample ÷ the median one (over the agent-loop workers' batches).
-ATTR_STEP_TAIL_RATIO: Final = "verl.rollout.tail_ratio"
+#: On ``rollout.worker``: its slowest sample ÷ its median sample (1: no tail). The trainer never sees the samples'
+#: times, so the step's own ratio (the slowest sample of all workers ÷ their median) is slow-steps' reading.
+ATTR_WORKER_TAIL_RATIO: Final = "verl.rollout.tail_ratio"
 ROLLOUT_TAIL_RATIO: Final = MetricDef(
     "verl_rollout_tail_ratio",
     "gauge",

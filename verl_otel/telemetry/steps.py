@@ -118,12 +118,12 @@ class StepTracer:
                 mark_failed(token.span, exc, runtime.current().settings.max_text)
                 if step is not None:
                     self._fail(step, exc, record=False)
+            if step is not None and step.tokens is not None:
+                token.span.set_attributes(step.tokens.phase_attributes(token.name, seconds))
             token.span.end()
             _unwatch(token)
             number = -1
             trace_id = format(token.span.get_span_context().trace_id, "032x")
-            if step is not None and step.tokens is not None:
-                token.span.set_attributes(step.tokens.phase_attributes(token.name, seconds))
             if step is not None:
                 number = step.number
                 step.phases[token.name] = step.phases.get(token.name, 0.0) + seconds
