@@ -74,3 +74,11 @@ def test_per_token_ranking_on_the_demo(run):
     worst = [max(v["phase_per_token_ratios"].values()) for v in ranked]
     assert worst == sorted(worst, reverse=True)
     assert "slowest per token of 4 steps" in _cli(run, "--per-token")
+
+
+def test_one_rank_names_no_straggler_and_sets_its_gauge(run):
+    ranked = json.loads(_cli(run, "--json", "--top", "4"))
+    assert [v["stragglers"] for v in ranked] == [[]] * 4  # the demo's one FSDP rank has nobody to straggle behind
+    calls = run.prom.scalar_by(sc.WORKER_CALL_SECONDS.name, "method")
+    assert {"update_actor", "compute_log_prob", "compute_ref_log_prob"} <= set(calls)
+    assert set(run.prom.scalar_by(sc.WORKER_CALL_SECONDS.name, "rank")) == {"0"}

@@ -11,6 +11,7 @@ from typing import Any
 
 from verl_otel import semconv as sc
 from verl_otel.analysis import long_tail as lt
+from verl_otel.analysis import stragglers as sg
 from verl_otel.analysis import tokens as tk
 from verl_otel.analysis.jaeger import rfc3339, trace_link
 from verl_otel.analysis.step_traces import Sample, StepTrace
@@ -199,6 +200,7 @@ def to_json(ranking: Ranking, ui_base: str | None) -> list[dict[str, Any]]:
                 "note": v.note,
                 "summary": cause_text(v),
                 "rollout_tail": None if (t := lt.tail(st)) is None else t.to_json(),
+                "stragglers": [x.to_json() for x in sg.stragglers(st)],
                 "also_not_every_step": [{"phase": p, "duration_s": _r(s)} for p, s in v.unusual],
                 "slowest_samples": [
                     {
@@ -291,6 +293,7 @@ def to_text(ranking: Ranking, ui_base: str | None) -> str:
         t = lt.tail(st)
         if t is not None and t.is_long:
             lines.append(f"   {t.text()}")
+        lines.extend(f"   {x.text()}" for x in sg.stragglers(st))
         if ranking.per_token and v.per_token:
             worst = sorted(v.per_token.items(), key=lambda kv: -kv[1])
             lines.append("   per-token time vs median: " + ", ".join(f"{p} {r:.1f}{TIMES}" for p, r in worst))

@@ -107,6 +107,8 @@ class StepTrace:
     samples: list[Sample] = field(default_factory=list)  # slowest first
     tokens: dict[str, int] = field(default_factory=dict)  # phase -> tokens it handled (summed over its runs)
     worker_medians: list[float] = field(default_factory=list)  # each training rollout.worker's median sample, s
+    #: (phase, worker.* span name, role) -> rank -> seconds of its calls (summed over the step)
+    rank_calls: dict[tuple[str, str, str], dict[int, float]] = field(default_factory=dict)
 
 
 def as_int(value: Any) -> int | None:
@@ -167,8 +169,11 @@ def build_step(trace: list[Span]) -> StepTrace | None:
     for s in unique:
         if s.name == sc.SPAN_ENGINE_REQUEST:
             requests[s.parent_id].append(s)
+    by_id = {s.span_id: s for s in unique}
     for s in unique:
-        if s.name == sc.SPAN_ROLLOUT_SAMPLE:
+        if s.name in _WORKER_CALLS:
+            _add_rank_call(step, s, by_id.get(s.parent_id))
+        elif s.name == sc.SPAN_ROLLOUT_SAMPLE:
             worker = workers.get(s.parent_id, {})
             mode = worker.get(sc.ATTR_MODE)
             step.samples.append(
@@ -191,6 +196,24 @@ def build_step(trace: list[Span]) -> StepTrace | None:
                 step.tokens[s.name] = step.tokens.get(s.name, 0) + tokens
     step.samples.sort(key=lambda x: x.seconds, reverse=True)
     return step
+
+
+_WORKER_CALLS = frozenset(sc.WORKER_SPAN_NAMES.values())
+
+
+def _add_rank_call(step: StepTrace, span: Span, parent: Span | None) -> None:
+    rank = as_int(span.attributes.get(sc.ATTR_WORKER_RANK))
+    if rank is None:
+        return
+    method = str(span.attributes.get(sc.ATTR_WORKER_METHOD, ""))
+    phase = parent.name if parent is not None and sc.ATTR_PHASE in parent.attributes else None
+    key = (
+        phase or sc.WORKER_METHOD_PHASES.get(method, method),
+        span.name,
+        str(span.attributes.get(sc.ATTR_WORKER_ROLE, "")),
+    )
+    ranks = step.rank_calls.setdefault(key, {})
+    ranks[rank] = ranks.get(rank, 0.0) + span.seconds
 
 
 def build_steps(spans: Iterable[Span]) -> list[StepTrace]:

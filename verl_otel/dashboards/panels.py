@@ -19,7 +19,7 @@ from verl_otel.dashboards.grafana import (
     m,
 )
 from verl_otel.dashboards.health_panels import HEALTH
-from verl_otel.dashboards.why_panels import ROLLOUT_TAIL, TIME_PER_1K_TOKENS
+from verl_otel.dashboards.why_panels import ROLLOUT_TAIL, STRAGGLERS, TIME_PER_1K_TOKENS
 
 _R = "$__rate_interval"
 _RUN = f"{sc.LABEL_PROJECT}, {sc.LABEL_EXPERIMENT}"  # one row per run when several are selected
@@ -269,6 +269,7 @@ PROGRESS = Dashboard(
         ENGINE_LATENCY,
         TIME_PER_1K_TOKENS,
         ROLLOUT_TAIL,
+        STRAGGLERS,
     ),
     annotations=ANNOTATIONS,
 )

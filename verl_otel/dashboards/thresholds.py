@@ -96,6 +96,10 @@ class Thresholds:
         "engine_preemptions_max requests within this window ...",
     )
     engine_preemptions_max: float = _t(10.0, "... (per rollout replica)")
+    straggler_ratio: float = _t(
+        1.3, "VerlStragglingRank: a rank's last worker call above this many times the median rank's ..."
+    )
+    straggler_for: str = _t("15m", "... for this long (several steps: each step's call refreshes it)")
 
     @classmethod
     def with_overrides(cls, pairs: list[str]) -> Thresholds:

@@ -1,10 +1,12 @@
 """The training-progress dashboard's "Why a step was slow" row (issue 28): time per 1k tokens by phase (more
-tokens, or slower per token?) and the rollout's long tail (slowest sample over the median one, per worker)."""
+tokens, or slower per token?), the rollout's long tail (slowest sample over the median one, per worker) and
+straggling ranks (each rank's last worker call over the median rank's)."""
 
 from __future__ import annotations
 
 from verl_otel import semconv as sc
-from verl_otel.dashboards.grafana import Panel, Target, m
+from verl_otel.dashboards.grafana import FILTERS, Panel, Target, m
+from verl_otel.dashboards.stragglers import rank_slowdown
 
 TIME_PER_1K_TOKENS = Panel(
     22,
@@ -26,4 +28,15 @@ ROLLOUT_TAIL = Panel(
     "timeseries",
     (Target(f"max by ({sc.LABEL_WORKER}) ({m(sc.ROLLOUT_TAIL_RATIO.name)})", "worker {{worker}}"),),
     grid=(12, 72, 12, 8),
+)
+STRAGGLERS = Panel(
+    24,
+    "Straggling ranks (last call / median rank)",
+    "Each training rank's last traced call of a method (worker.update_actor, compute_log_prob ...) over the median "
+    "rank's: the step waits for the slowest. The VerlStragglingRank alert fires when one stays above its threshold. "
+    "Healthy: every line near 1.",
+    "timeseries",
+    (Target(rank_slowdown(f"{{{FILTERS}}}"), "{{method}} {{role}} rank {{rank}}"),),
+    grid=(0, 80, 24, 8),
+    cpu_empty="the CPU demo has one FSDP rank: its line is 1",
 )

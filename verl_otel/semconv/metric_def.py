@@ -14,6 +14,8 @@ LABEL_PHASE: Final = "phase"
 LABEL_ROLE: Final = "role"
 LABEL_KEY: Final = "key"
 LABEL_REASON: Final = "reason"
+LABEL_METHOD: Final = "method"  # a training-worker method (verl_worker_call_seconds)
+LABEL_RANK: Final = "rank"  # a training worker's rank: bounded by the world size, not by the run's length
 #: Per-process labels. Pull path: file_sd target labels; push path: the same names come from the
 #: resource attributes through the Collector's resource_to_telemetry_conversion (`.` -> `_`).
 LABEL_PROJECT: Final = "verl_project"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from verl_otel.semconv.metric_def import LABEL_PHASE, LABEL_WORKER, MetricDef
+from verl_otel.semconv.metric_def import LABEL_METHOD, LABEL_PHASE, LABEL_RANK, LABEL_ROLE, LABEL_WORKER, MetricDef
 from verl_otel.semconv.spans import (
     PHASE_OLD_LOG_PROB,
     PHASE_REF,
@@ -55,4 +55,17 @@ ROLLOUT_TAIL_RATIO: Final = MetricDef(
     unit="",
 )
 
-WHY_METRICS: Final[tuple[MetricDef, ...]] = (PHASE_S_PER_1K_TOKENS, ROLLOUT_TAIL_RATIO)
+# -- straggling ranks ---------------------------------------------------------------------------
+WORKER_CALL_SECONDS: Final = MetricDef(
+    "verl_worker_call_seconds",
+    "gauge",
+    "Seconds of this rank's last traced training-worker call (worker.* span), per method and role: ranks of one "
+    "method that differ show a straggler.",
+    (LABEL_METHOD, LABEL_ROLE, LABEL_RANK),
+    unit="s",
+)
+#: Prometheus recording rule: each rank's last call over the median rank's, per run, method and role.
+RECORD_RANK_SLOWDOWN: Final = "verl:worker_rank_slowdown:ratio"
+RECORDED: Final[tuple[str, ...]] = (RECORD_RANK_SLOWDOWN,)
+
+WHY_METRICS: Final[tuple[MetricDef, ...]] = (PHASE_S_PER_1K_TOKENS, ROLLOUT_TAIL_RATIO, WORKER_CALL_SECONDS)
