@@ -40,6 +40,9 @@ def test_promtool_unit_tests_pass():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+_RSS = sc.PROCESS_RESIDENT_MEMORY.name
+
+
 @needs_promtool
 @pytest.mark.parametrize(
     ("alert", "part"),
@@ -48,6 +51,10 @@ def test_promtool_unit_tests_pass():
         ("VerlStepStalled", f" unless on() {alerts.pipeline_unhealthy(alerts.Thresholds())}"),
         ("VerlGPUMemoryNearLimit", f" unless on() {sc.DCGM_FB_USED}"),
         ("VerlKLTooSmallRewardFlat", f"|{sc.KEY_KL_LOSS}"),
+        (
+            "VerlMemoryLeak",  # the one-time jump fires without the both-halves guard
+            f" and ({_RSS} - {_RSS} offset 1800s) > 33554432 and ({_RSS} offset 1800s - {_RSS} offset 1h) > 33554432",
+        ),
     ],
 )
 def test_unit_tests_catch_a_rule_without_its_guard(tmp_path, alert, part):

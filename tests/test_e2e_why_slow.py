@@ -82,3 +82,9 @@ def test_one_rank_names_no_straggler_and_sets_its_gauge(run):
     calls = run.prom.scalar_by(sc.WORKER_CALL_SECONDS.name, "method")
     assert {"update_actor", "compute_log_prob", "compute_ref_log_prob"} <= set(calls)
     assert set(run.prom.scalar_by(sc.WORKER_CALL_SECONDS.name, "rank")) == {"0"}
+
+
+def test_every_process_role_exports_its_resident_memory(run):
+    rss = run.prom.scalar_by(sc.PROCESS_RESIDENT_MEMORY.name, sc.LABEL_PROCESS_ROLE)
+    assert {sc.ROLE_TRAINER, sc.ROLE_WORKER} <= set(rss), rss
+    assert all(50e6 < v < 64e9 for v in rss.values()), rss  # Python + torch + Ray: tens of MB at least

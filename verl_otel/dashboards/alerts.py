@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from verl_otel import semconv as sc
+from verl_otel.dashboards.memory_rules import memory_rules
 from verl_otel.dashboards.rule import Record, Rule
 from verl_otel.dashboards.stragglers import straggler_records, straggler_rules
 from verl_otel.dashboards.thresholds import DEFAULTS, Thresholds, duration_seconds
@@ -104,7 +105,7 @@ def engine_rules(t: Thresholds) -> list[Rule]:
 
 def rules(t: Thresholds = DEFAULTS) -> list[Rule]:
     """Every alert, in the order of the rules file (group by group)."""
-    out = [*_run_rules(t), *engine_rules(t), *straggler_rules(t)]
+    out = [*_run_rules(t), *engine_rules(t), *straggler_rules(t), *memory_rules(t)]
     groups = list(dict.fromkeys(r.group for r in out))
     return sorted(out, key=lambda r: groups.index(r.group))
 

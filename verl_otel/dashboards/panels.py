@@ -19,7 +19,7 @@ from verl_otel.dashboards.grafana import (
     m,
 )
 from verl_otel.dashboards.health_panels import HEALTH
-from verl_otel.dashboards.why_panels import ROLLOUT_TAIL, STRAGGLERS, TIME_PER_1K_TOKENS
+from verl_otel.dashboards.why_panels import RESIDENT_MEMORY, ROLLOUT_TAIL, STRAGGLERS, TIME_PER_1K_TOKENS
 
 _R = "$__rate_interval"
 _RUN = f"{sc.LABEL_PROJECT}, {sc.LABEL_EXPERIMENT}"  # one row per run when several are selected
@@ -270,6 +270,7 @@ PROGRESS = Dashboard(
         TIME_PER_1K_TOKENS,
         ROLLOUT_TAIL,
         STRAGGLERS,
+        RESIDENT_MEMORY,
     ),
     annotations=ANNOTATIONS,
 )

@@ -100,6 +100,10 @@ class Thresholds:
         1.3, "VerlStragglingRank: a rank's last worker call above this many times the median rank's ..."
     )
     straggler_for: str = _t("15m", "... for this long (several steps: each step's call refreshes it)")
+    leak_mib_per_hour: float = _t(
+        256.0, "VerlMemoryLeak: a process' resident memory growing faster than this (MiB per hour) ..."
+    )
+    leak_window: str = _t("1h", "... over this window, in both of its halves, for 15m")
 
     @classmethod
     def with_overrides(cls, pairs: list[str]) -> Thresholds:

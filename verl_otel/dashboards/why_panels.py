@@ -40,3 +40,19 @@ STRAGGLERS = Panel(
     grid=(0, 80, 24, 8),
     cpu_empty="the CPU demo has one FSDP rank: its line is 1",
 )
+RESIDENT_MEMORY = Panel(
+    25,
+    "Resident memory by process",
+    "Resident memory of every instrumented process, by its role (trainer, training workers, agent-loop and reward "
+    "workers). A line that climbs step after step is a leak (the VerlMemoryLeak alert). Healthy: flat after the "
+    "first steps.",
+    "timeseries",
+    (
+        Target(
+            f"max by ({sc.LABEL_PROCESS_ROLE}, instance) ({m(sc.PROCESS_RESIDENT_MEMORY.name)})",
+            "{{verl_process_role}} {{instance}}",
+        ),
+    ),
+    unit="bytes",
+    grid=(0, 88, 24, 8),
+)

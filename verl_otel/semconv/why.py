@@ -68,4 +68,18 @@ WORKER_CALL_SECONDS: Final = MetricDef(
 RECORD_RANK_SLOWDOWN: Final = "verl:worker_rank_slowdown:ratio"
 RECORDED: Final[tuple[str, ...]] = (RECORD_RANK_SLOWDOWN,)
 
-WHY_METRICS: Final[tuple[MetricDef, ...]] = (PHASE_S_PER_1K_TOKENS, ROLLOUT_TAIL_RATIO, WORKER_CALL_SECONDS)
+# -- memory --------------------------------------------------------------------------------------
+#: every instrumented process that exports metrics; its role is the target's verl_process_role label
+PROCESS_RESIDENT_MEMORY: Final = MetricDef(
+    "verl_process_resident_memory_bytes",
+    "gauge",
+    "Resident memory of this process (read every few seconds off the training threads).",
+    unit="By",
+)
+
+WHY_METRICS: Final[tuple[MetricDef, ...]] = (
+    PHASE_S_PER_1K_TOKENS,
+    ROLLOUT_TAIL_RATIO,
+    WORKER_CALL_SECONDS,
+    PROCESS_RESIDENT_MEMORY,
+)
