@@ -119,6 +119,7 @@ _FUNCTIONS = {
     "irate",
     "increase",
     "delta",
+    "deriv",
     "changes",
     "resets",
     "time",
