@@ -47,6 +47,8 @@ _LABEL_VALUES: dict[str, tuple[str, ...]] = {
     sc.LABEL_ROLE: ("actor", "critic"),
     sc.LABEL_KEY: VERL_KEYS,
     sc.LABEL_REASON: sc.DROP_REASONS[:2],
+    sc.LABEL_METHOD: ("update_actor", "compute_log_prob"),
+    sc.LABEL_RANK: ("0", "1"),
 }
 
 

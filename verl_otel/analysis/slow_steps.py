@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl_otel import semconv as sc
+from verl_otel.analysis import long_tail as lt
+from verl_otel.analysis import stragglers as sg
+from verl_otel.analysis import tokens as tk
 from verl_otel.analysis.jaeger import rfc3339, trace_link
 from verl_otel.analysis.step_traces import Sample, StepTrace
 
@@ -58,6 +61,8 @@ class Verdict:
     note: str | None  # why there is no cause (or why it says little)
     unusual: list[tuple[str, float]] = field(default_factory=list)  # other sometimes-phases that took time here
     ratios: dict[str, float] = field(default_factory=dict)
+    tokens: tk.TokenView | None = None  # the cause's tokens against its medians, when its spans carry them
+    per_token: dict[str, float] = field(default_factory=dict)  # phase -> per-token time / its median
 
 
 @dataclass
@@ -67,6 +72,7 @@ class Ranking:
     medians: dict[str, float]
     near_zero_s: float
     ran_in: dict[str, int] = field(default_factory=dict)  # phase -> steps it ran in
+    per_token: bool = False  # ranked by the largest per-token slowdown, not by duration
 
 
 def training_steps(steps: list[StepTrace]) -> list[StepTrace]:
@@ -129,16 +135,27 @@ def explain(
     return Verdict(step, best, note, unusual, ratios)
 
 
-def rank(steps: list[StepTrace], top: int) -> Ranking:
-    """The ``top`` slowest steps, each explained against the medians of all steps given."""
+def rank(steps: list[StepTrace], top: int, per_token: bool = False) -> Ranking:
+    """The ``top`` slowest steps, each explained against the medians of all steps given. ``per_token``: the
+    ``top`` steps whose phase was slowest per token against its median (steps without token counts last)."""
     compared = training_steps(steps)
     medians = phase_medians(compared)
     ran_in = phase_presence(compared)
     nz = near_zero_s(compared)
-    slowest = sorted(compared, key=lambda s: s.seconds, reverse=True)[: max(0, top)]
-    return Ranking(
-        [explain(s, medians, nz, len(compared), ran_in) for s in slowest], len(compared), medians, nz, ran_in
-    )
+    tmed = tk.token_medians(compared)
+    per = {id(s): tk.per_token_ratios(s, tmed) for s in compared}
+    if per_token:
+        order = sorted(compared, key=lambda s: (max(per[id(s)].values(), default=0.0), s.seconds), reverse=True)
+    else:
+        order = sorted(compared, key=lambda s: s.seconds, reverse=True)
+    verdicts = []
+    for s in order[: max(0, top)]:
+        v = explain(s, medians, nz, len(compared), ran_in)
+        v.per_token = per[id(s)]
+        if v.cause is not None and not v.cause.sometimes:
+            v.tokens = tk.view(s, v.cause.phase, tmed)
+        verdicts.append(v)
+    return Ranking(verdicts, len(compared), medians, nz, ran_in, per_token)
 
 
 # -- rendering --------------------------------------------------------------------------------
@@ -173,9 +190,17 @@ def to_json(ranking: Ranking, ui_base: str | None) -> list[dict[str, Any]]:
                     "ran_in_steps": v.cause.ran_in,
                     "excess_s": _r(v.cause.excess_s),
                     "stands_out": v.cause.stands_out,
+                    "tokens": None if v.tokens is None else v.tokens.tokens,
+                    "token_ratio": None if v.tokens is None else _r(v.tokens.token_ratio, 2),
+                    "per_token_ratio": None if v.tokens is None else _r(v.tokens.per_token_ratio, 2),
+                    "explained_by_tokens": None if v.tokens is None else v.tokens.explained_by_tokens,
                 },
+                "phase_tokens": dict(st.tokens),
+                "phase_per_token_ratios": {p: _r(r, 2) for p, r in v.per_token.items()},
                 "note": v.note,
                 "summary": cause_text(v),
+                "rollout_tail": None if (t := lt.tail(st)) is None else t.to_json(),
+                "stragglers": [x.to_json() for x in sg.stragglers(st)],
                 "also_not_every_step": [{"phase": p, "duration_s": _r(s)} for p, s in v.unusual],
                 "slowest_samples": [
                     {
@@ -220,6 +245,8 @@ def cause_text(v: Verdict) -> str:
         text = _sometimes_text(c.phase, c.seconds, c.ran_in, c.compared)
     elif c is not None and c.stands_out:
         text = f"{c.phase} {c.ratio:.1f}{TIMES} its median ({c.seconds:.2f}s vs {c.median_s:.2f}s, +{c.excess_s:.2f}s)"
+        if v.tokens is not None:  # more tokens, or slower per token?
+            text += f": {v.tokens.text()}" + (" (more tokens, not slower)" if v.tokens.explained_by_tokens else "")
     elif c is not None:
         text = f"no phase stands out (the largest is {c.phase} {c.ratio:.2f}{TIMES} its median)"
     else:
@@ -263,6 +290,13 @@ def to_text(ranking: Ranking, ui_base: str | None) -> str:
             runs = st.phase_runs.get(phase, 1)
             parts.append(f"{phase} {sec:.2f}s{ratio}" + (f" in {runs} runs" if runs > 1 else ""))
         lines.append("   phases: " + (", ".join(parts) or "none"))
+        t = lt.tail(st)
+        if t is not None and t.is_long:
+            lines.append(f"   {t.text()}")
+        lines.extend(f"   {x.text()}" for x in sg.stragglers(st))
+        if ranking.per_token and v.per_token:
+            worst = sorted(v.per_token.items(), key=lambda kv: -kv[1])
+            lines.append("   per-token time vs median: " + ", ".join(f"{p} {r:.1f}{TIMES}" for p, r in worst))
         if st.samples:
             lines.append("   slowest samples: " + ", ".join(map(sample_text, st.samples[:SAMPLES_SHOWN])))
     return "\n".join(lines)

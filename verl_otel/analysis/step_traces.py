@@ -91,6 +91,7 @@ class Sample:
     rollout_n: int | None = None  # which of the prompt's n responses (the index repeats across them)
     mode: str | None = None  # train / validate (validation samples live in the step's trace too)
     engine: EngineTime | None = None  # its engine requests (vLLM rollout with engine spans), summed
+    end_ns: int = 0
 
 
 @dataclass
@@ -104,6 +105,10 @@ class StepTrace:
     phases: dict[str, float] = field(default_factory=dict)  # summed: a phase may run several times a step
     phase_runs: dict[str, int] = field(default_factory=dict)
     samples: list[Sample] = field(default_factory=list)  # slowest first
+    tokens: dict[str, int] = field(default_factory=dict)  # phase -> tokens it handled (summed over its runs)
+    worker_medians: list[float] = field(default_factory=list)  # each training rollout.worker's median sample, s
+    #: (phase, worker.* span name, role) -> rank -> seconds of its calls (summed over the step)
+    rank_calls: dict[tuple[str, str, str], dict[int, float]] = field(default_factory=dict)
 
 
 def as_int(value: Any) -> int | None:
@@ -117,6 +122,16 @@ def as_int(value: Any) -> int | None:
     except (TypeError, ValueError):
         return None
     return int(f) if f.is_integer() else None
+
+
+def as_float(value: Any) -> float | None:
+    """A number attribute, whichever way the backend typed it; else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _is_phase(span: Span, root: Span) -> bool:
@@ -146,12 +161,19 @@ def build_step(trace: list[Span]) -> StepTrace | None:
         root.status_error,
     )
     workers = {s.span_id: s.attributes for s in unique if s.name == sc.SPAN_ROLLOUT_WORKER}
+    for attrs in workers.values():
+        median = as_float(attrs.get(sc.ATTR_WORKER_SAMPLE_MEDIAN_S))
+        if median is not None and attrs.get(sc.ATTR_MODE) in (None, sc.MODE_TRAIN):
+            step.worker_medians.append(median)
     requests: dict[str, list[Span]] = defaultdict(list)
     for s in unique:
         if s.name == sc.SPAN_ENGINE_REQUEST:
             requests[s.parent_id].append(s)
+    by_id = {s.span_id: s for s in unique}
     for s in unique:
-        if s.name == sc.SPAN_ROLLOUT_SAMPLE:
+        if s.name in _WORKER_CALLS:
+            _add_rank_call(step, s, by_id.get(s.parent_id))
+        elif s.name == sc.SPAN_ROLLOUT_SAMPLE:
             worker = workers.get(s.parent_id, {})
             mode = worker.get(sc.ATTR_MODE)
             step.samples.append(
@@ -163,13 +185,35 @@ def build_step(trace: list[Span]) -> StepTrace | None:
                     as_int(s.attributes.get(sc.ATTR_SAMPLE_ROLLOUT_N)),
                     None if mode is None else str(mode),
                     engine_time(requests.get(s.span_id, [])),
+                    s.end_ns,
                 )
             )
         elif _is_phase(s, root):
             step.phases[s.name] = step.phases.get(s.name, 0.0) + s.seconds
             step.phase_runs[s.name] = step.phase_runs.get(s.name, 0) + 1
+            tokens = as_int(s.attributes.get(sc.ATTR_PHASE_TOKENS))
+            if tokens is not None and tokens > 0:
+                step.tokens[s.name] = step.tokens.get(s.name, 0) + tokens
     step.samples.sort(key=lambda x: x.seconds, reverse=True)
     return step
+
+
+_WORKER_CALLS = frozenset(sc.WORKER_SPAN_NAMES.values())
+
+
+def _add_rank_call(step: StepTrace, span: Span, parent: Span | None) -> None:
+    rank = as_int(span.attributes.get(sc.ATTR_WORKER_RANK))
+    if rank is None:
+        return
+    method = str(span.attributes.get(sc.ATTR_WORKER_METHOD, ""))
+    phase = parent.name if parent is not None and sc.ATTR_PHASE in parent.attributes else None
+    key = (
+        phase or sc.WORKER_METHOD_PHASES.get(method, method),
+        span.name,
+        str(span.attributes.get(sc.ATTR_WORKER_ROLE, "")),
+    )
+    ranks = step.rank_calls.setdefault(key, {})
+    ranks[rank] = ranks.get(rank, 0.0) + span.seconds
 
 
 def build_steps(spans: Iterable[Span]) -> list[StepTrace]:

@@ -23,6 +23,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     add_source_args(p)
     p.add_argument("--top", type=positive_int, default=5, metavar="N", help="how many steps (default: %(default)s)")
+    p.add_argument(
+        "--per-token",
+        action="store_true",
+        help="rank by the largest per-token slowdown of a phase (its seconds per token against its median)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON (a list, slowest step first)")
     p.add_argument(
         "--jaeger-ui",
@@ -48,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         if others:
             hint = f" (step traces exist for service {', '.join(map(repr, others))}: use --service)"
         return fail(PROG, f"no step traces found for service {args.service!r} {got.window} in {got.source}{hint}")
-    ranking = slow_steps.rank(mine, args.top)
+    ranking = slow_steps.rank(mine, args.top, per_token=args.per_token)
     if args.json:
         print(json.dumps(slow_steps.to_json(ranking, ui), indent=2))
     else:
@@ -59,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _header(ranking: slow_steps.Ranking, service: str, window: str, source: str) -> str:
     n = ranking.steps_compared
+    how = " per token" if ranking.per_token else ""
     return (
-        f"{len(ranking.verdicts)} slowest of {n} step{'s' * (n != 1)} of service {service!r} {window} "
+        f"{len(ranking.verdicts)} slowest{how} of {n} step{'s' * (n != 1)} of service {service!r} {window} "
         f"({source}); each phase is compared with its median over those steps"
     )

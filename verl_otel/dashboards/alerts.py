@@ -5,13 +5,15 @@ defaults below (documented in deploy/README.md)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from verl_otel import semconv as sc
+from verl_otel.dashboards.memory_rules import memory_rules
+from verl_otel.dashboards.rule import Record, Rule
+from verl_otel.dashboards.stragglers import straggler_records, straggler_rules
 from verl_otel.dashboards.thresholds import DEFAULTS, Thresholds, duration_seconds
 
-__all__ = ["DEFAULTS", "Rule", "Thresholds", "duration_seconds", "rule_groups", "rules"]
+__all__ = ["DEFAULTS", "Record", "Rule", "Thresholds", "duration_seconds", "records", "rule_groups", "rules"]
 
 BY = f"{sc.LABEL_PROJECT}, {sc.LABEL_EXPERIMENT}, instance"
 RUN = f"{sc.LABEL_PROJECT}, {sc.LABEL_EXPERIMENT}"  # a restarted trainer gets a new instance, not a new run
@@ -27,27 +29,6 @@ ENGINE_GROUP = "verl-rollout-engine"
 #: a rollout server's vLLM page (listed in file_sd by verl-otel): per replica, whatever its engines
 ENGINE_BY = f"instance, {sc.LABEL_REPLICA}"
 _ENGINE_CPU = "fires only when the rollout engine is overloaded or stuck (the CPU demo's is not, or is a stand-in)"
-
-
-@dataclass(frozen=True)
-class Rule:
-    name: str
-    expr: str
-    for_: str
-    severity: str
-    summary: str
-    description: str
-    cpu_empty: str | None = "fires only when the run is unhealthy (the CPU demo is healthy)"
-    group: str = "verl-training"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "alert": self.name,
-            "expr": self.expr,
-            "for": self.for_,
-            "labels": {"severity": self.severity},
-            "annotations": {"summary": self.summary, "description": self.description},
-        }
 
 
 def _k(key: str) -> str:
@@ -123,7 +104,15 @@ def engine_rules(t: Thresholds) -> list[Rule]:
 
 
 def rules(t: Thresholds = DEFAULTS) -> list[Rule]:
-    return [*_run_rules(t), *engine_rules(t)]
+    """Every alert, in the order of the rules file (group by group)."""
+    out = [*_run_rules(t), *engine_rules(t), *straggler_rules(t), *memory_rules(t)]
+    groups = list(dict.fromkeys(r.group for r in out))
+    return sorted(out, key=lambda r: groups.index(r.group))
+
+
+def records(t: Thresholds = DEFAULTS) -> list[Record]:
+    """Recording rules (the alerts above may read them)."""
+    return straggler_records(t)
 
 
 def _run_rules(t: Thresholds) -> list[Rule]:
@@ -385,5 +374,8 @@ def _run_rules(t: Thresholds) -> list[Rule]:
 
 def rule_groups(t: Thresholds = DEFAULTS) -> dict[str, Any]:
     all_rules = rules(t)
-    names = list(dict.fromkeys(r.group for r in all_rules))
-    return {"groups": [{"name": n, "rules": [r.to_dict() for r in all_rules if r.group == n]} for n in names]}
+    recorded: list[Record | Rule] = list(records(t))
+    names = list(dict.fromkeys([*(r.group for r in recorded), *(r.group for r in all_rules)]))
+    return {
+        "groups": [{"name": n, "rules": [r.to_dict() for r in recorded + all_rules if r.group == n]} for n in names]
+    }

@@ -19,6 +19,7 @@ from verl_otel.dashboards.grafana import (
     m,
 )
 from verl_otel.dashboards.health_panels import HEALTH
+from verl_otel.dashboards.why_panels import RESIDENT_MEMORY, ROLLOUT_TAIL, STRAGGLERS, TIME_PER_1K_TOKENS
 
 _R = "$__rate_interval"
 _RUN = f"{sc.LABEL_PROJECT}, {sc.LABEL_EXPERIMENT}"  # one row per run when several are selected
@@ -266,6 +267,10 @@ PROGRESS = Dashboard(
         ENGINE_KV,
         ENGINE_TOKENS,
         ENGINE_LATENCY,
+        TIME_PER_1K_TOKENS,
+        ROLLOUT_TAIL,
+        STRAGGLERS,
+        RESIDENT_MEMORY,
     ),
     annotations=ANNOTATIONS,
 )

@@ -96,6 +96,14 @@ class Thresholds:
         "engine_preemptions_max requests within this window ...",
     )
     engine_preemptions_max: float = _t(10.0, "... (per rollout replica)")
+    straggler_ratio: float = _t(
+        1.3, "VerlStragglingRank: a rank's last worker call above this many times the median rank's ..."
+    )
+    straggler_for: str = _t("15m", "... for this long (several steps: each step's call refreshes it)")
+    leak_mib_per_hour: float = _t(
+        256.0, "VerlMemoryLeak: a process' resident memory growing faster than this (MiB per hour) ..."
+    )
+    leak_window: str = _t("1h", "... over this window, in both of its halves, for 15m")
 
     @classmethod
     def with_overrides(cls, pairs: list[str]) -> Thresholds:

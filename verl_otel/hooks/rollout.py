@@ -154,6 +154,16 @@ def _on_legacy_dispatch(manager: Any, prompts: Any) -> tuple[str, int]:
     return _mode(validate), step
 
 
+def _count_tokens(out: Any) -> None:
+    """The training batch's tokens, once a step, for the step and its phases (telemetry/step_tokens.py)."""
+    from verl_otel.hooks.verl_batches import token_counts
+    from verl_otel.telemetry.steps import TRACER
+
+    counts = token_counts(out)
+    if counts is not None and TRACER.active:
+        TRACER.tokens_seen(*counts)
+
+
 def patch_legacy_manager(original: Callable[..., Any]) -> Callable[..., Any] | None:
     """``AgentLoopManager.generate_sequences`` is ``@auto_await``, which inspects its caller's frame:
     wrap the coroutine function underneath and apply ``auto_await`` again on top."""
@@ -168,6 +178,8 @@ def patch_legacy_manager(original: Callable[..., Any]) -> Callable[..., Any] | N
         out = await inner(self, prompts, *args, **kwargs)
         if dispatch is not None:
             safe(_returned, *dispatch)
+            if dispatch[0] == sc.MODE_TRAIN:
+                safe(_count_tokens, out)
         return out
 
     return auto_await(generate_sequences)

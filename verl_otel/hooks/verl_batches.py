@@ -102,3 +102,16 @@ def batch_size(batch: Any) -> int | None:
         except Exception:  # noqa: BLE001 - each batch type knows its size differently
             continue
     return None
+
+
+def token_counts(batch: Any) -> tuple[int, int] | None:
+    """(prompt, response) tokens of a generated DataProto: its attention mask summed over the prompt columns and
+    over the response columns (two tensor sums a batch, no per-sample work); None when it cannot say."""
+    try:
+        tensors = batch.batch
+        mask = tensors["attention_mask"]
+        width = int(tensors["responses"].shape[-1])
+        response = tensors["response_mask"] if "response_mask" in tensors.keys() else mask[:, -width:]
+        return int(mask[:, :-width].sum()), int(response.sum())
+    except Exception:  # noqa: BLE001 - not a generated batch (or another verl's layout)
+        return None

@@ -19,7 +19,9 @@ uid or trace id: identities live in traces.
 # the one namespace of the vocabulary (each module defines disjoint names: tests/test_layers.py)
 from verl_otel.semconv.engine import *  # noqa: F403
 from verl_otel.semconv.env import *  # noqa: F403
+from verl_otel.semconv.metric_def import *  # noqa: F403
 from verl_otel.semconv.metrics import *  # noqa: F403
 from verl_otel.semconv.spans import *  # noqa: F403
 from verl_otel.semconv.stall import *  # noqa: F403
 from verl_otel.semconv.verl import *  # noqa: F403
+from verl_otel.semconv.why import *  # noqa: F403

@@ -3,28 +3,23 @@ metrics of other exporters that dashboards and alerts read."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Final
 
 from verl_otel.semconv.engine import VLLM_METRICS
+from verl_otel.semconv.metric_def import (
+    LABEL_KEY,
+    LABEL_MODE,
+    LABEL_PHASE,
+    LABEL_REASON,
+    LABEL_ROLE,
+    LABEL_WORKER,
+    MetricDef,
+)
+from verl_otel.semconv.why import WHY_METRICS
 
 # --------------------------------------------------------------------------------------------
 # Metrics
 # --------------------------------------------------------------------------------------------
-MetricKind = Literal["gauge", "counter", "histogram"]
-
-LABEL_WORKER: Final = "worker"
-LABEL_MODE: Final = "mode"
-LABEL_PHASE: Final = "phase"
-LABEL_ROLE: Final = "role"
-LABEL_KEY: Final = "key"
-LABEL_REASON: Final = "reason"
-#: Per-process labels. Pull path: file_sd target labels; push path: the same names come from the
-#: resource attributes through the Collector's resource_to_telemetry_conversion (`.` -> `_`).
-LABEL_PROJECT: Final = "verl_project"
-LABEL_EXPERIMENT: Final = "verl_experiment"
-LABEL_PROCESS_ROLE: Final = "verl_process_role"
-
 MODE_TRAIN: Final = "train"
 MODE_VALIDATE: Final = "validate"
 
@@ -46,31 +41,6 @@ DURATION_BUCKETS_S: Final[tuple[float, ...]] = (
     7200,
     14400,
 )
-
-
-@dataclass(frozen=True)
-class MetricDef:
-    """One exported metric. ``name`` is the Prometheus name users see; ``otel_name`` and
-    ``unit`` are chosen so the OTel Collector's prometheus exporter translates back to it."""
-
-    name: str
-    kind: MetricKind
-    help: str
-    labels: tuple[str, ...] = ()
-    unit: str = ""
-    otel_name: str = ""
-    buckets: tuple[float, ...] = field(default=())
-
-    def __post_init__(self) -> None:
-        if not self.otel_name:
-            object.__setattr__(self, "otel_name", _otel_name_for(self.name, self.kind))
-
-
-def _otel_name_for(name: str, kind: MetricKind) -> str:
-    # Counters get `_total` appended by the OTLP->Prometheus translation: define them without it.
-    if kind == "counter" and name.endswith("_total"):
-        return name[: -len("_total")]
-    return name
 
 
 _ROLLOUT_LABELS = (LABEL_WORKER, LABEL_MODE)
@@ -340,6 +310,7 @@ METRICS: Final[tuple[MetricDef, ...]] = (
     ASYNC_IDLE_RATIO,
     ASYNC_ROLLOUTER_PAUSED,
     ASYNC_ROLLOUTER_INFLIGHT,
+    *WHY_METRICS,
 )
 assert len({m.name for m in METRICS}) == len(METRICS), "metric names must be unique"
 

@@ -5,6 +5,7 @@ long tail is always visible and the span volume does not grow with the batch siz
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -24,14 +25,31 @@ def _no_attributes(trajectory: Any, output: Any) -> dict[str, Any]:
     return {}
 
 
+def tail_attributes(seconds: list[float]) -> dict[str, float]:
+    """The batch's median and slowest sample and their ratio (``seconds``: every sample's, slowest first)."""
+    if not seconds:
+        return {}
+    median, slowest = statistics.median(seconds), seconds[0]
+    attrs = {sc.ATTR_WORKER_SAMPLE_MEDIAN_S: median, sc.ATTR_WORKER_SAMPLE_MAX_S: slowest}
+    if median > 0:
+        attrs[sc.ATTR_WORKER_TAIL_RATIO] = slowest / median
+    return attrs
+
+
 def emit_batch(worker: int | None, batch: Batch, max_sample_spans: int, describe: Describe = _no_attributes) -> None:
-    slowest = sorted(batch.finished, key=lambda s: s.seconds, reverse=True)[:max_sample_spans]
-    attrs = {
+    ordered = sorted(batch.finished, key=lambda s: s.seconds, reverse=True)  # once a batch, at its end
+    slowest = ordered[:max_sample_spans]
+    attrs: dict[str, Any] = {
         sc.ATTR_MODE: batch.mode,
         sc.ATTR_GLOBAL_STEP: batch.step,
         sc.ATTR_SAMPLES: len(batch.finished),
         sc.ATTR_SAMPLES_SPANNED: len(slowest),
     }
+    tail = tail_attributes([s.seconds for s in ordered])
+    attrs.update(tail)
+    ratio = tail.get(sc.ATTR_WORKER_TAIL_RATIO)
+    if ratio is not None and batch.mode == sc.MODE_TRAIN:
+        runtime.current().state.set(sc.ROLLOUT_TAIL_RATIO, ("" if worker is None else str(worker),), ratio)
     if worker is not None:
         attrs[sc.ATTR_WORKER_INDEX] = worker
     # a sample whose engine requests named its span id up front gets that id (telemetry/engine_context.py)

@@ -25,48 +25,10 @@ from opentelemetry.trace import Span, Status, StatusCode
 from verl_otel import runtime
 from verl_otel import semconv as sc
 from verl_otel._log import logger
+from verl_otel.telemetry.step_events import RunInfo, StepObserver, StepResult
+from verl_otel.telemetry.step_tokens import StepTokens
 from verl_otel.telemetry.text import mark_failed
 from verl_otel.telemetry.values import to_scalar
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    trainer: str
-    project: str
-    experiment: str
-    steps_planned: int | None
-    rollout_n: int | None
-    batch_size: int | None
-    mode: str | None = None
-
-
-@dataclass
-class StepResult:
-    global_step: int
-    seconds: float
-    phases: dict[str, float]
-    trace_id: str
-    error: bool
-
-
-class StepObserver:
-    """Receives the step tracer's events; every method is a no-op here, so an observer overrides only
-    what it uses. Implementations must be cheap (they run on the training thread) and must not raise."""
-
-    def on_fit_start(self, run: RunInfo) -> None:
-        """fit() started a run."""
-
-    def on_phase_start(self, phase: str, global_step: int) -> None:
-        """A phase (semconv PHASE_*) of ``global_step`` started."""
-
-    def on_phase_end(self, phase: str, global_step: int, seconds: float, trace_id: str) -> None:
-        """The phase ended after ``seconds``; ``trace_id`` is its step's trace."""
-
-    def on_step_end(self, result: StepResult) -> None:
-        """The step ended (its metrics were logged)."""
-
-    def on_metrics(self, data: Mapping[str, Any], global_step: int) -> None:
-        """verl logged the step's metrics dict."""
 
 
 @dataclass
@@ -90,6 +52,7 @@ class _Step:
     metrics: dict[str, Any] = field(default_factory=dict)  # logged during a scoped step
     val_logged: bool = False  # validation metrics logged since the last validation window opened
     tail: bool = False  # fit.end: the work after a scoped run's last step, not a step
+    tokens: StepTokens | None = None  # the training batch's (rollout's output), once the hooks counted them
 
 
 def is_stop(exc: BaseException | None) -> bool:
@@ -155,6 +118,8 @@ class StepTracer:
                 mark_failed(token.span, exc, runtime.current().settings.max_text)
                 if step is not None:
                     self._fail(step, exc, record=False)
+            if step is not None and step.tokens is not None:
+                token.span.set_attributes(step.tokens.phase_attributes(token.name, seconds))
             token.span.end()
             _unwatch(token)
             number = -1
@@ -165,6 +130,15 @@ class StepTracer:
                 if token in step.open:
                     step.open.remove(token)
         self._notify("on_phase_end", token.name, number, seconds, trace_id)
+
+    def tokens_seen(self, prompt: int, response: int) -> None:
+        """The open step's training batch came out of the rollout with these token counts (summed when the
+        rollout runs more than once in a step); phases that end after this carry their tokens."""
+        with self._lock:
+            step = self._step
+            if step is not None:
+                old = step.tokens
+                step.tokens = StepTokens(prompt, response) if old is None else old.plus(prompt, response)
 
     def validate_enter(self) -> _Open | None:
         """verl's ``_validate`` started. Inside a step the ``testing`` timer already made the
@@ -351,6 +325,8 @@ class StepTracer:
             epoch, _ = to_scalar(metrics.get("training/epoch"))
             if epoch is not None:
                 span.set_attribute(sc.ATTR_EPOCH, int(epoch))
+        if step.tokens is not None:
+            span.set_attributes(step.tokens.step_attributes())
         if step.phases:
             slowest = max(step.phases, key=step.phases.__getitem__)
             span.set_attribute(sc.ATTR_PHASE_SLOWEST, slowest)
@@ -366,7 +342,12 @@ class StepTracer:
         span.end()
         self._last_number = step.number
         result = StepResult(
-            step.number, seconds, dict(step.phases), format(span.get_span_context().trace_id, "032x"), step.error
+            step.number,
+            seconds,
+            dict(step.phases),
+            format(span.get_span_context().trace_id, "032x"),
+            step.error,
+            step.tokens,
         )
         self._notify("on_step_end", result)
         runtime.current().flush_soon()
@@ -389,3 +370,6 @@ def _unwatch(token: _Open) -> None:
 
 #: The fit() process has one trainer at a time.
 TRACER = StepTracer()
+
+
+__all__ = ["TRACER", "RunInfo", "StepObserver", "StepResult", "StepTracer", "is_stop"]

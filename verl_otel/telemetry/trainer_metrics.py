@@ -12,6 +12,7 @@ from typing import Any
 from verl_otel import semconv as sc
 from verl_otel.telemetry.eta import RunEta
 from verl_otel.telemetry.metrics import MetricsState, Reading
+from verl_otel.telemetry.step_tokens import per_1k
 from verl_otel.telemetry.steps import RunInfo, StepObserver, StepResult
 from verl_otel.telemetry.text import as_text
 from verl_otel.telemetry.values import to_scalar
@@ -63,6 +64,12 @@ class TrainerMetrics(StepObserver):
         if result.global_step <= 0:
             return  # the validation before training is no training step
         self._state.observe(sc.STEP_DURATION, (), result.seconds, result.trace_id)
+        if result.tokens is not None:
+            for phase, seconds in result.phases.items():
+                tokens = result.tokens.of_phase(phase)
+                rate = per_1k(seconds, tokens) if tokens is not None else None
+                if rate is not None:
+                    self._state.set(sc.PHASE_S_PER_1K_TOKENS, (phase,), rate)
         self._eta.add_step(result.seconds)
         eta = self._eta.eta(result.global_step, self._planned)
         if eta is not None:

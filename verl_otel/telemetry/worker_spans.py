@@ -8,6 +8,7 @@ train_mini_batch in the same process) do not span twice.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from opentelemetry.trace import Span
@@ -27,6 +28,8 @@ class WorkerSpan:
     ) -> None:
         self.span: Span | None = None
         self.watch: int | None = None
+        self.labels = (method, role, str(rank))
+        self.start = time.monotonic()
         name = sc.WORKER_SPAN_NAMES.get(method)
         if traceparent is None or name is None:
             return
@@ -54,6 +57,8 @@ class WorkerSpan:
             if exc is not None:
                 mark_failed(self.span, exc, runtime.current().settings.max_text)
             self.span.end()
+            if exc is None:  # each rank's last call: the straggler rule compares the ranks (dashboards/)
+                runtime.current().state.set(sc.WORKER_CALL_SECONDS, self.labels, time.monotonic() - self.start)
             runtime.current().flush_soon()
         except Exception:  # noqa: BLE001 - telemetry never raises into training
             pass

@@ -1,0 +1,93 @@
+"""The rollout's long tail (issue 28, part 2): each rollout.worker says its batch's median and slowest sample and
+their ratio (and sets the gauge), slow-steps names the sample the rollout waited for."""
+
+import pytest
+
+from verl_otel import runtime
+from verl_otel import semconv as sc
+from verl_otel.analysis import long_tail, slow_steps
+from verl_otel.analysis.step_traces import Span, build_step
+from verl_otel.telemetry.rollout_spans import tail_attributes
+
+S = 10**9
+T = "e" * 32
+
+
+def test_worker_tail_attributes():
+    got = tail_attributes([8.0, 0.5, 0.4, 0.4, 0.3])
+    assert got == {
+        sc.ATTR_WORKER_SAMPLE_MEDIAN_S: 0.4,
+        sc.ATTR_WORKER_SAMPLE_MAX_S: 8.0,
+        sc.ATTR_WORKER_TAIL_RATIO: pytest.approx(20.0),
+    }
+    assert tail_attributes([]) == {} and sc.ATTR_WORKER_TAIL_RATIO not in tail_attributes([0.0, 0.0])
+
+
+def _step(slow_s: float, mode: str = sc.MODE_TRAIN) -> list[Span]:
+    """A 9 s rollout of two workers (medians 0.4 s and 0.5 s); worker 1's sample #17 takes ``slow_s``."""
+    root = Span(T, "0" * 16, "", sc.SPAN_STEP, 0, 12 * S, {sc.ATTR_GLOBAL_STEP: 3})
+    roll = Span(T, "1" * 16, root.span_id, sc.PHASE_ROLLOUT, 0, 9 * S, {sc.ATTR_PHASE: sc.PHASE_ROLLOUT})
+    spans = [root, roll]
+    for w, median in ((0, 0.4), (1, 0.5)):
+        wid = f"{w + 2:016x}"
+        attrs = {sc.ATTR_WORKER_INDEX: w, sc.ATTR_MODE: mode, sc.ATTR_WORKER_SAMPLE_MEDIAN_S: median}
+        spans.append(Span(T, wid, roll.span_id, sc.SPAN_ROLLOUT_WORKER, 0, 9 * S, attrs))
+        for k, secs in enumerate((0.6, 0.9) if w == 0 else (0.7, slow_s)):
+            idx = 17 if (w, k) == (1, 1) else 10 * w + k
+            spans.append(
+                Span(
+                    T,
+                    f"{10 * w + k + 10:016x}",
+                    wid,
+                    sc.SPAN_ROLLOUT_SAMPLE,
+                    0,
+                    int(secs * S),
+                    {sc.ATTR_SAMPLE_INDEX: idx},
+                )
+            )
+    return spans
+
+
+def test_a_long_tail_is_named_with_the_share_the_rollout_waited():
+    step = build_step(_step(8.1))
+    t = long_tail.tail(step)
+    assert t is not None and t.is_long and t.sample.index == 17 and t.sample.worker == 1
+    assert t.median_s == pytest.approx(0.45) and t.ratio == pytest.approx(18.0)
+    assert t.text() == (
+        "long tail: sample #17 took 8.1 s of the 9.0 s rollout, median sample 0.5 s, "
+        "80% of the rollout waited for 1 sample"  # 8.1 - 0.9 (the next to end) of 9 s
+    )
+    ranking = slow_steps.rank([step], 1)
+    assert "   " + t.text() in slow_steps.to_text(ranking, None).splitlines()
+    js = slow_steps.to_json(ranking, None)[0]["rollout_tail"]
+    assert js["sample_index"] == 17 and js["tail_ratio"] == 18.0 and js["waited_share"] == 0.8 and js["long_tail"]
+
+
+def test_no_long_tail_when_samples_are_alike_or_only_validation():
+    step = build_step(_step(1.0))
+    t = long_tail.tail(step)
+    assert t is not None and not t.is_long  # 2.2x the median: no tail to speak of
+    assert "long tail" not in slow_steps.to_text(slow_steps.rank([step], 1), None)
+    assert long_tail.tail(build_step(_step(8.1, sc.MODE_VALIDATE))) is None  # validation samples: not the rollout
+
+
+def test_the_gauge_is_set_for_a_training_batch(monkeypatch):
+    from verl_otel.telemetry import rollout_spans
+    from verl_otel.telemetry.rollout import Batch
+
+    runtime.reset_for_tests()
+    monkeypatch.setattr(rollout_spans, "emit_group", lambda *a, **k: None)  # the spans: tests/test_e2e_*
+    state = runtime.current().state
+    for mode, worker in ((sc.MODE_TRAIN, 3), (sc.MODE_VALIDATE, 4)):
+        batch = Batch(mode, 2, 4)
+        batch.finished = [_Done(x) for x in (4.0, 1.0, 1.0, 0.5)]
+        rollout_spans.emit_batch(worker, batch, 2)
+    got = {labels: v for m, labels, v in state.readings() if m is sc.ROLLOUT_TAIL_RATIO}
+    assert got == {("3",): pytest.approx(4.0)}
+    runtime.reset_for_tests()
+
+
+class _Done:
+    def __init__(self, seconds: float) -> None:
+        self.seconds, self.start_ns, self.end_ns = seconds, 0, int(seconds * S)
+        self.trajectory, self.output, self.error = None, None, None

@@ -1,0 +1,70 @@
+"""Resident memory of every instrumented process (issue 28, part 4): read on the flusher's thread, at most every
+few seconds, nothing where /proc is missing (the alert's promtool tests: deploy/prometheus/tests/)."""
+
+import os
+import threading
+import time
+
+import pytest
+
+from verl_otel import runtime
+from verl_otel import semconv as sc
+from verl_otel.export.process_memory import ResidentMemory
+from verl_otel.telemetry.metrics import MetricsState
+
+
+def _rss(state: MetricsState) -> float | None:
+    return next((v for m, _, v in state.readings() if m is sc.PROCESS_RESIDENT_MEMORY), None)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="Linux /proc only")
+def test_reads_this_process_resident_memory_at_most_every_few_seconds(tmp_path):
+    state = MetricsState()
+    read = ResidentMemory(state, every_s=60.0)
+    read()
+    first = _rss(state)
+    with open("/proc/self/status") as f:  # the kernel's own VmRSS, in kB
+        vmrss = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+    assert first is not None and abs(first - vmrss) < 0.2 * vmrss
+    fake = tmp_path / "statm"
+    fake.write_text("100 7 3 1 0 5 0\n")
+    read.statm = str(fake)
+    read()  # within every_s: no new read
+    assert _rss(state) == first
+    read._next = 0.0
+    read()
+    assert _rss(state) == 7 * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_nothing_without_proc(tmp_path):
+    state = MetricsState()
+    ResidentMemory(state, statm=str(tmp_path / "missing"))()
+    bad = tmp_path / "statm"
+    bad.write_text("garbage")
+    broken = ResidentMemory(state, statm=str(bad))
+    broken()
+    assert _rss(state) is None and broken.off
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="Linux /proc only")
+def test_the_runtime_reads_it_on_the_flusher_thread(monkeypatch, tmp_path):
+    seen: list[str] = []
+    original = ResidentMemory.__call__
+
+    def spy(self):
+        seen.append(threading.current_thread().name)
+        original(self)
+
+    monkeypatch.setattr(ResidentMemory, "__call__", spy)
+    monkeypatch.setenv(sc.ENV_DIR, str(tmp_path))
+    runtime.reset_for_tests()
+    try:
+        rt = runtime.current()
+        rt.wire(sc.ROLE_TRAINER)  # a process that exports metrics
+        deadline = time.monotonic() + 5
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert seen and threading.main_thread().name not in seen
+        assert _rss(rt.state) is not None
+    finally:
+        runtime.reset_for_tests()

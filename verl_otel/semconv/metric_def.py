@@ -1,0 +1,48 @@
+"""What a metric is (:class:`MetricDef`) and the labels metrics carry; the metrics themselves are in
+:mod:`.metrics` and :mod:`.why`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+MetricKind = Literal["gauge", "counter", "histogram"]
+
+LABEL_WORKER: Final = "worker"
+LABEL_MODE: Final = "mode"
+LABEL_PHASE: Final = "phase"
+LABEL_ROLE: Final = "role"
+LABEL_KEY: Final = "key"
+LABEL_REASON: Final = "reason"
+LABEL_METHOD: Final = "method"  # a training-worker method (verl_worker_call_seconds)
+LABEL_RANK: Final = "rank"  # a training worker's rank: bounded by the world size, not by the run's length
+#: Per-process labels. Pull path: file_sd target labels; push path: the same names come from the
+#: resource attributes through the Collector's resource_to_telemetry_conversion (`.` -> `_`).
+LABEL_PROJECT: Final = "verl_project"
+LABEL_EXPERIMENT: Final = "verl_experiment"
+LABEL_PROCESS_ROLE: Final = "verl_process_role"
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    """One exported metric. ``name`` is the Prometheus name users see; ``otel_name`` and
+    ``unit`` are chosen so the OTel Collector's prometheus exporter translates back to it."""
+
+    name: str
+    kind: MetricKind
+    help: str
+    labels: tuple[str, ...] = ()
+    unit: str = ""
+    otel_name: str = ""
+    buckets: tuple[float, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not self.otel_name:
+            object.__setattr__(self, "otel_name", _otel_name_for(self.name, self.kind))
+
+
+def _otel_name_for(name: str, kind: MetricKind) -> str:
+    # Counters get `_total` appended by the OTLP->Prometheus translation: define them without it.
+    if kind == "counter" and name.endswith("_total"):
+        return name[: -len("_total")]
+    return name

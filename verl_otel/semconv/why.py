@@ -1,0 +1,85 @@
+"""Why a step was slow, one level deeper (issue 28): the tokens a step and each phase handled and the time
+per 1k tokens, the rollout's long tail (slowest sample against the median sample), a straggling rank."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from verl_otel.semconv.metric_def import LABEL_METHOD, LABEL_PHASE, LABEL_RANK, LABEL_ROLE, LABEL_WORKER, MetricDef
+from verl_otel.semconv.spans import (
+    PHASE_OLD_LOG_PROB,
+    PHASE_REF,
+    PHASE_REWARD,
+    PHASE_ROLLOUT,
+    PHASE_UPDATE_ACTOR,
+    PHASE_UPDATE_CRITIC,
+    PHASE_VALUES,
+)
+
+# -- tokens ------------------------------------------------------------------------------------
+#: On the step span: the training batch's prompt and response tokens (sums of its attention mask, once a step).
+ATTR_STEP_PROMPT_TOKENS: Final = "verl.step.prompt_tokens"
+ATTR_STEP_RESPONSE_TOKENS: Final = "verl.step.response_tokens"
+#: On a phase span that processes tokens: the tokens it handled and its seconds per 1k of them.
+ATTR_PHASE_TOKENS: Final = "verl.phase.tokens"
+ATTR_PHASE_S_PER_1K_TOKENS: Final = "verl.phase.seconds_per_1k_tokens"
+#: The phases that process the batch's tokens; rollout's are the tokens it generated (responses), the
+#: others read prompt and response tokens.
+GENERATING_PHASES: Final[frozenset[str]] = frozenset((PHASE_ROLLOUT,))
+TOKEN_PHASES: Final[frozenset[str]] = frozenset(
+    (PHASE_ROLLOUT, PHASE_REWARD, PHASE_OLD_LOG_PROB, PHASE_REF, PHASE_VALUES, PHASE_UPDATE_ACTOR, PHASE_UPDATE_CRITIC)
+)
+
+PHASE_S_PER_1K_TOKENS: Final = MetricDef(
+    "verl_phase_seconds_per_1k_tokens",
+    "gauge",
+    "Seconds per 1000 tokens of the last training step's phase (rollout: tokens generated; the others: prompt "
+    "and response tokens of the batch).",
+    (LABEL_PHASE,),
+    unit="",  # seconds per 1k tokens: no OTel unit translates to this name's suffix
+)
+
+# -- the rollout's long tail -------------------------------------------------------------------
+#: On ``rollout.worker``: the median and slowest sample of the worker's batch (all its samples, not only those
+#: with a span).
+ATTR_WORKER_SAMPLE_MEDIAN_S: Final = "verl.rollout.sample_median_s"
+ATTR_WORKER_SAMPLE_MAX_S: Final = "verl.rollout.sample_max_s"
+#: On ``rollout.worker``: its slowest sample ÷ its median sample (1: no tail). The trainer never sees the samples'
+#: times, so the step's own ratio (the slowest sample of all workers ÷ their median) is slow-steps' reading.
+ATTR_WORKER_TAIL_RATIO: Final = "verl.rollout.tail_ratio"
+ROLLOUT_TAIL_RATIO: Final = MetricDef(
+    "verl_rollout_tail_ratio",
+    "gauge",
+    "The last training batch's slowest sample over its median sample, per agent-loop worker (1: no tail).",
+    (LABEL_WORKER,),
+    unit="",
+)
+
+# -- straggling ranks ---------------------------------------------------------------------------
+WORKER_CALL_SECONDS: Final = MetricDef(
+    "verl_worker_call_seconds",
+    "gauge",
+    "Seconds of this rank's last traced training-worker call (worker.* span), per method and role: ranks of one "
+    "method that differ show a straggler.",
+    (LABEL_METHOD, LABEL_ROLE, LABEL_RANK),
+    unit="s",
+)
+#: Prometheus recording rule: each rank's last call over the median rank's, per run, method and role.
+RECORD_RANK_SLOWDOWN: Final = "verl:worker_rank_slowdown:ratio"
+RECORDED: Final[tuple[str, ...]] = (RECORD_RANK_SLOWDOWN,)
+
+# -- memory --------------------------------------------------------------------------------------
+#: every instrumented process that exports metrics; its role is the target's verl_process_role label
+PROCESS_RESIDENT_MEMORY: Final = MetricDef(
+    "verl_process_resident_memory_bytes",
+    "gauge",
+    "Resident memory of this process (read every few seconds off the training threads).",
+    unit="By",
+)
+
+WHY_METRICS: Final[tuple[MetricDef, ...]] = (
+    PHASE_S_PER_1K_TOKENS,
+    ROLLOUT_TAIL_RATIO,
+    WORKER_CALL_SECONDS,
+    PROCESS_RESIDENT_MEMORY,
+)
