@@ -48,6 +48,8 @@ class Runtime:
         self._unregister: Callable[[], None] | None = None  # removes this process' file_sd entry
         self._engine_provider: Any = None  # an inference engine's request spans (vLLM), see engine_provider
         self._extra_targets: list[Callable[[], None]] = []  # removes the file_sd entries of add_scrape_target
+        self._buffers: list[Any] = []  # span buffers of OTLP push (export/span_buffer.py), spilled at exit
+        self._told_unsent = 0  # spans in unsent/ the last console line named
         from verl_otel.export.flusher import Flusher
 
         self.flusher = Flusher(self._flush_exports)
@@ -147,7 +149,9 @@ class Runtime:
 
             providers.quiet_sdk_logs()
             res = providers.resource(self._role[0], self._role[1], self._run)
-            self._provider, self.destination = providers.tracer_provider(self.settings, res, self.drop)
+            self._provider, self.destination = providers.tracer_provider(
+                self.settings, res, self.drop, on_buffer=self._buffers.append
+            )
             logger.debug("spans of pid %s go to %s", os.getpid(), self.destination)
             return self._provider.get_tracer(sc.INSTRUMENTATION_NAME)
         except Exception as exc:  # noqa: BLE001 - degrade to no spans, never raise
@@ -167,7 +171,12 @@ class Runtime:
 
                     res = getattr(self._provider, "resource", None) or providers.resource(*self._role, self._run)
                     self._engine_provider, _ = providers.tracer_provider(
-                        self.settings, res, self.drop, children_only=True, span_attributes=span_attributes
+                        self.settings,
+                        res,
+                        self.drop,
+                        children_only=True,
+                        span_attributes=span_attributes,
+                        on_buffer=self._buffers.append,
                     )
                 except Exception as exc:  # noqa: BLE001 - no engine spans, never raise
                     warn_once(
@@ -222,7 +231,10 @@ class Runtime:
         ticket = self.flusher.request()
         if timeout_s is not None:
             return self.flusher.wait(ticket, timeout_s)
-        return self._wait_in_budget(ticket)
+        done = self._wait_in_budget(ticket)
+        if self.budget_left_s() <= 0:
+            self.spill_unsent()  # the budget is spent: nothing more will be waited for in this process
+        return done
 
     def finish(self) -> None:
         """Process exit: take this process' /metrics out of the file_sd list and export what is left,
@@ -237,6 +249,30 @@ class Runtime:
             or self._meter_provider is not None
         ):
             self._wait_in_budget(self.flusher.request())
+        self.spill_unsent()
+
+    def spill_unsent(self) -> int:
+        """Spans the collector did not take in time go to ``$VERL_OTEL_DIR/unsent/`` (``verl-otel push``
+        sends them later); one line says how many wait there. Returns that number. Never raises."""
+        waiting = 0
+        for buffer in list(self._buffers):
+            try:
+                waiting += buffer.spill()
+            except Exception as exc:  # noqa: BLE001
+                warn_once("spill", f"cannot write the unsent spans ({exc!r})")
+        if waiting > self._told_unsent:
+            self._told_unsent = waiting
+            where = self.settings.data_dir / sc.UNSENT_DIR
+            logger.warning(
+                "%d spans of pid %s could not be sent to %s in time; they wait in %s "
+                "(send them with: verl-otel push --dir %s)",
+                waiting,
+                os.getpid(),
+                self.destination,
+                where,
+                self.settings.data_dir,
+            )
+        return waiting
 
     def _wait_in_budget(self, ticket: int) -> bool:
         """Wait for ``ticket`` at most what is left of this process' VERL_OTEL_SHUTDOWN_TIMEOUT."""

@@ -1,6 +1,7 @@
 """``verl-otel``: ``demo`` (the CPU demo of a real verl run with telemetry on), ``top`` (a live view of a
 running job), ``slow-steps`` (the slowest steps and the phase that made them slow) and ``val-generations``
-(validation samples), both from Jaeger or the local trace file, and ``stack write`` (the Docker stack)."""
+(validation samples), both from Jaeger or the local trace file, ``stack write`` (the Docker stack) and
+``push`` (spans a run could not deliver in time)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ _COMMANDS = {
     "top": "verl_otel.cli.top",
     "val-generations": "verl_otel.cli.val_generations",
     "stack": "verl_otel.cli.stack",
+    "push": "verl_otel.cli.push",
 }
 
 
