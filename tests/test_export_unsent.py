@@ -66,6 +66,11 @@ def test_down_until_after_the_run_then_push_delivers(tmp_path, monkeypatch, caps
     assert any("12 spans" in line and "verl-otel push" in line for line in lines.lines[-1:]), lines.lines
     dropped = [v for m, labels, v in rt.state.readings() if m == sc.OTEL_DROPPED and v]
     assert dropped == []  # waiting on disk is not dropped
+    from verl_otel.demo.runner import _say_unsent
+
+    _say_unsent(tmp_path)  # the demo's last line
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.endswith(f"12 spans wait in {tmp_path / sc.UNSENT_DIR} (verl-otel push --dir {tmp_path})"), last
     with OtlpReceiver() as rx:
         assert main(["push", "--dir", str(tmp_path), "--endpoint", rx.grpc_endpoint]) == 0
         assert "sent 12 spans" in capsys.readouterr().out
