@@ -153,6 +153,12 @@ class BufferedSpanExporter(SpanExporter):
 
     # -- the sender thread ---------------------------------------------------------------------------
     def _run(self) -> None:
+        try:
+            self._loop()
+        except Exception as exc:  # noqa: BLE001 - never reached; the buffer then spills at its bound
+            warn_once("span-sender", f"the span sender stopped ({exc!r}); unsent spans go to {self._unsent.parent}")
+
+    def _loop(self) -> None:
         backoff = BACKOFF_MIN_S
         while True:
             with self._cond:
