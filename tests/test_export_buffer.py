@@ -239,3 +239,24 @@ def test_export_never_waits_on_the_network(tmp_path):
             assert time.perf_counter() - t0 < 0.5
         finally:
             run.close()
+
+
+def test_an_engine_provider_has_an_unsent_file_of_its_own(tmp_path):
+    """Two buffers of one process (ours and the inference engine's) never append to the same file."""
+    run = Run(tmp_path, f"http://127.0.0.1:{free_port()}")
+    buffers: list[BufferedSpanExporter] = []
+    providers.tracer_provider(
+        run.settings,
+        providers.resource("rollout", None, {}),
+        lambda r, n: None,
+        children_only=True,
+        on_buffer=buffers.append,
+    )
+    try:
+        assert len(buffers) == 1
+        assert buffers[0]._unsent.name.endswith("-engine.jsonl")
+        assert buffers[0]._unsent != run.buffer._unsent
+        assert buffers[0]._unsent.parent == run.buffer._unsent.parent == tmp_path / sc.UNSENT_DIR
+    finally:
+        buffers[0].shutdown()
+        run.close()

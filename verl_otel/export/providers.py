@@ -157,7 +157,10 @@ def otlp_timeout_s() -> float:
 
 
 def span_exporter(
-    settings: cfg.Settings, drop: Drop, on_buffer: Callable[[BufferedSpanExporter], None] | None = None
+    settings: cfg.Settings,
+    drop: Drop,
+    on_buffer: Callable[[BufferedSpanExporter], None] | None = None,
+    tag: str = "",
 ) -> tuple[SpanExporter, str]:
     """OTLP push through our buffer (a batch the collector cannot take now waits, bounded), or the trace file.
     ``on_buffer`` is handed the buffer (the runtime writes what is left of it to ``unsent/`` at exit)."""
@@ -168,7 +171,8 @@ def span_exporter(
             endpoint = settings.traces_endpoint
             specific = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip() == endpoint
             sender = make_sender(endpoint, settings.protocol, otlp_timeout_s(), specific)
-            buffer = BufferedSpanExporter(sender, settings.export_buffer_bytes, unsent_path(settings.data_dir), drop)
+            unsent = unsent_path(settings.data_dir, tag)
+            buffer = BufferedSpanExporter(sender, settings.export_buffer_bytes, unsent, drop, tag)
             if on_buffer is not None:
                 on_buffer(buffer)
             kind = "OTLP/HTTP" if settings.protocol == "http/protobuf" else "OTLP/gRPC"
@@ -217,7 +221,7 @@ def tracer_provider(
         sampler=sampler,
         span_limits=SpanLimits(max_attribute_length=limit),
     )
-    exporter, destination = span_exporter(settings, drop, on_buffer)
+    exporter, destination = span_exporter(settings, drop, on_buffer, "-engine" if children_only else "")
     if span_attributes:
         provider.add_span_processor(_SpanAttributes(span_attributes))
     provider.add_span_processor(_CountingProcessor(exporter, drop))

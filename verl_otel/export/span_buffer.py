@@ -45,14 +45,16 @@ class Batch:
     spans: int
 
 
-def unsent_path(data_dir: Path) -> Path:
-    """This process' file of spans that wait for ``verl-otel push``."""
-    return data_dir / sc.UNSENT_DIR / f"spans-{socket.gethostname()}-{os.getpid()}.jsonl"
+def unsent_path(data_dir: Path, tag: str = "") -> Path:
+    """This process' file of spans that wait for ``verl-otel push`` (``tag``: one file per buffer, so two
+    buffers of a process never append to the same file)."""
+    return data_dir / sc.UNSENT_DIR / f"spans-{socket.gethostname()}-{os.getpid()}{tag}.jsonl"
 
 
 class BufferedSpanExporter(SpanExporter):
-    def __init__(self, sender: Sender, limit_bytes: int, unsent: Path, drop: Drop) -> None:
+    def __init__(self, sender: Sender, limit_bytes: int, unsent: Path, drop: Drop, tag: str = "") -> None:
         self._sender = sender
+        self._tag = tag
         self._limit = max(0, limit_bytes)
         self._unsent = unsent
         self._drop = drop
@@ -144,7 +146,7 @@ class BufferedSpanExporter(SpanExporter):
             self._pid, self._thread, self._inflight = os.getpid(), None, None
             self._queue.clear()
             self._bytes = self._spool_bytes = self.waiting_on_disk = 0
-            self._unsent = self._unsent.with_name(f"spans-{socket.gethostname()}-{os.getpid()}{self._unsent.suffix}")
+            self._unsent = unsent_path(self._unsent.parent.parent, self._tag)
 
     def _ensure_thread_locked(self) -> None:
         if self._thread is None and not self._closed:
