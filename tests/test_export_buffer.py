@@ -220,7 +220,7 @@ def test_a_full_buffer_goes_to_disk_then_drops_the_oldest_counted(tmp_path):
 
 def _memory_spans(run: Run) -> int:
     with run.buffer._cond:
-        batches = list(run.buffer._queue) + ([run.buffer._inflight] if run.buffer._inflight else [])
+        batches = list(run.buffer._queue) + list(run.buffer._inflight or [])
     return sum(b.spans for b in batches)
 
 
@@ -259,4 +259,20 @@ def test_an_engine_provider_has_an_unsent_file_of_its_own(tmp_path):
         assert buffers[0]._unsent.parent == run.buffer._unsent.parent == tmp_path / sc.UNSENT_DIR
     finally:
         buffers[0].shutdown()
+        run.close()
+
+
+def test_a_slow_collector_gets_the_queued_batches_together(tmp_path, rx):
+    """Batches that queued while one request was answered slowly go in one request, not one each (a
+    collector taking 1 s an answer would otherwise fall further behind with every batch)."""
+    rx.delay_s = 1.0
+    run = Run(tmp_path, rx.grpc_endpoint)
+    try:
+        for n in range(12):
+            run.step(n)
+            run.flush(0.01)  # a batch of its own each
+        assert run.flush(60), run.buffer.pending()
+        assert _steps(rx) == set(range(12))
+        assert rx.received.requests <= 4, rx.received.requests
+    finally:
         run.close()

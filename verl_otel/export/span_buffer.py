@@ -36,6 +36,8 @@ from verl_otel.export.otlp_send import OK, RETRY, Outcome, Sender
 Drop = Callable[[str, int], None]
 BACKOFF_MIN_S = 0.25
 BACKOFF_MAX_S = 4.0  # a collector that comes back is reached within this
+FLUSH_BACKOFF_S = 0.5  # ... and within this while fit end or exit waits for the buffer
+MAX_REQUEST_BYTES = 2**20  # queued batches are sent together up to this (a Collector takes 4 MiB by default)
 RETRY_AFTER_MAX_S = 30.0  # an endpoint's own delay is honoured up to this
 
 
@@ -61,8 +63,10 @@ class BufferedSpanExporter(SpanExporter):
         self._cond = threading.Condition()
         self._queue: deque[Batch] = deque()
         self._bytes = 0  # of the queue and the batch in flight
-        self._inflight: Batch | None = None
-        self._spilled_inflight = False  # the batch in flight was written to the unsent file meanwhile
+        self._inflight: list[Batch] | None = None  # sent together, as one request
+        self._spilled_inflight = False  # the batches in flight were written to the unsent file meanwhile
+        self._flushing = 0  # force_flush calls waiting now
+        self._flush_seq = 0  # force_flush calls so far (wakes the sender from a backoff)
         self._closed = False
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
@@ -106,11 +110,17 @@ class BufferedSpanExporter(SpanExporter):
         """Wait until everything queued was sent (or refused), at most ``timeout_millis``."""
         deadline = time.monotonic() + max(0, timeout_millis) / 1000
         with self._cond:
-            while self._queue or self._inflight is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cond.wait(left)
+            self._flushing += 1
+            self._flush_seq += 1
+            self._cond.notify_all()
+            try:
+                while self._queue or self._inflight is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._cond.wait(left)
+            finally:
+                self._flushing -= 1
         return True
 
     def shutdown(self) -> None:
@@ -123,7 +133,7 @@ class BufferedSpanExporter(SpanExporter):
     def pending(self) -> tuple[int, int]:
         """(batches, bytes) waiting in memory, the one in flight included."""
         with self._cond:
-            return len(self._queue) + (self._inflight is not None), self._bytes
+            return len(self._queue) + len(self._inflight or ()), self._bytes
 
     def spill(self) -> int:
         """The shutdown budget ran out: what waits in memory goes to the unsent file (the batch in flight
@@ -132,7 +142,7 @@ class BufferedSpanExporter(SpanExporter):
         with self._cond:
             batches = list(self._queue)
             if self._inflight is not None:
-                batches.insert(0, self._inflight)
+                batches[:0] = self._inflight
                 self._spilled_inflight = True
             self._queue.clear()
             self._bytes = 0
@@ -168,15 +178,20 @@ class BufferedSpanExporter(SpanExporter):
                     self._cond.wait(1.0)
                 if self._closed:
                     return
-                batch = self._queue.popleft()
-                self._inflight, self._spilled_inflight = batch, False
-            outcome = self._send(batch)
+                batches = [self._queue.popleft()]
+                size = len(batches[0].data)
+                while self._queue and size + len(self._queue[0].data) <= MAX_REQUEST_BYTES:
+                    size += len(self._queue[0].data)
+                    batches.append(self._queue.popleft())
+                self._inflight, self._spilled_inflight = batches, False
+            # serialized requests concatenated are one request holding all their resource_spans (protobuf merge)
+            outcome = self._send(b"".join(b.data for b in batches))
             with self._cond:
                 self._inflight = None
                 if outcome.kind == RETRY and not self._spilled_inflight:
-                    self._queue.appendleft(batch)  # oldest first: it goes again before the newer ones
+                    self._queue.extendleft(reversed(batches))  # oldest first: they go again before newer ones
                 elif not self._spilled_inflight:
-                    self._bytes -= len(batch.data)
+                    self._bytes -= size
                 self._cond.notify_all()
             if outcome.kind == RETRY:
                 self.retries += 1
@@ -184,14 +199,17 @@ class BufferedSpanExporter(SpanExporter):
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
                 self._retrying(outcome)
                 with self._cond:
-                    self._cond.wait_for(lambda: self._closed, timeout=delay)
+                    if self._flushing:
+                        delay = min(delay, FLUSH_BACKOFF_S)
+                    seq = self._flush_seq
+                    self._cond.wait_for(lambda: self._closed or self._flush_seq != seq, timeout=delay)  # noqa: B023
                 continue
             backoff = BACKOFF_MIN_S
-            self._answered(batch, outcome)
+            self._answered(sum(b.spans for b in batches), outcome)
 
-    def _send(self, batch: Batch) -> Outcome:
+    def _send(self, data: bytes) -> Outcome:
         try:
-            return self._sender.send(batch.data)
+            return self._sender.send(data)
         except Exception as exc:  # noqa: BLE001 - an unexpected transport error: treat as the endpoint away
             return Outcome(RETRY, "error", repr(exc))
 
@@ -208,16 +226,16 @@ class BufferedSpanExporter(SpanExporter):
                 self._unsent.parent,
             )
 
-    def _answered(self, batch: Batch, outcome: Outcome) -> None:
+    def _answered(self, spans: int, outcome: Outcome) -> None:
         if self._failing:
             self._failing = False
             logger.info("%s answers again: the spans that waited are being sent", self._sender.endpoint)
         if outcome.kind == OK:
-            self.delivered += batch.spans - outcome.rejected
+            self.delivered += spans - outcome.rejected
             if outcome.rejected:
                 self._refused(outcome, outcome.rejected)
             return
-        self._refused(outcome, batch.spans)
+        self._refused(outcome, spans)
 
     def _refused(self, outcome: Outcome, spans: int) -> None:
         self._drop(sc.DROP_REJECTED, spans)
