@@ -124,6 +124,8 @@ def drain_s(mb: float = 8.0, batch: int = 512) -> tuple[float, float, int]:
         if not ours.force_flush(600_000):
             raise RuntimeError("the buffer did not drain")
         took = time.perf_counter() - t0
+        if rx.spans != total:
+            raise RuntimeError(f"the receiver has {rx.spans} of {total} spans")
         return took, size / 2**20 / took, total
     finally:
         ours.shutdown()
