@@ -5,7 +5,8 @@
    local protocol-level receiver vs everything on (+ VERL_PROGRESS_LOG), and under faults (collector
    unreachable, collector answering after 3 s), alternated, several rounds.
 2. The CPU demo's fit() (real verl, FSDP2 workers) with telemetry off vs on (--demo, slow: minutes).
-3. Microbenchmarks (bench/micro.py).
+3. Microbenchmarks (bench/micro.py), and the OTLP span buffer (bench/export_buffer.py): its cost per span on
+   the happy path beside the SDK exporter's, and the time to drain a full buffer when the collector is back.
 
 4. Runtime figures: step_end_us (foreground cost of ending a step with a 150-key metrics log, embedded
    default), startup_ms (extra import time of an enabled process that never imports verl),
@@ -135,6 +136,12 @@ def main() -> None:
     print(f"carry_us {micro.carry_us():.3f}")
     client_us, server_us = micro.engine_carry_us()  # the server side needs vLLM (.venv-vllm/bin/python bench/run.py)
     print(f"engine_carry_us {client_us:.2f} (agent loop) {'n/a' if server_us is None else f'{server_us:.2f}'} (server)")
+    import export_buffer
+
+    ours_us, sdk_us, e2e_us = export_buffer.buffer_export_us()
+    print(f"buffer_export_us {ours_us:.2f} (SDK exporter's export {sdk_us:.2f}, ours until received {e2e_us:.2f})")
+    took, rate, n = export_buffer.drain_s()
+    print(f"buffer_drain_s {took:.2f} (8 MB, {n} spans, {rate:.1f} MB/s)")
     print(f"overhead_ratio {statistics.median(results['all']) / base:.4f}")
     print(f"span_us {fg:.2f}")
     print(f"progress_update_us {micro.progress_update_us():.3f}")

@@ -15,8 +15,10 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 CODE = f"""
 import json, sys
 sys.path.insert(0, {str(BENCH)!r})
-import micro
+import export_buffer, micro
 fg, bg = micro.span_us(n=20, rounds=2)
+ours_us, sdk_us, _ = export_buffer.buffer_export_us(batch=32, rounds=2)
+drain, _, _ = export_buffer.drain_s(mb=0.05, batch=32)
 client_us, _ = micro.engine_carry_us(n=40)  # the server side needs vLLM
 print("FIGURES " + json.dumps({{
     "span_us": fg, "span_export_us": bg,
@@ -29,6 +31,7 @@ print("FIGURES " + json.dumps({{
     "scrape_ms": micro.scrape_ms(),
     "stall_watch_us": micro.stall_watch_us(n=200),
     "stall_dump_ms": micro.stall_dump_ms(repeats=2),
+    "buffer_export_us": ours_us, "sdk_export_us": sdk_us, "buffer_drain_s": drain,
 }}))
 """
 

@@ -19,6 +19,8 @@ from helpers.bad_collectors import BadCollector
 from helpers.procs import clean_env, run_py
 from helpers.traces import load_spans
 
+from verl_otel import semconv as sc
+
 DRIVE = str(Path(__file__).parent / "drive_hooks.py")
 
 
@@ -32,8 +34,9 @@ def _stats(proc: subprocess.CompletedProcess) -> dict:
 @pytest.mark.parametrize("mode", ["blackhole", "reset", "garbage"])
 def test_broken_collector_one_thread_and_bounded_fit_end(tmp_path, mode):
     """30 fast steps against a collector that never answers, resets, or answers garbage: one flusher
-    thread and one stall watch at most (the watch has its own thread: a flusher stuck on this collector
-    must not stop stall detection), a step end that only enqueues, a fit end within VERL_OTEL_SHUTDOWN_TIMEOUT."""
+    thread, one stall watch (its own thread: a flusher stuck on this collector must not stop stall detection)
+    and one span sender at most (never one per flush or per batch), a step end that only enqueues, a fit end
+    within VERL_OTEL_SHUTDOWN_TIMEOUT, and the spans that could not be sent wait in unsent/."""
     with BadCollector(mode) as bad:
         t0 = time.monotonic()
         proc = run_py(
@@ -42,13 +45,15 @@ def test_broken_collector_one_thread_and_bounded_fit_end(tmp_path, mode):
                 OTEL_EXPORTER_OTLP_ENDPOINT=bad.endpoint,
                 OTEL_METRIC_EXPORT_INTERVAL="200",
                 VERL_OTEL_SHUTDOWN_TIMEOUT="2",
+                VERL_OTEL_DIR=str(tmp_path / "data"),
             ),
             tmp_path,
         )
         wall = time.monotonic() - t0
     stats = _stats(proc)
-    assert stats["most_threads"] <= 2, stats
+    assert stats["most_threads"] <= 3, stats  # verl-otel-flusher, verl-otel-stall-watch, verl-otel-span-sender
     assert stats["step_end_s"] < 0.5, stats
+    assert list((tmp_path / "data" / sc.UNSENT_DIR).glob("*.jsonl")), "the unsent spans wait on disk"
     assert stats["fit_end_s"] <= 2.0 * 1.1, stats
     assert wall < 60, wall  # the process exits too: no exit hook waits on the collector without a deadline
 

@@ -15,7 +15,6 @@ import atexit
 import contextlib
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -47,14 +46,17 @@ class Runtime:
         self._metrics_started = False
         self._wired: set[str] = set()
         self._reported: set[str] = set()  # roles whose hook coverage line was logged
-        self._waited_s = 0.0  # spent in flush_wait, against VERL_OTEL_SHUTDOWN_TIMEOUT
         self._unregister: Callable[[], None] | None = None  # removes this process' file_sd entry
         self._engine_provider: Any = None  # an inference engine's request spans (vLLM), see engine_provider
         self._extra_targets: list[Callable[[], None]] = []  # removes the file_sd entries of add_scrape_target
         self._stalls: Any = None  # the stall watch (telemetry/stalls.py), made on first use
-        from verl_otel.export.flusher import Flusher
+        from verl_otel.export.flusher import Flusher, ShutdownBudget
+        from verl_otel.export.unsent import UnsentSpans
+
+        self.unsent = UnsentSpans(settings.data_dir)  # the OTLP push's span buffers, spilled at exit
 
         self.flusher = Flusher(self._flush_exports)
+        self.budget = ShutdownBudget(settings.shutdown_timeout_s)  # every wait at fit end and exit
 
     # -- identity --------------------------------------------------------------------------------
     def wire(
@@ -151,7 +153,9 @@ class Runtime:
 
             providers.quiet_sdk_logs()
             res = providers.resource(self._role[0], self._role[1], self._run)
-            self._provider, self.destination = providers.tracer_provider(self.settings, res, self.drop)
+            self._provider, self.destination = providers.tracer_provider(
+                self.settings, res, self.drop, on_buffer=self.unsent.add
+            )
             logger.debug("spans of pid %s go to %s", os.getpid(), self.destination)
             return self._provider.get_tracer(sc.INSTRUMENTATION_NAME)
         except Exception as exc:  # noqa: BLE001 - degrade to no spans, never raise
@@ -171,7 +175,12 @@ class Runtime:
 
                     res = getattr(self._provider, "resource", None) or providers.resource(*self._role, self._run)
                     self._engine_provider, _ = providers.tracer_provider(
-                        self.settings, res, self.drop, children_only=True, span_attributes=span_attributes
+                        self.settings,
+                        res,
+                        self.drop,
+                        children_only=True,
+                        span_attributes=span_attributes,
+                        on_buffer=self.unsent.add,
                     )
                 except Exception as exc:  # noqa: BLE001 - no engine spans, never raise
                     warn_once(
@@ -206,21 +215,19 @@ class Runtime:
 
     def _make_stall_watch(self) -> StallWatch | None:
         try:
+            from verl_otel.export.stall_evidence import EvidenceFiles
             from verl_otel.telemetry.stalls import StallWatch
 
-            evidence = None
-            if not self.settings.console_only:
-                from verl_otel.export.stall_evidence import EvidenceFiles
-
-                evidence = EvidenceFiles(self.settings.data_dir / sc.STALLS_DIR)
+            s = self.settings
+            evidence = None if s.console_only else EvidenceFiles(s.data_dir / sc.STALLS_DIR)
             return StallWatch(
-                self.settings.stall,
+                s.stall,
                 tracer=lambda: self.tracer,
                 state=self.state,
                 flush_soon=self.flush_soon,
                 evidence=evidence,
                 role=lambda: self.role,
-                console=self.settings.console or self.settings.console_only,
+                console=s.console or s.console_only,
             )
         except Exception as exc:  # noqa: BLE001 - no stall detection, never raise
             warn_once("stalls", f"cannot set up stall detection ({exc!r}); it is off in pid {os.getpid()}")
@@ -263,7 +270,10 @@ class Runtime:
         ticket = self.flusher.request()
         if timeout_s is not None:
             return self.flusher.wait(ticket, timeout_s)
-        return self._wait_in_budget(ticket)
+        done = self._wait_in_budget(ticket)
+        if self.budget.left_s() <= 0:
+            self.spill_unsent()  # the budget is spent: nothing more will be waited for in this process
+        return done
 
     def finish(self) -> None:
         """Process exit: take this process' /metrics out of the file_sd list and export what is left,
@@ -278,22 +288,14 @@ class Runtime:
             or self._meter_provider is not None
         ):
             self._wait_in_budget(self.flusher.request())
+        self.spill_unsent()
+
+    def spill_unsent(self) -> int:
+        """Spans the collector did not take in time go to ``$VERL_OTEL_DIR/unsent/``; returns how many."""
+        return self.unsent.spill(self.destination)
 
     def _wait_in_budget(self, ticket: int) -> bool:
-        """Wait for ``ticket`` at most what is left of this process' VERL_OTEL_SHUTDOWN_TIMEOUT."""
-        return self.wait_in_budget(lambda left: self.flusher.wait(ticket, left))
-
-    def wait_in_budget(self, wait: Callable[[float], bool]) -> bool:
-        """``wait(seconds_left)`` at fit end or exit, charged to this process' VERL_OTEL_SHUTDOWN_TIMEOUT
-        (shared by every such wait: a collector that never answers costs it once)."""
-        t0 = time.monotonic()
-        try:
-            return wait(self.budget_left_s())
-        finally:
-            self._waited_s += time.monotonic() - t0
-
-    def budget_left_s(self) -> float:
-        return max(0.0, self.settings.shutdown_timeout_s - self._waited_s)
+        return self.budget.spend(lambda left: self.flusher.wait(ticket, left))
 
     def every_tick(self, task: Callable[[], object]) -> None:
         self.flusher.every_tick(task)

@@ -75,6 +75,10 @@ class _TraceSvc(trace_service_pb2_grpc.TraceServiceServicer):
 
     def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 - gRPC method name
         self.rx._delay()
+        code = self.rx.refuse
+        if code is not None:
+            self.rx.refused += 1
+            context.abort(code, "refused by the test receiver")
         self.rx.received.add_traces(request)
         return trace_service_pb2.ExportTraceServiceResponse()
 
@@ -85,6 +89,9 @@ class _MetricsSvc(metrics_service_pb2_grpc.MetricsServiceServicer):
 
     def Export(self, request: Any, context: Any) -> Any:  # noqa: N802
         self.rx._delay()
+        if self.rx.refuse is not None:
+            self.rx.refused += 1
+            context.abort(self.rx.refuse, "refused by the test receiver")
         self.rx.received.add_metrics(request)
         return metrics_service_pb2.ExportMetricsServiceResponse()
 
@@ -95,6 +102,11 @@ class OtlpReceiver:
         self.http_port = http_port or free_port()
         self.delay_s = delay_s
         self.received = Received()
+        # refusing: gRPC answers this status code, HTTP this status (with Retry-After when retry_after is set)
+        self.refuse: grpc.StatusCode | None = None
+        self.http_status: int | None = None
+        self.retry_after: str | None = None
+        self.refused = 0
         self._grpc: grpc.Server | None = None
         self._http: ThreadingHTTPServer | None = None
 
@@ -122,6 +134,14 @@ class OtlpReceiver:
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 rx._delay()
+                if rx.http_status is not None:
+                    rx.refused += 1
+                    self.send_response(rx.http_status)
+                    if rx.retry_after is not None:
+                        self.send_header("Retry-After", rx.retry_after)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if self.path == "/v1/traces":
                     req = trace_service_pb2.ExportTraceServiceRequest()
                     req.ParseFromString(body)

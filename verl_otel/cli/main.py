@@ -1,7 +1,7 @@
 """``verl-otel``: ``demo`` (the CPU demo of a real verl run with telemetry on), ``top`` (a live view of a
 running job), ``slow-steps`` (the slowest steps and the phase that made them slow) and ``val-generations``
 (validation samples), both from Jaeger or the local trace file, ``doctor`` (a stuck run's stall evidence,
-explained) and ``stack write`` (the Docker stack)."""
+explained), ``stack write`` (the Docker stack) and ``push`` (spans a run could not deliver in time)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ _COMMANDS = {
     "val-generations": "verl_otel.cli.val_generations",
     "stack": "verl_otel.cli.stack",
     "doctor": "verl_otel.cli.doctor",
+    "push": "verl_otel.cli.push",
 }
 
 

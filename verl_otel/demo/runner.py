@@ -349,4 +349,19 @@ def run_demo(
         return rc
     print(f"[verl-otel demo] traces:  {out / sc.TRACES_FILE}   (verl-otel slow-steps --file {out / sc.TRACES_FILE})")
     print(f"[verl-otel demo] metrics: {out / sc.PROM_TARGETS_FILE} (Prometheus file_sd), log: {log_path}")
+    _say_unsent(out)
     return rc
+
+
+def _say_unsent(out: Path) -> None:
+    """The last line names the spans the collector did not take in time (they wait for ``verl-otel push``)."""
+    from verl_otel.analysis.otlp_json import read_file
+
+    waiting = 0
+    for path in sorted((out / sc.UNSENT_DIR).glob("*.jsonl")):
+        try:
+            waiting += len(read_file(path).spans)
+        except OSError:
+            continue
+    if waiting:
+        print(f"[verl-otel demo] unsent:  {waiting} spans wait in {out / sc.UNSENT_DIR} (verl-otel push --dir {out})")

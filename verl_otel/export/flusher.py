@@ -95,3 +95,23 @@ class Flusher:
                 with self._cond:
                     self._done = max(self._done, target)
                     self._cond.notify_all()
+
+
+class ShutdownBudget:
+    """``VERL_OTEL_SHUTDOWN_TIMEOUT``, shared by every wait of a process at fit end and exit: a collector that
+    never answers costs it once, not once per fit end and again at exit."""
+
+    def __init__(self, total_s: float) -> None:
+        self.total_s = total_s
+        self._spent_s = 0.0
+
+    def left_s(self) -> float:
+        return max(0.0, self.total_s - self._spent_s)
+
+    def spend(self, wait: Callable[[float], bool]) -> bool:
+        """``wait(seconds_left)``, its time charged to the budget."""
+        t0 = time.monotonic()
+        try:
+            return wait(self.left_s())
+        finally:
+            self._spent_s += time.monotonic() - t0

@@ -25,8 +25,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from google.protobuf.json_format import MessageToDict
+from google.protobuf.json_format import MessageToDict, ParseDict
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
@@ -49,12 +50,43 @@ def _hex_ids(node: Any) -> None:
             _hex_ids(item)
 
 
-def to_otlp_json(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
-    """Encode spans as one OTLP/JSON ExportTraceServiceRequest object."""
-    msg = encode_spans(spans)
+def _b64_ids(node: Any) -> None:
+    """The reverse of :func:`_hex_ids` (OTLP/JSON back to protobuf's JSON mapping)."""
+    if isinstance(node, dict):
+        for key, val in node.items():
+            if key in _ID_KEYS and isinstance(val, str) and val:
+                node[key] = base64.b64encode(bytes.fromhex(val)).decode()
+            else:
+                _b64_ids(val)
+    elif isinstance(node, list):
+        for item in node:
+            _b64_ids(item)
+
+
+def _message_json(msg: Any) -> dict[str, Any]:
     doc = MessageToDict(msg, use_integers_for_enums=True, preserving_proto_field_name=False)
     _hex_ids(doc)
     return doc
+
+
+def to_otlp_json(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
+    """Encode spans as one OTLP/JSON ExportTraceServiceRequest object."""
+    return _message_json(encode_spans(spans))
+
+
+def request_line(data: bytes) -> bytes:
+    """An encoded ExportTraceServiceRequest as one OTLP/JSON line (the trace file's format)."""
+    doc = _message_json(ExportTraceServiceRequest.FromString(data))
+    return (json.dumps(doc, separators=(",", ":")) + "\n").encode()
+
+
+def request_bytes(line: bytes | str) -> bytes:
+    """One OTLP/JSON line back to ExportTraceServiceRequest bytes (ValueError if it is not one)."""
+    doc = json.loads(line)
+    if not isinstance(doc, dict):
+        raise ValueError("not an OTLP/JSON request")
+    _b64_ids(doc)
+    return bytes(ParseDict(doc, ExportTraceServiceRequest()).SerializeToString())
 
 
 def open_regular(path: Path, flags: int, mode: int = 0o644) -> int:

@@ -10,17 +10,14 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import (
-    BatchSpanProcessor,
-    SpanExporter,
-    SpanExportResult,
-)
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 
@@ -28,6 +25,7 @@ from verl_otel import config as cfg
 from verl_otel import semconv as sc
 from verl_otel._log import warn_once
 from verl_otel.export.otlp_json import OtlpJsonFileExporter
+from verl_otel.export.span_buffer import BufferedSpanExporter, unsent_path
 from verl_otel.telemetry.metrics import MetricsState
 
 Drop = Callable[[str, int], None]
@@ -112,34 +110,6 @@ def quiet_sdk_logs() -> None:
             lg.addFilter(_OnceFilter())
 
 
-class _CountingExporter(SpanExporter):
-    """Counts spans an OTLP exporter could not deliver in verl_otel_dropped_total{reason="export_failed"}."""
-
-    def __init__(self, inner: SpanExporter, drop: Drop) -> None:
-        self._inner, self._drop = inner, drop
-
-    def export(self, spans: Any) -> SpanExportResult:
-        try:
-            result = self._inner.export(spans)
-        except Exception as exc:  # noqa: BLE001
-            warn_once("export-raised", f"span export failed: {exc!r}; spans are dropped and counted")
-            result = SpanExportResult.FAILURE
-        if result is not SpanExportResult.SUCCESS:
-            self._drop(sc.DROP_EXPORT, len(spans))
-            warn_once(
-                "export-failed",
-                "the collector did not take a batch of spans; spans are dropped and counted "
-                'in verl_otel_dropped_total{reason="export_failed"} (training is not affected)',
-            )
-        return result
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self._inner.force_flush(timeout_millis)
-
-    def shutdown(self) -> None:
-        self._inner.shutdown()
-
-
 class _CountingProcessor(BatchSpanProcessor):
     """A bounded queue (OTEL_BSP_MAX_QUEUE_SIZE, 2048): a span that finds it full is dropped and counted,
     never waited for."""
@@ -147,11 +117,12 @@ class _CountingProcessor(BatchSpanProcessor):
     def __init__(self, exporter: SpanExporter, drop: Drop) -> None:
         super().__init__(exporter, schedule_delay_millis=_schedule_delay_ms())
         self._drop = drop
+        self._exporter = exporter
 
     def on_end(self, span: Any) -> None:
-        inner = getattr(self, "_batch_processor", None)
-        queue = getattr(inner, "_queue", None)
-        limit = getattr(inner, "_max_queue_size", None)
+        inner = getattr(self, "_batch_processor", self)  # SDK >= 1.35 keeps the queue in a helper
+        queue = getattr(inner, "_queue", None) or getattr(inner, "queue", None)
+        limit = getattr(inner, "_max_queue_size", None) or getattr(inner, "max_queue_size", None)
         if queue is not None and limit is not None and len(queue) >= limit:
             self._drop(sc.DROP_QUEUE, 1)
             warn_once(
@@ -160,39 +131,52 @@ class _CountingProcessor(BatchSpanProcessor):
             )
         super().on_end(span)
 
+    def force_flush(self, timeout_millis: int | None = None) -> bool:
+        """The queue to the exporter, then the exporter's own buffer (sent, or the time is up)."""
+        timeout_ms = 30000 if timeout_millis is None else timeout_millis
+        deadline = time.monotonic() + timeout_ms / 1000
+        done = bool(super().force_flush(timeout_ms))
+        left_ms = int(max(0.0, deadline - time.monotonic()) * 1000)
+        return self._exporter.force_flush(left_ms) and done
+
 
 def _schedule_delay_ms() -> int:
     """1 s unless the user chose (the SDK's 5 s default makes a short step's spans late)."""
     return int(os.environ.get("OTEL_BSP_SCHEDULE_DELAY") or 1000)
 
 
-def _otlp_timeout_s() -> float | None:
-    """5 s per export unless the user chose: a collector that never answers must not hold spans for long."""
-    if os.environ.get("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT") or os.environ.get("OTEL_EXPORTER_OTLP_TIMEOUT"):
-        return None
-    return 5.0
+def otlp_timeout_s() -> float:
+    """Seconds per send attempt: the user's OTLP timeout (seconds, as the SDK reads it), else 5 s (a
+    collector that never answers holds the sender, never a training thread, that long per try)."""
+    raw = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT") or os.environ.get("OTEL_EXPORTER_OTLP_TIMEOUT")
+    try:
+        val = float(raw) if raw else 5.0
+    except ValueError:
+        val = 5.0
+    return val if 0 < val < 3600 else 5.0
 
 
-def span_exporter(settings: cfg.Settings, drop: Drop) -> tuple[SpanExporter, str]:
+def span_exporter(
+    settings: cfg.Settings,
+    drop: Drop,
+    on_buffer: Callable[[BufferedSpanExporter], None] | None = None,
+    tag: str = "",
+) -> tuple[SpanExporter, str]:
+    """OTLP push through our buffer (a batch the collector cannot take now waits, bounded), or the trace file.
+    ``on_buffer`` is handed the buffer (the runtime writes what is left of it to ``unsent/`` at exit)."""
     if settings.traces_endpoint is not None:
         try:
-            if settings.protocol == "http/protobuf":
-                from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-                    OTLPSpanExporter as HttpExp,
-                )
+            from verl_otel.export.otlp_send import make_sender
 
-                return (
-                    _CountingExporter(HttpExp(timeout=_otlp_timeout_s()), drop),
-                    f"OTLP/HTTP {settings.traces_endpoint}",
-                )
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-                OTLPSpanExporter as GrpcExp,
-            )
-
-            return (
-                _CountingExporter(GrpcExp(timeout=_otlp_timeout_s()), drop),
-                f"OTLP/gRPC {settings.traces_endpoint}",
-            )
+            endpoint = settings.traces_endpoint
+            specific = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip() == endpoint
+            sender = make_sender(endpoint, settings.protocol, otlp_timeout_s(), specific)
+            unsent = unsent_path(settings.data_dir, tag)
+            buffer = BufferedSpanExporter(sender, settings.export_buffer_bytes, unsent, drop, tag)
+            if on_buffer is not None:
+                on_buffer(buffer)
+            kind = "OTLP/HTTP" if settings.protocol == "http/protobuf" else "OTLP/gRPC"
+            return buffer, f"{kind} {sender.endpoint}"
         except Exception as exc:  # noqa: BLE001
             warn_once("otlp-exporter", f"cannot create the OTLP span exporter ({exc}); using the local trace file")
     path = settings.data_dir / sc.TRACES_FILE
@@ -218,6 +202,7 @@ def tracer_provider(
     drop: Drop,
     children_only: bool = False,
     span_attributes: Mapping[str, Any] | None = None,
+    on_buffer: Callable[[BufferedSpanExporter], None] | None = None,
 ) -> tuple[TracerProvider, str]:
     """Our provider. Text attributes are cut at VERL_OTEL_MAX_TEXT (or the user's smaller OTEL limit).
     ``children_only``: an engine's provider, whose spans exist only under a sampled parent (no roots)."""
@@ -236,7 +221,7 @@ def tracer_provider(
         sampler=sampler,
         span_limits=SpanLimits(max_attribute_length=limit),
     )
-    exporter, destination = span_exporter(settings, drop)
+    exporter, destination = span_exporter(settings, drop, on_buffer, "-engine" if children_only else "")
     if span_attributes:
         provider.add_span_processor(_SpanAttributes(span_attributes))
     provider.add_span_processor(_CountingProcessor(exporter, drop))

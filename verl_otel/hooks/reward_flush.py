@@ -54,12 +54,12 @@ class RewardFlush(StepObserver):
     def fit_end(self) -> None:
         """Every group left, exported, within what is left of VERL_OTEL_SHUTDOWN_TIMEOUT."""
         rt = runtime.current()
-        refs = self._ask(None, rt.budget_left_s())
+        refs = self._ask(None, rt.budget.left_s())
         self._workers = []
         if refs:
             import ray
 
-            rt.wait_in_budget(lambda t: len(ray.wait(refs, num_returns=len(refs), timeout=t)[0]) == len(refs))
+            rt.budget.spend(lambda t: len(ray.wait(refs, num_returns=len(refs), timeout=t)[0]) == len(refs))
 
 
 REWARD_FLUSH = RewardFlush()

@@ -21,6 +21,8 @@ ENV_SHUTDOWN_TIMEOUT: Final = "VERL_OTEL_SHUTDOWN_TIMEOUT"  # seconds fit end ma
 ENV_MAX_FILE_MB: Final = "VERL_OTEL_MAX_FILE_MB"  # the trace file rotates past this size
 ENV_MAX_FILES: Final = "VERL_OTEL_MAX_FILES"  # trace files kept: traces.jsonl and traces.jsonl.1 .. .N-1
 ENV_LOG_LEVEL: Final = "VERL_OTEL_LOG_LEVEL"
+# MB of spans a process keeps in memory while the collector does not answer (and as much again on disk)
+ENV_EXPORT_BUFFER_MB: Final = "VERL_OTEL_EXPORT_BUFFER_MB"
 ENV_ENGINE_SPANS: Final = "VERL_OTEL_ENGINE_SPANS"  # 0: no inference-engine (vLLM) request spans under samples
 # stall detection (README, "When a run hangs")
 ENV_STALL: Final = "VERL_OTEL_STALL"  # 0: no stall detection
@@ -47,3 +49,4 @@ PROPAGATED_ENV_PREFIXES: Final[tuple[str, ...]] = ("VERL_OTEL_", "OTEL_", "VERL_
 # Embedded-default file names under VERL_OTEL_DIR
 TRACES_FILE: Final = "traces.jsonl"
 PROM_TARGETS_FILE: Final = "prometheus_targets.json"
+UNSENT_DIR: Final = "unsent"  # spans the collector did not take before the shutdown budget ran out

@@ -349,6 +349,8 @@ DROP_EXPORT: Final = "export_failed"
 DROP_QUEUE: Final = "queue_full"
 DROP_WRITE: Final = "write_failed"  # the trace file could not be written (disk full, not a regular file)
 DROP_BAD_KEY: Final = "bad_key"  # a metric key that cannot be turned into text
+DROP_BUFFER_FULL: Final = "buffer_full"  # spans waiting for the collector past VERL_OTEL_EXPORT_BUFFER_MB (memory+disk)
+DROP_REJECTED: Final = "rejected"  # spans the collector refused for good (invalid, unauthenticated, too large)
 DROP_REASONS: Final = (
     DROP_NON_SCALAR,
     DROP_NON_FINITE,
@@ -357,4 +359,6 @@ DROP_REASONS: Final = (
     DROP_QUEUE,
     DROP_WRITE,
     DROP_BAD_KEY,
+    DROP_BUFFER_FULL,
+    DROP_REJECTED,
 )
