@@ -171,7 +171,12 @@ class Runtime:
 
                     res = getattr(self._provider, "resource", None) or providers.resource(*self._role, self._run)
                     self._engine_provider, _ = providers.tracer_provider(
-                        self.settings, res, self.drop, children_only=True, span_attributes=span_attributes
+                        self.settings,
+                        res,
+                        self.drop,
+                        children_only=True,
+                        span_attributes=span_attributes,
+                        every_tick=self.every_tick,
                     )
                 except Exception as exc:  # noqa: BLE001 - no engine spans, never raise
                     warn_once(
