@@ -5,7 +5,7 @@ spans made on the real ``runtime.engine_provider`` under each request's carried 
 
 Prints ``SCALE_ROLLOUT {json}``: ``sample_us`` (our cost per sample: hooked minus the same loop unhooked, batch end
 included), ``bytes_per_step`` (the trace file's growth per step: the project's OTLP/JSON writer) and
-``spans_per_step``.
+``spans_per_step``, and ``series`` (the worker's /metrics page after the run).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _drive(coro: Any) -> Any:
 
 def main(n: int, steps: int, replicas: int) -> dict[str, float]:
     data = Path(tempfile.mkdtemp(prefix="verl-otel-scale-"))
-    os.environ.update(VERL_OTEL_DIR=str(data), VERL_OTEL_CONSOLE="0", VERL_OTEL_PROMETHEUS_PORT="")
+    os.environ.update(VERL_OTEL_DIR=str(data), VERL_OTEL_CONSOLE="0")
     from omegaconf import OmegaConf
 
     from verl_otel import runtime
@@ -39,6 +39,9 @@ def main(n: int, steps: int, replicas: int) -> dict[str, float]:
     from verl_otel.hooks import engine, rollout
     from verl_otel.telemetry.propagation import extract
     from verl_otel.telemetry.rollout import TRACKER
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from scale_trainer import series
 
     runtime.reset_for_tests()
     rt = runtime.current()
@@ -119,6 +122,7 @@ def main(n: int, steps: int, replicas: int) -> dict[str, float]:
         "sample_us": max(0.0, (min(ours) - min(plain)) / n * 1e6),
         "bytes_per_step": size / steps,
         "spans_per_step": spans / steps,
+        "series": series(rt.state),  # this worker's /metrics page
     }
 
 
