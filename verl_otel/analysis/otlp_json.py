@@ -156,10 +156,15 @@ def read_file(path: Path | str, min_start_ns: int = 0, keep: Callable[[Span], Sp
 
 
 def iter_file(
-    path: Path | str, min_start_ns: int = 0, out: FileRead | None = None, containing: bytes | None = None
+    path: Path | str,
+    min_start_ns: int = 0,
+    out: FileRead | None = None,
+    containing: bytes | None = None,
+    skip: Callable[[bytes], bool] | None = None,
 ) -> Iterator[Span]:
     """The spans of the file set, streamed line by line (oldest file first), counting what is skipped into
-    ``out``; with ``containing``, only the lines holding those bytes are parsed."""
+    ``out``; with ``containing``, only the lines holding those bytes are parsed; lines ``skip`` accepts are
+    not parsed."""
     out = out if out is not None else FileRead()
     for part in rotated_set(path):
         try:
@@ -169,12 +174,14 @@ def iter_file(
                 raise  # a rotated file removed while reading is fine; the file asked for is not
             continue
         with f:
-            yield from _read_one(f, min_start_ns, out, containing)
+            yield from _read_one(f, min_start_ns, out, containing, skip)
 
 
-def _read_one(f: IO[bytes], min_start_ns: int, out: FileRead, containing: bytes | None) -> Iterator[Span]:
+def _read_one(
+    f: IO[bytes], min_start_ns: int, out: FileRead, containing: bytes | None, skip: Callable[[bytes], bool] | None
+) -> Iterator[Span]:
     for raw in f:
-        if not raw.strip() or (containing is not None and containing not in raw):
+        if not raw.strip() or (containing is not None and containing not in raw) or (skip and skip(raw)):
             continue
         try:
             spans = parse_request(json.loads(raw))
