@@ -115,6 +115,7 @@ def main(n: int, steps: int, replicas: int) -> dict[str, float]:
     if rt._engine_provider is not None:
         rt._engine_provider.shutdown()  # what is still held (the last step's) goes out
     rt.flush_wait(60)
+    TRACKER.batch_started(sc.MODE_VALIDATE, steps, 1, None)  # a worker validates too: its page has both modes
     files = [p for p in data.glob("traces.jsonl*") if not p.name.endswith(".lock")]
     size = sum(p.stat().st_size for p in files)
     spans = sum(line.count(b'"spanId"') for p in files for line in p.read_bytes().splitlines())
