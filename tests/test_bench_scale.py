@@ -103,3 +103,22 @@ def test_the_streaming_readers_read_what_reading_every_span_reads(tmp_path):
     kept = read_file(path, keep=needed).spans
     assert len(kept) < len(every) / 10
     assert generations(kept) == generations(every) and len(generations(kept)) == 64
+
+
+def test_a_worker_holds_only_the_slowest_samples_of_its_batch():
+    import time
+
+    from verl_otel.telemetry.rollout import RolloutTracker
+
+    tracker, got = RolloutTracker(), []
+    tracker.keep = 3
+    tracker.on_batch_done.append(lambda worker, batch: got.append(batch))
+    tracker.batch_started("train", 1, 100, None)
+    for i in range(100):
+        token = tracker.sample_started("train")
+        tracker.snapshot("train").active[token] = time.monotonic() - i * 7 % 100  # each its own duration
+        tracker.sample_finished("train", token, {"sample_index": i}, None, ValueError() if i == 5 else None)
+        assert len(tracker.snapshot("train").finished) <= 3
+    [batch] = got
+    assert batch.handed == 100 and batch.failed == 1 and batch.completed == 100
+    assert sorted(s.trajectory["sample_index"] for s in batch.finished) == [14, 57, 71]  # 98, 99 and 97 s

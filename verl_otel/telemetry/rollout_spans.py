@@ -31,7 +31,7 @@ def emit_batch(worker: int | None, batch: Batch, max_sample_spans: int, describe
     attrs = {
         sc.ATTR_MODE: batch.mode,
         sc.ATTR_GLOBAL_STEP: batch.step,
-        sc.ATTR_SAMPLES: len(batch.finished),
+        sc.ATTR_SAMPLES: max(batch.handed, len(batch.finished)),  # handed: all, when only the slowest were kept
         sc.ATTR_SAMPLES_SPANNED: len(slowest),
     }
     if worker is not None:
@@ -47,7 +47,7 @@ def emit_batch(worker: int | None, batch: Batch, max_sample_spans: int, describe
         )
         for s in slowest
     ]
-    errors = sum(1 for s in batch.finished if s.error is not None)
+    errors = batch.failed if batch.handed else sum(1 for s in batch.finished if s.error is not None)
     emit_group(
         sc.SPAN_ROLLOUT_WORKER,
         extract(batch.parent),
