@@ -47,7 +47,8 @@ def main() -> None:
     figures: dict[str, float] = {}
     sizes = {"1k": 100, "10k": 300, "100k": 1000} if small else {"1k": 1000, "10k": 10_000, "100k": 100_000}
     for label, n in sizes.items():
-        got = _child([str(HERE / "scale_rollout.py"), str(n), "2" if n >= 100_000 else "3", "1"], "SCALE_ROLLOUT")
+        steps = max(2, min(30, 30_000 // n))  # best of several where a step is short (1k samples: ~20 ms)
+        got = _child([str(HERE / "scale_rollout.py"), str(n), str(steps), "1"], "SCALE_ROLLOUT")
         print(f"rollout {n} samples/step: {json.dumps(got)}", flush=True)
         figures[f"scale_sample_us_{label}"] = got["sample_us"]
         if label != "10k":
