@@ -33,7 +33,7 @@ CHECK_CPU_TORCH = $(1)/bin/python -c 'import importlib.metadata as m, sys, torch
 	sys.exit(f"$(1): torch {torch.__version__} is not the CPU build (cuda={torch.version.cuda}, {cuda})") \
 	if torch.version.cuda or cuda else print(f"[verl-otel] $(1): torch {torch.__version__}, no CUDA packages")'
 
-.PHONY: install install-vllm demo test test-fast test-min lint prometheus stack-bin stack-up stack-down verl-compat bench dashboards clean
+.PHONY: install install-vllm demo test test-fast test-min lint prometheus stack-bin stack-up stack-down verl-compat bench bench-scale dashboards clean
 
 $(STAMP): pyproject.toml verl_otel/_pth/verl_otel_autoload.pth
 	@echo "[verl-otel] creating $(VENV) and installing: $(TORCH_PIN) from $(or $(TORCH_WHEELS),$(TORCH_INDEX)), then verl $(VERL_VERSION) and verl-otel (a few minutes)"
@@ -127,6 +127,10 @@ verl-compat:
 
 bench: install
 	$(PY) bench/run.py
+
+# production sizes (100k samples per step, a 1 GB trace file set, 128 /metrics pages): a few minutes
+bench-scale: install
+	$(PY) bench/scale.py
 
 dashboards: install
 	$(PY) -m verl_otel.dashboards.build

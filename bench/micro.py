@@ -125,6 +125,7 @@ def progress_update_us(n: int = 200000) -> float:
     from verl_otel.telemetry.rollout import RolloutTracker
 
     tracker = RolloutTracker()
+    tracker.keep = 8  # as an agent-loop worker is wired: only the VERL_OTEL_SAMPLE_SPANS slowest are held
     tracker.batch_started("train", 1, 10**9, None)  # never "done": measures the steady state
     traj = {"step": 1, "sample_index": 0, "rollout_n": 0, "validate": False}
 

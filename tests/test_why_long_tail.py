@@ -91,3 +91,34 @@ class _Done:
     def __init__(self, seconds: float) -> None:
         self.seconds, self.start_ns, self.end_ns = seconds, 0, int(seconds * S)
         self.trajectory, self.output, self.error = None, None, None
+
+
+def test_the_median_is_of_every_sample_while_a_worker_holds_only_the_slowest():
+    """With the worker's ``keep`` (scale: only the K slowest samples held), the batch's median is still that of
+    every sample, and the durations kept for it stay bounded past DURATIONS_KEPT."""
+    import statistics
+    import time
+
+    from verl_otel.telemetry import rollout
+
+    tracker, got = rollout.RolloutTracker(), []
+    tracker.keep = 2
+    tracker.on_batch_done.append(lambda worker, batch: got.append(batch))
+    tracker.batch_started(sc.MODE_TRAIN, 1, 9, None)
+    for i in range(9):
+        token = tracker.sample_started(sc.MODE_TRAIN)
+        tracker.snapshot(sc.MODE_TRAIN).active[token] = time.monotonic() - (i + 1)  # 1 .. 9 s
+        tracker.sample_finished(sc.MODE_TRAIN, token, {}, None)
+    [batch] = got
+    assert len(batch.finished) == 2 and sorted(batch.durations) == pytest.approx(list(range(1, 10)), abs=0.05)
+    seconds = batch.durations or [s.seconds for s in batch.finished]
+    tail = tail_attributes(seconds, max(s.seconds for s in batch.finished))
+    assert tail[sc.ATTR_WORKER_SAMPLE_MEDIAN_S] == pytest.approx(5.0, abs=0.05)  # not the median of the 2 held
+    assert tail[sc.ATTR_WORKER_SAMPLE_MAX_S] == pytest.approx(9.0, abs=0.05)
+
+    n = rollout.DURATIONS_KEPT + 500
+    tracker.batch_started(sc.MODE_TRAIN, 2, n, None)
+    for _ in range(n):
+        tracker.sample_finished(sc.MODE_TRAIN, tracker.sample_started(sc.MODE_TRAIN), {}, None)
+    assert len(got[-1].durations) == rollout.DURATIONS_KEPT and got[-1].handed == n
+    assert statistics.median(got[-1].durations) < 0.05

@@ -181,6 +181,7 @@ class Runtime:
                         children_only=True,
                         span_attributes=span_attributes,
                         on_buffer=self.unsent.add,
+                        every_tick=self.every_tick,
                     )
                 except Exception as exc:  # noqa: BLE001 - no engine spans, never raise
                     warn_once(

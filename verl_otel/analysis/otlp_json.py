@@ -7,10 +7,10 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from verl_otel.analysis.step_traces import Event, Link, Span
 
@@ -141,32 +141,55 @@ def rotated_set(path: Path | str) -> list[Path]:
     return [p for _, p in sorted(older, reverse=True)] + [path]
 
 
-def read_file(path: Path | str, min_start_ns: int = 0) -> FileRead:
+def read_file(path: Path | str, min_start_ns: int = 0, keep: Callable[[Span], Span | None] | None = None) -> FileRead:
     """The spans of a traces.jsonl file and its rotated files. Spans starting before ``min_start_ns``
     are dropped while reading (a step starts before its children, so none of them belongs to a step in
-    the window): a long run's files need not fit in memory. Raises OSError only for ``path`` itself."""
+    the window): a long run's files need not fit in memory. ``keep``: what of each span to hold (the span, a
+    smaller copy, or None: not needed), so a reader holds only what its command needs. Raises OSError only
+    for ``path`` itself."""
     out = FileRead()
-    for part in rotated_set(path):
-        try:
-            _read_one(part, min_start_ns, out)
-        except FileNotFoundError:
-            if part == Path(path):
-                raise  # a rotated file removed while reading is fine; the file asked for is not
+    for span in iter_file(path, min_start_ns, out):
+        kept = span if keep is None else keep(span)
+        if kept is not None:
+            out.spans.append(kept)
     return out
 
 
-def _read_one(path: Path, min_start_ns: int, out: FileRead) -> None:
-    with open(path, "rb") as f:
-        for raw in f:
-            if not raw.strip():
-                continue
-            try:
-                spans = parse_request(json.loads(raw))
-            except MALFORMED:
-                out.malformed += 1
-                continue
-            for span in spans:
-                if span.start_ns >= min_start_ns:
-                    out.spans.append(span)
-                else:
-                    out.older += 1
+def iter_file(
+    path: Path | str,
+    min_start_ns: int = 0,
+    out: FileRead | None = None,
+    containing: bytes | None = None,
+    skip: Callable[[bytes], bool] | None = None,
+) -> Iterator[Span]:
+    """The spans of the file set, streamed line by line (oldest file first), counting what is skipped into
+    ``out``; with ``containing``, only the lines holding those bytes are parsed; lines ``skip`` accepts are
+    not parsed."""
+    out = out if out is not None else FileRead()
+    for part in rotated_set(path):
+        try:
+            f = open(part, "rb")  # noqa: SIM115 - closed below; only the open may raise FileNotFoundError
+        except FileNotFoundError:
+            if part == Path(path):
+                raise  # a rotated file removed while reading is fine; the file asked for is not
+            continue
+        with f:
+            yield from _read_one(f, min_start_ns, out, containing, skip)
+
+
+def _read_one(
+    f: IO[bytes], min_start_ns: int, out: FileRead, containing: bytes | None, skip: Callable[[bytes], bool] | None
+) -> Iterator[Span]:
+    for raw in f:
+        if not raw.strip() or (containing is not None and containing not in raw) or (skip and skip(raw)):
+            continue
+        try:
+            spans = parse_request(json.loads(raw))
+        except MALFORMED:
+            out.malformed += 1
+            continue
+        for span in spans:
+            if span.start_ns >= min_start_ns:
+                yield span
+            else:
+                out.older += 1

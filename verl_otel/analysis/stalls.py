@@ -103,6 +103,11 @@ def read_dir(stalls_dir: Path) -> list[StallRecord]:
     return out
 
 
+def needed(span: Span) -> Span | None:
+    """What :func:`from_spans` reads of a span (a trace file reader holds only these): stall spans, step spans."""
+    return span if span.name in (sc.SPAN_STALL, sc.SPAN_STEP) else None
+
+
 def from_spans(spans: Iterable[Span]) -> list[StallRecord]:
     """The ``stall`` spans, each with its step (from its trace's step span when it does not say it)."""
     spans = list(spans)

@@ -7,7 +7,7 @@ import contextlib
 import json
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from verl_otel import semconv as sc
@@ -43,15 +43,29 @@ def _step_of(span: Span, roots: dict[str, Span]) -> int | None:
     return None
 
 
+def needed(span: Span) -> Span | None:
+    """What :func:`generations` reads of a span: a validation span whole, a root's step number; else nothing
+    (a trace file reader holds only these)."""
+    if span.name in VALIDATE_SPANS:
+        return span
+    if not span.parent_id:
+        step = span.attributes.get(sc.ATTR_GLOBAL_STEP)
+        return replace(span, attributes={} if step is None else {sc.ATTR_GLOBAL_STEP: step}, events=(), links=())
+    return None
+
+
 def generations(spans: Iterable[Span]) -> list[Generation]:
     """Every validation generation of the spans, newest validation first (a validation's samples in
-    the order verl logged them)."""
-    unique = list({(s.trace_id, s.span_id): s for s in spans}.values())  # a span exported twice counts once
-    roots = {s.trace_id: s for s in unique if not s.parent_id}
+    the order verl logged them). Holds only the validation spans and each trace's root while reading."""
+    validations: dict[tuple[str, str], Span] = {}  # a span exported twice counts once
+    roots: dict[str, Span] = {}
+    for s in spans:
+        if not s.parent_id:
+            roots[s.trace_id] = s
+        if s.name in VALIDATE_SPANS:
+            validations[(s.trace_id, s.span_id)] = s
     by_span: dict[tuple[int, str, str], list[Generation]] = defaultdict(list)  # (start, trace, span)
-    for span in unique:
-        if span.name not in VALIDATE_SPANS:
-            continue
+    for span in validations.values():
         sources = _sources(span.attributes.get(sc.ATTR_VAL_DATA_SOURCES))
         for ev in span.events:
             if ev.name != sc.EVENT_VAL_GENERATION:

@@ -46,7 +46,7 @@ def _read(args: argparse.Namespace) -> tuple[list[stalls.StallRecord], str]:
     traced: list[stalls.StallRecord] = []
     trace_file = root / sc.TRACES_FILE
     if trace_file.exists():
-        traced = stalls.from_spans(read_file(trace_file).spans)
+        traced = stalls.from_spans(read_file(trace_file, keep=stalls.needed).spans)
     return stalls.merge(files, traced), str(root)
 
 

@@ -40,12 +40,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        got = read_spans(args, (sc.SPAN_STEP,), PROG)
+        got = read_spans(args, (sc.SPAN_STEP,), PROG, steps_samples=slow_steps.SAMPLES_SHOWN)
     except SourceError as err:
         return fail(PROG, str(err))
     # a link is only worth printing where a Jaeger holds the trace: the one read, or the one named
     ui = args.jaeger_ui or got.jaeger
-    steps = [s for s in build_steps(got.spans) if s.start_ns >= got.start_ns]
+    steps = [s for s in (build_steps(got.spans) if got.steps is None else got.steps) if s.start_ns >= got.start_ns]
     mine = [s for s in steps if s.service in ("", args.service)]
     hint = got.hint
     if not slow_steps.training_steps(mine):

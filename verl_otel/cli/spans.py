@@ -8,13 +8,15 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from verl_otel import semconv as sc
 from verl_otel.analysis.jaeger import DEFAULT_LIMIT, JaegerClient, JaegerError
-from verl_otel.analysis.otlp_json import read_file
-from verl_otel.analysis.step_traces import Span
+from verl_otel.analysis.otlp_json import FileRead, read_file
+from verl_otel.analysis.step_stream import read_steps
+from verl_otel.analysis.step_traces import Span, StepTrace
 
 DEFAULT_DIR = "./verl-otel-data"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -68,15 +70,23 @@ class Read:
     hint: str = ""
     start_ns: int = 0
     window: str = ""
+    steps: list[StepTrace] | None = None  # read from a file with ``steps_samples``: the steps, not the spans
 
 
 class SourceError(Exception):
     """One line for the user: the source cannot be read."""
 
 
-def read_spans(args: argparse.Namespace, operations: tuple[str, ...], prog: str) -> Read:
+def read_spans(
+    args: argparse.Namespace,
+    operations: tuple[str, ...],
+    prog: str,
+    keep: Callable[[Span], Span | None] | None = None,
+    steps_samples: int | None = None,
+) -> Read:
     """The spans of ``args``' source in its window: from Jaeger, every trace holding one of
-    ``operations``; from the file, all of them."""
+    ``operations``; from the file, streamed, what ``keep`` holds of each span (default all), or with
+    ``steps_samples`` the step traces themselves (``Read.steps``, each with that many slowest samples)."""
     now_ns = time.time_ns()
     out = Read(start_ns=now_ns - int(args.since * 1e9), window=f"in the last {human(args.since)}")
     if args.jaeger:
@@ -90,7 +100,11 @@ def read_spans(args: argparse.Namespace, operations: tuple[str, ...], prog: str)
         return out
     path = Path(args.file) if args.file else default_file()
     try:
-        got = read_file(path, min_start_ns=out.start_ns)
+        got: FileRead
+        if steps_samples is not None:
+            out.steps, got = read_steps(path, out.start_ns, steps_samples)
+        else:
+            got = read_file(path, min_start_ns=out.start_ns, keep=keep)
     except OSError as err:
         raise SourceError(f"cannot read {path}: {err.strerror or err}") from None
     if got.malformed:

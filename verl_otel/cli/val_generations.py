@@ -11,7 +11,7 @@ from typing import Any
 
 from verl_otel import semconv as sc
 from verl_otel.analysis.jaeger import rfc3339
-from verl_otel.analysis.val_generations import VALIDATE_SPANS, Generation, generations
+from verl_otel.analysis.val_generations import VALIDATE_SPANS, Generation, generations, needed
 from verl_otel.cli.argtypes import non_negative_int
 from verl_otel.cli.spans import SourceError, add_source_args, fail, read_spans
 
@@ -33,7 +33,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        got = read_spans(args, VALIDATE_SPANS, PROG)
+        got = read_spans(args, VALIDATE_SPANS, PROG, keep=needed)
     except SourceError as err:
         return fail(PROG, str(err))
     found = [g for g in generations(got.spans) if g.service in ("", args.service)]

@@ -29,6 +29,9 @@ from verl_otel.export.span_buffer import BufferedSpanExporter, unsent_path
 from verl_otel.telemetry.metrics import MetricsState
 
 Drop = Callable[[str, int], None]
+#: an engine's request spans exported per trace and rollout server: the first 4 x VERL_OTEL_SAMPLE_SPANS, then
+#: the 4 x VERL_OTEL_SAMPLE_SPANS slowest of the rest (export/engine_cap.py)
+ENGINE_SPANS_PER_SAMPLE_SPAN = 4
 
 
 def instance_id(host: str, role: str, worker_index: int | None, pid: int) -> str:
@@ -203,9 +206,11 @@ def tracer_provider(
     children_only: bool = False,
     span_attributes: Mapping[str, Any] | None = None,
     on_buffer: Callable[[BufferedSpanExporter], None] | None = None,
+    every_tick: Callable[[Callable[[], object]], None] | None = None,
 ) -> tuple[TracerProvider, str]:
     """Our provider. Text attributes are cut at VERL_OTEL_MAX_TEXT (or the user's smaller OTEL limit).
-    ``children_only``: an engine's provider, whose spans exist only under a sampled parent (no roots)."""
+    ``children_only``: an engine's provider, whose spans exist only under a sampled parent (no roots), at most
+    8 x VERL_OTEL_SAMPLE_SPANS per trace (export/engine_cap.py; ``every_tick`` releases the held ones)."""
     limit = settings.max_text
     user_limit = os.environ.get("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT") or os.environ.get(
         "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"
@@ -224,7 +229,15 @@ def tracer_provider(
     exporter, destination = span_exporter(settings, drop, on_buffer, "-engine" if children_only else "")
     if span_attributes:
         provider.add_span_processor(_SpanAttributes(span_attributes))
-    provider.add_span_processor(_CountingProcessor(exporter, drop))
+    processor: SpanProcessor = _CountingProcessor(exporter, drop)
+    if children_only:
+        from verl_otel.export.engine_cap import EngineSpanCap
+
+        cap = EngineSpanCap(processor, ENGINE_SPANS_PER_SAMPLE_SPAN * settings.sample_spans)
+        if every_tick is not None:
+            every_tick(cap.release)
+        processor = cap
+    provider.add_span_processor(processor)
     return provider, destination
 
 

@@ -49,6 +49,7 @@ def _wire_agent_loop(rt: runtime.Runtime) -> None:
 
     rt.state.add_source(TRACKER.readings)
     spans = BatchSpans(rt.settings.sample_spans, describe=sample_attributes)
+    TRACKER.keep = rt.settings.sample_spans  # only the slowest are held until the batch is done
     TRACKER.on_batch_done.append(spans.done)
     TRACKER.on_dispatch.append(spans.adopt)
     rt.every_tick(spans.expire)

@@ -7,7 +7,9 @@ samples are handed to the span emitter, which keeps the slowest ones (README, "W
 
 from __future__ import annotations
 
+import heapq
 import itertools
+import random
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -17,6 +19,8 @@ from typing import Any
 from verl_otel import semconv as sc
 from verl_otel.telemetry.eta import rate_eta
 from verl_otel.telemetry.metrics import Reading
+
+DURATIONS_KEPT = 4096  # samples' seconds a batch keeps for its median (a uniform sample past that)
 
 
 @dataclass
@@ -45,10 +49,15 @@ class Batch:
     start: float = field(default_factory=time.monotonic)
     start_ns: int = field(default_factory=time.time_ns)
     active: dict[int, float] = field(default_factory=dict)  # token -> monotonic start
-    finished: list[Any] = field(default_factory=list)  # _Raw tuples until handed over
+    # until handed over: _Raw tuples, or with the tracker's ``keep`` a min-heap of the slowest (seconds, seq, _Raw)
+    finished: list[Any] = field(default_factory=list)
     parent: str | None = None  # W3C traceparent of the trainer's span
     end: float | None = None  # monotonic time the last expected sample finished
     version: int | None = None  # fully_async: the rollouter's parameter version (it has no step)
+    handed: int = 0  # samples finished since the last hand-over (``finished`` may hold only the slowest of them)
+    # those samples' seconds, for the batch's median: every one, or a uniform sample of DURATIONS_KEPT past that
+    durations: list[float] = field(default_factory=list)
+    failed: int = 0  # of those, the ones that raised
 
     @property
     def done(self) -> bool:
@@ -64,6 +73,10 @@ class RolloutTracker:
         self.on_batch_done: list[Callable[[int | None, Batch], None]] = []
         self.on_progress: list[Callable[[int | None, Batch], None]] = []
         self.on_dispatch: list[Callable[[str, str], None]] = []  # a chunk arrived with the trainer's context
+        #: finished samples held per batch until it is handed over: the ``keep`` slowest (the span emitter's K, so
+        #: a worker's memory does not grow with the batch), or all of them (None)
+        self.keep: int | None = None
+        self._seq = itertools.count()
 
     # -- dispatch -------------------------------------------------------------------------------
     def batch_started(
@@ -101,7 +114,23 @@ class RolloutTracker:
             batch = self._batches.get(mode)
             if batch is None:
                 return
-            batch.finished.append((batch.active.pop(token, now), now, trajectory, output, error))
+            raw = (batch.active.pop(token, now), now, trajectory, output, error)
+            seconds = now - raw[0]
+            if batch.handed < DURATIONS_KEPT:
+                batch.durations.append(seconds)
+            else:  # reservoir sampling: each sample's seconds kept with the same chance, the memory bounded
+                slot = random.randrange(batch.handed + 1)
+                if slot < DURATIONS_KEPT:
+                    batch.durations[slot] = seconds
+            keep = self.keep
+            if keep is None:
+                batch.finished.append(raw)
+            elif len(batch.finished) < keep:
+                heapq.heappush(batch.finished, (seconds, next(self._seq), raw))
+            elif keep and seconds > batch.finished[0][0]:
+                heapq.heapreplace(batch.finished, (seconds, next(self._seq), raw))
+            batch.handed += 1
+            batch.failed += error is not None
             batch.completed += 1
             done = batch.expected > 0 and batch.completed >= batch.expected
             if done:
@@ -116,9 +145,12 @@ class RolloutTracker:
         """Hand the finished samples of ``mode`` to the span emitter (once)."""
         with self._lock:
             batch = self._batches.get(mode)
-            if batch is None or not batch.finished:
+            if batch is None or not batch.handed:
                 return
             raw, batch.finished = batch.finished, []
+            raw = [entry[2] if len(entry) == 3 else entry for entry in raw]  # heap entries (with ``keep``) or _Raw
+            handed, failed, batch.handed, batch.failed = batch.handed, batch.failed, 0, 0
+            durations, batch.durations = batch.durations, []
             # wall-clock = monotonic + offset, computed once per batch, not per sample
             offset_ns = time.time_ns() - time.monotonic_ns()
             finished = [
@@ -135,6 +167,9 @@ class RolloutTracker:
                 {},
                 finished,
                 batch.parent,
+                handed=handed,
+                failed=failed,
+                durations=durations,
             )
         for cb in self.on_batch_done:
             cb(self.worker, snapshot)

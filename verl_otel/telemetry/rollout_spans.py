@@ -5,6 +5,7 @@ long tail is always visible and the span volume does not grow with the batch siz
 
 from __future__ import annotations
 
+import heapq
 import statistics
 import threading
 import time
@@ -25,11 +26,12 @@ def _no_attributes(trajectory: Any, output: Any) -> dict[str, Any]:
     return {}
 
 
-def tail_attributes(seconds: list[float]) -> dict[str, float]:
-    """The batch's median and slowest sample and their ratio (``seconds``: every sample's, slowest first)."""
+def tail_attributes(seconds: list[float], slowest: float | None = None) -> dict[str, float]:
+    """The batch's median and slowest sample and their ratio (``seconds``: every sample's, or a uniform sample
+    of them; ``slowest``: the slowest sample's, when ``seconds`` may lack it)."""
     if not seconds:
         return {}
-    median, slowest = statistics.median(seconds), seconds[0]
+    median, slowest = statistics.median(seconds), max(max(seconds), slowest or 0.0)
     attrs = {sc.ATTR_WORKER_SAMPLE_MEDIAN_S: median, sc.ATTR_WORKER_SAMPLE_MAX_S: slowest}
     if median > 0:
         attrs[sc.ATTR_WORKER_TAIL_RATIO] = slowest / median
@@ -37,15 +39,16 @@ def tail_attributes(seconds: list[float]) -> dict[str, float]:
 
 
 def emit_batch(worker: int | None, batch: Batch, max_sample_spans: int, describe: Describe = _no_attributes) -> None:
-    ordered = sorted(batch.finished, key=lambda s: s.seconds, reverse=True)  # once a batch, at its end
-    slowest = ordered[:max_sample_spans]
+    # the K slowest in O(N log K): the batch end's cost stays per sample what it is at 1k samples
+    slowest = heapq.nlargest(max(0, max_sample_spans), batch.finished, key=lambda s: s.seconds)
     attrs: dict[str, Any] = {
         sc.ATTR_MODE: batch.mode,
         sc.ATTR_GLOBAL_STEP: batch.step,
-        sc.ATTR_SAMPLES: len(batch.finished),
+        sc.ATTR_SAMPLES: max(batch.handed, len(batch.finished)),  # handed: all, when only the slowest were kept
         sc.ATTR_SAMPLES_SPANNED: len(slowest),
     }
-    tail = tail_attributes([s.seconds for s in ordered])
+    seconds = batch.durations or [s.seconds for s in batch.finished]
+    tail = tail_attributes(seconds, slowest[0].seconds if slowest else None)
     attrs.update(tail)
     ratio = tail.get(sc.ATTR_WORKER_TAIL_RATIO)
     if ratio is not None and batch.mode == sc.MODE_TRAIN:
@@ -63,7 +66,7 @@ def emit_batch(worker: int | None, batch: Batch, max_sample_spans: int, describe
         )
         for s in slowest
     ]
-    errors = sum(1 for s in batch.finished if s.error is not None)
+    errors = batch.failed if batch.handed else sum(1 for s in batch.finished if s.error is not None)
     emit_group(
         sc.SPAN_ROLLOUT_WORKER,
         extract(batch.parent),

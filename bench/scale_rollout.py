@@ -1,0 +1,133 @@
+"""Scale of an agent-loop worker's step (bench/scale.py runs this in a process of its own per size, since it sets
+environment variables and the runtime): N samples through the real hooks (``run_agent_loop`` around each sample,
+one engine request through ``client_generate``), the batch's spans at its end, and the engine's ``llm_request``
+spans made on the real ``runtime.engine_provider`` under each request's carried context, as vLLM makes them.
+
+Prints ``SCALE_ROLLOUT {json}``: ``sample_us`` (our cost per sample: hooked minus the same loop unhooked, batch end
+included), ``bytes_per_step`` (the trace file's growth per step: the project's OTLP/JSON writer) and
+``spans_per_step``, and ``series`` (the worker's /metrics page after the run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _drive(coro: Any) -> Any:
+    """Run a coroutine that never suspends (our stand-in agent loop awaits nothing)."""
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    raise RuntimeError("the stand-in agent loop suspended")
+
+
+def main(n: int, steps: int, replicas: int) -> dict[str, float]:
+    data = Path(tempfile.mkdtemp(prefix="verl-otel-scale-"))
+    os.environ.update(VERL_OTEL_DIR=str(data), VERL_OTEL_CONSOLE="0")
+    from omegaconf import OmegaConf
+
+    from verl_otel import runtime
+    from verl_otel import semconv as sc
+    from verl_otel.hooks import engine, rollout
+    from verl_otel.telemetry.propagation import extract
+    from verl_otel.telemetry.rollout import TRACKER
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from scale_trainer import series
+
+    runtime.reset_for_tests()
+    rt = runtime.current()
+    TRACKER.worker = 0  # what rollout._wire reads from Ray's actor name
+    rt.wire(sc.ROLE_AGENT_LOOP, worker_index=0, setup=rollout._wire_agent_loop)
+
+    class Client:  # what the hook reads of verl's LLMServerClient: its (OmegaConf) config
+        config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"name": "vllm"}}})
+
+    client = Client()
+    carried: list[str] = []
+    params = {"temperature": 1.0, "top_p": 1.0, "logprobs": True}
+
+    def generate(**kwargs: Any) -> None:  # the server call: keeps the context the request carried
+        extra = kwargs["sampling_params"].get("extra_args") or {}
+        if sc.TRACEPARENT_KEY in extra:
+            carried.append(extra[sc.TRACEPARENT_KEY])
+
+    async def hooked_loop(_self: Any, trajectory: Any) -> None:  # verl's agent loop, one engine request
+        engine.client_generate(generate, client, (), {"sampling_params": params})
+
+    async def plain_loop(_self: Any, trajectory: Any) -> None:
+        generate(sampling_params=params)
+
+    def one_step(step: int, hooked: bool) -> float:
+        parent = f"00-{random.getrandbits(128):032x}-{random.getrandbits(64):016x}-01"
+        trajs = [{"step": step, "sample_index": i // 4, "rollout_n": i % 4, "validate": False} for i in range(n)]
+        t0 = time.perf_counter()
+        if hooked:
+            TRACKER.batch_started(sc.MODE_TRAIN, step, n, parent)  # what the dispatch hook calls
+            for traj in trajs:
+                _drive(rollout.run_agent_loop(plain_loop if not hooked else hooked_loop, None, (None, traj), {}))
+        else:
+            for traj in trajs:
+                _drive(plain_loop(None, traj))
+        return time.perf_counter() - t0
+
+    def engine_spans(step: int) -> None:
+        """The rollout servers' side, as vLLM makes its request spans (not timed: another process)."""
+        tracers = [rt.engine_provider({sc.ATTR_ENGINE_REPLICA: r}) for r in range(replicas)]
+        names = [p.get_tracer("vllm") for p in tracers if p is not None]
+        now = time.time_ns()
+        for i, tp in enumerate(carried):
+            dur = random.randint(10**8, 10**10)
+            span = names[i % len(names)].start_span(
+                sc.SPAN_ENGINE_REQUEST,
+                context=extract(tp),
+                start_time=now,
+                attributes={
+                    sc.ENGINE_ATTR_REQUEST_ID: f"req-{step}-{i}",
+                    sc.ENGINE_ATTR_QUEUE: 0.01,
+                    sc.ENGINE_ATTR_PREFILL: 0.05,
+                    sc.ENGINE_ATTR_DECODE: dur / 1e9,
+                    sc.ENGINE_ATTR_TTFT: 0.06,
+                    sc.ENGINE_ATTR_E2E: dur / 1e9,
+                    sc.ENGINE_ATTR_PROMPT_TOKENS: 512,
+                    sc.ENGINE_ATTR_COMPLETION_TOKENS: 2048,
+                },
+            )
+            span.end(end_time=now + dur)
+        carried.clear()
+
+    plain, ours = [], []
+    for step in range(1, steps + 1):
+        plain.append(one_step(step, hooked=False))
+        ours.append(one_step(step, hooked=True))
+        engine_spans(step)
+    if rt._engine_provider is not None:
+        rt._engine_provider.force_flush()
+    rt.flush_wait(60)
+    if rt._engine_provider is not None:
+        rt._engine_provider.shutdown()  # what is still held (the last step's) goes out
+    rt.flush_wait(60)
+    TRACKER.batch_started(sc.MODE_VALIDATE, steps, 1, None)  # a worker validates too: its page has both modes
+    files = [p for p in data.glob("traces.jsonl*") if not p.name.endswith(".lock")]
+    size = sum(p.stat().st_size for p in files)
+    spans = sum(line.count(b'"spanId"') for p in files for line in p.read_bytes().splitlines())
+    return {
+        "sample_us": max(0.0, (min(ours) - min(plain)) / n * 1e6),
+        "bytes_per_step": size / steps,
+        "spans_per_step": spans / steps,
+        "series": series(rt.state),  # this worker's /metrics page
+    }
+
+
+if __name__ == "__main__":
+    n, steps, replicas = (int(x) for x in sys.argv[1:4])
+    print("SCALE_ROLLOUT " + json.dumps(main(n, steps, replicas)), flush=True)
+    os._exit(0)  # the runtime's exit flush has nothing left to do
