@@ -9,6 +9,7 @@ from collections import Counter
 
 import pytest
 
+from helpers.prom import evaluate_every_expression
 from helpers.traces import event_names, load_spans, parent_chain, steps
 
 from verl_otel import semconv as sc
@@ -201,24 +202,8 @@ def test_series_count_does_not_grow_with_steps(v1_run, v1_run_6):
 
 
 def test_every_dashboard_and_alert_expression_runs_on_the_real_run(v1_run):
-    from verl_otel.dashboards import all_expressions
-
-    prom = v1_run.prom
     assert v1_run.query_time is not None
-    empty_without_reason = []
-    with_data = 0
-    for where, expr, cpu_empty in all_expressions():
-        concrete = (
-            expr.replace("$__rate_interval", "1m")
-            .replace("$project", ".*")
-            .replace("$experiment", ".*")
-            .replace("$instance", ".*")
-        )
-        rows = prom.query(concrete)  # a parse or evaluation error raises
-        if rows:
-            with_data += 1
-        elif cpu_empty is None:
-            empty_without_reason.append(where)
+    empty_without_reason, with_data = evaluate_every_expression(v1_run.prom)
     assert not empty_without_reason, empty_without_reason
     assert with_data >= 20, with_data
 

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from helpers.prom import evaluate_every_expression
 from helpers.real_stack import wait_until
 from helpers.real_stack_run import HUNG_ALERT, SLOW_STEP, STEPS, accepted_spans
 from helpers.traces import event_names, steps
@@ -125,16 +126,7 @@ def test_the_collector_makes_exactly_the_semconv_names(real_stack_run):
 
 
 def test_every_dashboard_and_alert_expression_evaluates_on_the_real_stack(real_stack_run):
-    from verl_otel.dashboards import all_expressions, concrete
-
-    prom = real_stack_run.prom
-    empty_without_reason, with_data = [], 0
-    for where, expr, cpu_empty in all_expressions():
-        rows = prom.query(concrete(expr))  # a parse or evaluation error raises
-        if rows:
-            with_data += 1
-        elif cpu_empty is None:
-            empty_without_reason.append(where)
+    empty_without_reason, with_data = evaluate_every_expression(real_stack_run.prom)
     assert not empty_without_reason, empty_without_reason
     assert with_data >= 20, with_data
 

@@ -82,6 +82,21 @@ class PromClient:
         return self.api("targets")["activeTargets"]
 
 
+def evaluate_every_expression(prom: PromClient) -> tuple[list[str], int]:
+    """Every dashboard query, template variable and alert expression on ``prom`` (a parse or evaluation error
+    raises): the places that returned nothing without a reason to be empty on a CPU run, and how many returned
+    data."""
+    from verl_otel.dashboards import all_expressions, concrete
+
+    empty_without_reason, with_data = [], 0
+    for where, expr, cpu_empty in all_expressions():
+        if prom.query(concrete(expr)):
+            with_data += 1
+        elif cpu_empty is None:
+            empty_without_reason.append(where)
+    return empty_without_reason, with_data
+
+
 class PromServer(PromClient):
     def __init__(
         self,
