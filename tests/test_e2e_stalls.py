@@ -72,7 +72,7 @@ def hung_run(tmp_path_factory):
         [],
         scrape=False,
         probe=probe,
-        hang=[f"reward@1={HANG_S}", f"update_actor@2={HANG_S}"],
+        hang=[f"reward@1={HANG_S}", f"update_actor@2={HANG_S}", f"rollout@1={HANG_S}", f"update_weights@2={HANG_S}"],
         extra_env=STALL_ENV,
     )
     run.extra["probe"] = probe
@@ -141,3 +141,20 @@ def test_doctor_names_phase_step_and_function(hung_run, capsys):
     text = capsys.readouterr().out
     assert "step 2, phase update_actor (worker.update_actor)" in text and "planted_hang (slow.py:" in text
     assert "reward_function" in text and "timeout" in text
+
+
+def test_the_rollout_hang_is_caught_in_the_llm_server(hung_run, capsys):
+    rec = _one(_doctor(hung_run, capsys), sc.ROLE_ROLLOUT_SERVER, sc.CALL_SERVER_REQUEST)
+    assert rec["frame"].startswith("planted_hang (slow.py:"), rec
+    assert any(f.startswith("_generate (standins.py:") for f in rec["stack"]), rec
+    assert rec["kind"] == sc.STALL_ROLLOUT and rec["step"] == 1, rec
+
+
+def test_the_weight_sync_hang_is_caught_in_the_checkpoint_engine(hung_run, capsys):
+    records = _doctor(hung_run, capsys)
+    rec = _one(records, sc.ROLE_WORKER, sc.CALL_WEIGHT_SEND)
+    assert rec["frame"].startswith("_wait_for_transfer (cpu_checkpoint_engine.py:"), rec
+    assert rec["kind"] == sc.STALL_COLLECTIVE, rec
+    assert _one(records, sc.ROLE_TRAINER, sc.PHASE_UPDATE_WEIGHTS)["step"] == 2
+    assert main(["doctor", "--dir", str(hung_run.out)]) == 0
+    assert "phase update_weights" in capsys.readouterr().out
