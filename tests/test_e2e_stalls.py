@@ -120,7 +120,9 @@ def test_stall_spans_are_in_the_file_while_their_step_is_open(hung_run):
     spans = read_file(hung_run.out / sc.TRACES_FILE).spans
     by_id = {s.span_id: s for s in spans}
     stalls = [s for s in spans if s.name == sc.SPAN_STALL]
-    for stall in stalls:  # each under the span of the call or phase it stalled in
+    for stall in stalls:  # each under the span of the call or phase it stalled in (weights.send carries none)
+        if stall.attributes.get(sc.ATTR_STALL_CALL) == sc.CALL_WEIGHT_SEND:
+            continue
         assert stall.parent_id in by_id and by_id[stall.parent_id].trace_id == stall.trace_id
     steps = {s.attributes[sc.ATTR_GLOBAL_STEP]: s for s in spans if s.name == sc.SPAN_STEP}
     assert steps[2].attributes.get(sc.ATTR_STEP_STALLS, 0) >= 1
