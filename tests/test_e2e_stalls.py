@@ -72,7 +72,7 @@ def hung_run(tmp_path_factory):
         [],
         scrape=False,
         probe=probe,
-        hang=[f"reward@1={HANG_S}", f"update_actor@2={HANG_S}"],
+        hang=[f"reward@1={HANG_S}", f"update_actor@2={HANG_S}", f"rollout@1={HANG_S}", f"update_weights@2={HANG_S}"],
         extra_env=STALL_ENV,
     )
     run.extra["probe"] = probe
@@ -120,7 +120,9 @@ def test_stall_spans_are_in_the_file_while_their_step_is_open(hung_run):
     spans = read_file(hung_run.out / sc.TRACES_FILE).spans
     by_id = {s.span_id: s for s in spans}
     stalls = [s for s in spans if s.name == sc.SPAN_STALL]
-    for stall in stalls:  # each under the span of the call or phase it stalled in
+    for stall in stalls:  # each under the span of the call or phase it stalled in (weights.send carries none)
+        if stall.attributes.get(sc.ATTR_STALL_CALL) == sc.CALL_WEIGHT_SEND:
+            continue
         assert stall.parent_id in by_id and by_id[stall.parent_id].trace_id == stall.trace_id
     steps = {s.attributes[sc.ATTR_GLOBAL_STEP]: s for s in spans if s.name == sc.SPAN_STEP}
     assert steps[2].attributes.get(sc.ATTR_STEP_STALLS, 0) >= 1
@@ -141,3 +143,20 @@ def test_doctor_names_phase_step_and_function(hung_run, capsys):
     text = capsys.readouterr().out
     assert "step 2, phase update_actor (worker.update_actor)" in text and "planted_hang (slow.py:" in text
     assert "reward_function" in text and "timeout" in text
+
+
+def test_the_rollout_hang_is_caught_in_the_llm_server(hung_run, capsys):
+    rec = _one(_doctor(hung_run, capsys), sc.ROLE_ROLLOUT_SERVER, sc.CALL_SERVER_REQUEST)
+    assert rec["frame"].startswith("planted_hang (slow.py:"), rec
+    assert any(f.startswith("_generate (standins.py:") for f in rec["stack"]), rec
+    assert rec["kind"] == sc.STALL_ROLLOUT and rec["step"] == 1, rec
+
+
+def test_the_weight_sync_hang_is_caught_in_the_checkpoint_engine(hung_run, capsys):
+    records = _doctor(hung_run, capsys)
+    rec = _one(records, sc.ROLE_WORKER, sc.CALL_WEIGHT_SEND)
+    assert rec["frame"].startswith("_wait_for_transfer (cpu_checkpoint_engine.py:"), rec
+    assert rec["kind"] == sc.STALL_COLLECTIVE, rec
+    assert _one(records, sc.ROLE_TRAINER, sc.PHASE_UPDATE_WEIGHTS)["step"] == 2
+    assert main(["doctor", "--dir", str(hung_run.out)]) == 0
+    assert "phase update_weights" in capsys.readouterr().out

@@ -266,3 +266,18 @@ def test_enter_and_exit_do_no_io_on_the_calling_thread(watch, monkeypatch):
     th.join()
     watch.exit(token)
     assert len(watch.stalls()) == 1 and watch.stalls()[0].evidence
+
+
+def test_hang_phases_parse_and_weight_syncs_classify_as_collective():
+    from verl_otel.demo.slow import RequestDelays, SlowSpec
+
+    spec = SlowSpec.parse_hang(["rollout@1=5,update_weights@2=7"])
+    assert spec.seconds("rollout", 1) == 5 and spec.seconds("update_weights", 2) == 7
+    delays = RequestDelays(SlowSpec(), spec)
+    assert (delays.hang_s(1), delays.hang_s(1), delays.hang_s(2)) == (5, 0, 0)  # the step's first request only
+    engine = ("/x/verl_otel/demo/cpu_checkpoint_engine.py", 40, "_wait_for_transfer")
+    assert stall_frames.classify(sc.CALL_WEIGHT_SEND, [engine]) == sc.STALL_COLLECTIVE
+    manager = ("/v/site-packages/verl/checkpoint_engine/base.py", 519, "update_weights")
+    assert stall_frames.classify(sc.PHASE_UPDATE_WEIGHTS, [manager]) == sc.STALL_COLLECTIVE
+    server = [("/x/verl_otel/demo/standins.py", 90, "_generate"), ("/x/verl_otel/demo/slow.py", 97, "planted_hang")]
+    assert stall_frames.classify(sc.CALL_SERVER_REQUEST, server) == sc.STALL_ROLLOUT

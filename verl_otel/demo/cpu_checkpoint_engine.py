@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+import time
 from collections.abc import AsyncIterator, Iterable
 from datetime import timedelta
 from typing import Any
@@ -22,6 +23,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from verl.checkpoint_engine.base import CheckpointEngine, CheckpointEngineRegistry
+
+from verl_otel import semconv as sc
+from verl_otel.demo.slow import HANG_ENV, SlowSpec
+from verl_otel.hooks._safe import safe
+from verl_otel.hooks.stall_watch import unwatch, watch
 
 BACKEND = "cpu_gloo"
 _TIMEOUT = timedelta(seconds=300)
@@ -36,6 +42,30 @@ async def _items(weights: Any) -> AsyncIterator[tuple[str, torch.Tensor]]:
     else:
         for item in weights:
             yield item
+
+
+_held: set[int] = set()  # steps whose weight transfer this process held (--hang update_weights)
+
+
+def held_transfer(global_steps: int | None) -> None:
+    """``--hang update_weights@STEP``: the weight transfer after step STEP waits (once per process and step;
+    a process sending over gloo and to its hybrid server holds the first), watched as a weight send."""
+    seconds = SlowSpec.from_env(HANG_ENV).seconds("update_weights", global_steps or 0)
+    if not seconds or global_steps in _held:
+        return
+    _held.add(int(global_steps or 0))
+    token = safe(watch, sc.CALL_WEIGHT_SEND, None)
+    try:
+        _wait_for_transfer(seconds)
+    finally:
+        safe(unwatch, token)
+
+
+def _wait_for_transfer(seconds: float) -> None:
+    """The planted hang: a transfer whose other side does not answer, for ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
 
 
 def _as_bytes(tensor: torch.Tensor) -> torch.Tensor:
@@ -125,6 +155,8 @@ class GlooCheckpointEngine(CheckpointEngine):
     async def send_weights(
         self, weights: Iterable[tuple[str, torch.Tensor]] | Any, global_steps: int | None = None
     ) -> dict[str, float]:
+        if self.rank == 0:
+            held_transfer(global_steps)
         if self.rank < 0:
             async for _ in _items(weights):
                 pass

@@ -23,6 +23,8 @@ PHASES = {
 #: ``--hang PHASE@STEP=SECONDS``: blocks (a hang the stall detection catches, then lets go) where each phase works
 HANG_ENV = "VERL_OTEL_DEMO_HANG"
 HANG_PHASES = {
+    "rollout": "the LLM server (the stand-in's), the first training request of that step",
+    "update_weights": "the weight transfer to the rollout after that step's update (the demo's checkpoint engine)",
     "reward": "the reward function (a custom one the demo configures: verl_otel/demo/hang_reward.py)",
     "old_log_prob": PHASES["old_log_prob"],
     "ref": PHASES["ref"],
@@ -74,9 +76,11 @@ class RequestDelays:
     server): ``rollout`` for every request of that step, ``rollout_sample`` (the long tail) for its first one
     only. Remembers at most one step per ``rollout_sample`` entry."""
 
-    def __init__(self, spec: SlowSpec | None = None) -> None:
+    def __init__(self, spec: SlowSpec | None = None, hang: SlowSpec | None = None) -> None:
         self.spec = SlowSpec.from_env() if spec is None else spec
+        self.hang = SlowSpec.from_env(HANG_ENV) if hang is None else hang
         self._tails: set[int] = set()
+        self._hung: set[int] = set()
 
     def rollout_s(self, step: int) -> float:
         return self.spec.seconds("rollout", step)
@@ -87,6 +91,14 @@ class RequestDelays:
         if not seconds or step in self._tails:
             return 0.0
         self._tails.add(step)
+        return seconds
+
+    def hang_s(self, step: int) -> float:
+        """``--hang rollout@STEP``: the seconds the step's first training request blocks, else 0."""
+        seconds = self.hang.seconds("rollout", step)
+        if not seconds or step in self._hung:
+            return 0.0
+        self._hung.add(step)
         return seconds
 
 

@@ -31,7 +31,11 @@ from verl.workers.rollout.replica import (
     TokenOutput,
 )
 
-from verl_otel.demo.slow import RequestDelays
+from verl_otel import runtime
+from verl_otel import semconv as sc
+from verl_otel.demo.slow import RequestDelays, planted_hang
+from verl_otel.hooks._safe import safe
+from verl_otel.hooks.stall_watch import unwatch, watch
 
 SERVER_NAME = "verl_otel_demo_llm_{}"
 
@@ -70,6 +74,7 @@ class StubLLMServer:
         self.delays = RequestDelays()
         self.n_requests = 0
         self.weight_syncs = 0
+        safe(runtime.current().declare, sc.ROLE_ROLLOUT_SERVER)  # its stall files and spans say what it is
 
     async def generate(
         self,
@@ -89,11 +94,22 @@ class StubLLMServer:
         if not self.awake:
             raise RuntimeError("StubLLMServer.generate called while asleep (weight-sync order violated)")
         self.n_requests += 1
+        # watched as vLLM's requests are (hooks/engine.py), under the sample's context when the client sent it
+        token = safe(watch, sc.CALL_SERVER_REQUEST, _traceparent(sampling_params))
+        try:
+            return await self._generate(sampling_params)
+        finally:
+            safe(unwatch, token)
+
+    async def _generate(self, sampling_params: dict[str, Any]) -> TokenOutput:
         epoch = self.abort_epoch
         delay = self.rng.uniform(0.005, 0.03)
         if float(sampling_params.get("temperature", 0) or 0) > 0:  # training rollouts sample; validation is greedy
             step = self.version + 1  # weights of step k-1 generate step k
             delay += self.delays.rollout_s(step) + self.delays.tail_s(step)
+            hang = self.delays.hang_s(step)
+            if hang:  # --hang rollout: the server's event loop blocks, as a wedged engine's would
+                planted_hang(hang)
         await asyncio.sleep(delay)
         body = [self.rng.choice(self.word_ids) for _ in range(self.rng.randint(1, max(1, self.response_length - 4)))]
         budget = min(self.response_length, int(sampling_params.get("max_tokens") or self.response_length))
@@ -146,6 +162,12 @@ class StubLLMServer:
             "version": self.version,
             "aborted": self.n_aborted,
         }
+
+
+def _traceparent(sampling_params: dict[str, Any]) -> str | None:
+    extra = sampling_params.get("extra_args")
+    tp = extra.get(sc.TRACEPARENT_KEY) if isinstance(extra, dict) else None
+    return tp if isinstance(tp, str) else None
 
 
 class StubReplica(RolloutReplica):
@@ -255,6 +277,10 @@ class StubServerAdapter(BaseRollout):
         global_steps: int | None = None,
         **kwargs: Any,
     ):
+        from verl_otel.demo.cpu_checkpoint_engine import held_transfer
+
+        if not hasattr(weights, "__aiter__"):  # a hybrid sync (a checkpoint engine's sender holds its own)
+            held_transfer(global_steps)  # --hang update_weights
         n_tensors, checksum = 0, 0.0
         # the real FSDP per-tensor export (hybrid), or what a checkpoint engine received (standalone)
         items = weights if hasattr(weights, "__aiter__") else _aiter(weights)

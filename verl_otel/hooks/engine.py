@@ -48,7 +48,8 @@ def _talks_to_vllm(client: Any) -> bool:
     try:
         return _is_vllm[client]
     except KeyError:
-        answer = _is_vllm[client] = rollout_engine(client) == "vllm"
+        # the demo's stand-in server (cpu_stub) takes vLLM's sampling_params and watches its requests too
+        answer = _is_vllm[client] = rollout_engine(client) in ("vllm", "cpu_stub")
         return answer
 
 

@@ -127,7 +127,14 @@ def innermost(stacks: Iterable[ThreadStack], prefer: int | None = None) -> tuple
 
 
 _FRAME_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (sc.STALL_COLLECTIVE, ("torch/distributed", "nccl", "c10d", "collective", "all_reduce", "all_gather", "barrier")),
+    # a weight sync waits on its transfer (verl's checkpoint engines: NCCL/NIXL/gloo broadcasts), not on storage
+    (
+        sc.STALL_COLLECTIVE,
+        (
+            *("torch/distributed", "nccl", "c10d", "collective", "all_reduce", "all_gather", "barrier"),
+            *("checkpoint_engine", "send_weights", "receive_weights", "update_weights"),
+        ),
+    ),
     (sc.STALL_CHECKPOINT, ("checkpoint", "torch/serialization", "safetensors", "save_model", "load_model")),
     (sc.STALL_TOOL, ("verl/tools/", "tool_agent_loop", "sandbox", "tool_call")),
     (sc.STALL_DATA, ("torch/utils/data", "dataloader", "datasets/", "rl_dataset")),
@@ -143,6 +150,8 @@ _CALL_KINDS: dict[str, str] = {
     sc.CALL_SERVER_REQUEST: sc.STALL_ROLLOUT,
     sc.PHASE_ROLLOUT: sc.STALL_ROLLOUT,
     sc.PHASE_SAVE_CHECKPOINT: sc.STALL_CHECKPOINT,
+    sc.PHASE_UPDATE_WEIGHTS: sc.STALL_COLLECTIVE,
+    sc.CALL_WEIGHT_SEND: sc.STALL_COLLECTIVE,
 }
 
 
