@@ -154,9 +154,9 @@ def test_the_rollout_hang_is_caught_in_the_llm_server(hung_run, capsys):
 
 def test_the_weight_sync_hang_is_caught_in_the_checkpoint_engine(hung_run, capsys):
     records = _doctor(hung_run, capsys)
-    rec = _one(records, sc.ROLE_WORKER, sc.CALL_WEIGHT_SEND)
+    rec = _one(records, sc.ROLE_WORKER, sc.PHASE_UPDATE_WEIGHTS)  # verl's worker-side update_weights, hooked
     assert rec["frame"].startswith("_wait_for_transfer (cpu_checkpoint_engine.py:"), rec
-    assert rec["kind"] == sc.STALL_COLLECTIVE, rec
+    assert rec["kind"] == sc.STALL_COLLECTIVE and rec["call"] == sc.CALL_WEIGHT_SEND and rec["step"] == 2, rec
     assert _one(records, sc.ROLE_TRAINER, sc.PHASE_UPDATE_WEIGHTS)["step"] == 2
     assert main(["doctor", "--dir", str(hung_run.out)]) == 0
     assert "phase update_weights" in capsys.readouterr().out

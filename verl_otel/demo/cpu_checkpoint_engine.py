@@ -24,10 +24,7 @@ import torch
 import torch.distributed as dist
 from verl.checkpoint_engine.base import CheckpointEngine, CheckpointEngineRegistry
 
-from verl_otel import semconv as sc
 from verl_otel.demo.slow import HANG_ENV, SlowSpec
-from verl_otel.hooks._safe import safe
-from verl_otel.hooks.stall_watch import unwatch, watch
 
 BACKEND = "cpu_gloo"
 _TIMEOUT = timedelta(seconds=300)
@@ -49,16 +46,13 @@ _held: set[int] = set()  # steps whose weight transfer this process held (--hang
 
 def held_transfer(global_steps: int | None) -> None:
     """``--hang update_weights@STEP``: the weight transfer after step STEP waits (once per process and step;
-    a process sending over gloo and to its hybrid server holds the first), watched as a weight send."""
+    a process sending over gloo and to its hybrid server holds the first). Nothing here tells verl-otel: the
+    hooks on verl's worker-side ``update_weights`` (hooks/weight_sync.py) watch the sync this holds up."""
     seconds = SlowSpec.from_env(HANG_ENV).seconds("update_weights", global_steps or 0)
     if not seconds or global_steps in _held:
         return
     _held.add(int(global_steps or 0))
-    token = safe(watch, sc.CALL_WEIGHT_SEND, None)
-    try:
-        _wait_for_transfer(seconds)
-    finally:
-        safe(unwatch, token)
+    _wait_for_transfer(seconds)
 
 
 def _wait_for_transfer(seconds: float) -> None:

@@ -43,7 +43,7 @@ ROLE_OF: dict[str, str] = {
     "RewardLoopWorker": sc.ROLE_REWARD,
     "FullyAsyncRollouter": sc.ROLE_ROLLOUTER,
     "LLMServerClient": sc.ROLE_AGENT_LOOP,  # the agent loop's requests to the rollout server
-    **dict.fromkeys(("vLLMHttpServer", "init_tracer", "AsyncLLM"), sc.ROLE_ROLLOUT_SERVER),
+    **dict.fromkeys(("vLLMHttpServer", "init_tracer", "AsyncLLM", "CheckpointEngineWorker"), sc.ROLE_ROLLOUT_SERVER),
     "init": sc.ROLE_DRIVER,  # ray.init, where the job starts
 }
 MAX_LINE = 1500  # characters: a verl far from ours must not flood the log

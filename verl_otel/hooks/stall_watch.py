@@ -1,20 +1,22 @@
 """The stall watch (telemetry/stalls.py) around hooked calls outside the trainer's phases: a reward call, an
-agent-loop sample, a rollout server request. Only a start time goes into a dict here; the runtime's watch
-thread does the rest."""
+agent-loop sample, a rollout server request, a worker's side of a weight sync. Only a start time goes into a
+dict here; the runtime's watch thread does the rest."""
 
 from __future__ import annotations
 
 from verl_otel import runtime
 
 
-def watch(call: str, traceparent: str | None) -> int | None:
-    """The watch's token for a call named ``call`` (its stall span goes under ``traceparent``); None when off."""
+def watch(call: str, traceparent: str | None, phase: str | None = None, step: int = -1) -> int | None:
+    """The watch's token for a call named ``call`` (its stall span goes under ``traceparent``), of the trainer's
+    ``phase`` when it is part of one (default: its own name) and ``step`` when known; None when off."""
     stalls = runtime.current().stalls
     if stalls is None:
         return None
     from verl_otel.telemetry.propagation import extract
 
-    return stalls.enter(call, parent=extract(traceparent) if traceparent else None)
+    parent = extract(traceparent) if traceparent else None
+    return stalls.enter(phase or call, call=call, step=step, parent=parent)
 
 
 def unwatch(token: int | None, _exc: BaseException | None = None) -> None:

@@ -131,6 +131,18 @@ UPDATE_TARGETS: tuple[HookTarget, ...] = (
     ),
 )
 
+WEIGHT_SYNC_TARGETS: tuple[HookTarget, ...] = (
+    # written against 0.9.1's worker-side update_weights (not checked on older releases)
+    _m(_EW, "ActorRolloutRefWorker.update_weights", "weight_sync:actor_update_weights", "weight-sync stalls", "0.9.1"),
+    _m(
+        "verl.checkpoint_engine.base",
+        "CheckpointEngineWorker.update_weights",
+        "weight_sync:replica_update_weights",
+        "weight-sync stalls in rollout replicas",
+        "0.9.1",
+    ),
+)
+
 WORKER_GROUP_TARGETS: tuple[HookTarget, ...] = (
     _t(
         "verl.single_controller.ray.base",
@@ -225,6 +237,7 @@ ALL_TARGETS: tuple[HookTarget, ...] = (
     *TRAINER_TARGETS,
     *ROLLOUT_TARGETS,
     *UPDATE_TARGETS,
+    *WEIGHT_SYNC_TARGETS,
     *WORKER_GROUP_TARGETS,
     *REWARD_TARGETS,
     *ASYNC_ROLLOUT_TARGETS,

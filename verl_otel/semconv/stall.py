@@ -44,6 +44,7 @@ CALL_REWARD: Final = "reward.compute_score"
 CALL_AGENT_SAMPLE: Final = "rollout.sample"
 CALL_SERVER_REQUEST: Final = "rollout.request"
 CALL_WEIGHT_SEND: Final = "weights.send"  # a training worker sending the weights to the rollout (a sync)
+CALL_WEIGHT_RECEIVE: Final = "weights.receive"  # a rollout replica receiving and loading them
 
 #: A training worker's traced method -> the trainer phase it runs in (its stalls' ``phase``)
 WORKER_METHOD_PHASES: Final[dict[str, str]] = {
