@@ -52,8 +52,8 @@ def test_the_runtime_reads_it_on_the_flusher_thread(monkeypatch, tmp_path):
     original = ResidentMemory.__call__
 
     def spy(self):
-        seen.append(threading.current_thread().name)
         original(self)
+        seen.append(threading.current_thread().name)  # after the reading is set: the test reads it next
 
     monkeypatch.setattr(ResidentMemory, "__call__", spy)
     monkeypatch.setenv(sc.ENV_DIR, str(tmp_path))

@@ -107,3 +107,18 @@ def test_each_worker_call_sets_its_ranks_gauge():
         assert list(got) == [("update_actor", "actor", "3")] and 0 <= got[("update_actor", "actor", "3")] < 1
     finally:
         runtime.reset_for_tests()
+
+
+def test_the_streamed_file_names_the_same_straggler(tmp_path):
+    """slow-steps streams a trace file (analysis/step_stream.py): the worker calls' ranks survive it."""
+    from helpers.step_spans import write_lines
+
+    from verl_otel.analysis.step_stream import read_steps
+
+    spans = _run()
+    write_lines(tmp_path / "traces.jsonl", spans)
+    streamed, _ = read_steps(tmp_path / "traces.jsonl")
+    by_number = {s.global_step: s for s in streamed}
+    slow = stragglers.stragglers(by_number[SLOW_STEP])
+    assert [(x.phase, x.rank, x.ranks) for x in slow] == [(sc.PHASE_UPDATE_ACTOR, SLOW_RANK, RANKS)]
+    assert [s.rank_calls for s in streamed] == [s.rank_calls for s in verl_steps(spans)]

@@ -1,9 +1,9 @@
 """Step traces of a long run's trace file set, read in bounded memory: the file is streamed line by line and,
-per trace, only what :func:`step_traces.build_step` reads is held (the step span; the phase candidates as a
-few values each; each ``rollout.worker``'s mode and index; the K slowest ``rollout.sample`` spans, as few
-attributes). The engine's ``llm_request`` spans are taken in a second pass over only the lines that hold
-them, and only under the samples kept. Each trace's spans so reduced go through ``build_step``, so a step
-reads the same as from every span (its slowest K samples)."""
+per trace, only what :func:`step_traces.build_step` reads is held (the step span; the phase candidates and
+worker calls as a few values each; each ``rollout.worker``'s mode, index and median sample; the K slowest
+``rollout.sample`` spans, as few attributes). The engine's ``llm_request`` spans are taken in a second pass
+over only the lines that hold them, and only under the samples kept. Each trace's spans so reduced go through
+``build_step``, so a step reads the same as from every span (its slowest K samples)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,12 @@ from verl_otel.analysis.step_traces import Span, StepTrace, build_step
 
 _SAMPLE_ATTRS = (sc.ATTR_SAMPLE_INDEX, sc.ATTR_SAMPLE_ROLLOUT_N)
 _ENGINE_ATTRS = (sc.ENGINE_ATTR_QUEUE, sc.ENGINE_ATTR_PREFILL, sc.ENGINE_ATTR_DECODE, sc.ATTR_ENGINE_REPLICA)
-_WORKER_ATTRS = (sc.ATTR_MODE, sc.ATTR_WORKER_INDEX)
+_WORKER_ATTRS = (sc.ATTR_MODE, sc.ATTR_WORKER_INDEX, sc.ATTR_WORKER_SAMPLE_MEDIAN_S)
+# what build_step reads of a phase (its tokens) or a worker call (its rank, for the stragglers)
+_OTHER_ATTRS = (sc.ATTR_PHASE, sc.ATTR_PHASE_TOKENS, sc.ATTR_WORKER_RANK, sc.ATTR_WORKER_METHOD, sc.ATTR_WORKER_ROLE)
 _NOT_PHASES = sc.NON_PHASE_SPANS | {sc.SPAN_ENGINE_REQUEST}
 _ENGINE_NAME = f'"name":"{sc.SPAN_ENGINE_REQUEST}"'.encode()
+_WORKER_CALLS = frozenset(sc.WORKER_SPAN_NAMES.values())  # worker.* spans: their ranks, for the stragglers
 
 
 def _slim(span: Span, names: tuple[str, ...]) -> Span:
@@ -32,8 +35,9 @@ def _slim(span: Span, names: tuple[str, ...]) -> Span:
 @dataclass
 class _Trace:
     roots: dict[str, Span] = field(default_factory=dict)  # step spans without a parent (one, but for a re-export)
-    # phase candidates: span id -> (name, start, end, carries verl.phase, parent id, service)
-    others: dict[str, tuple[str, int, int, bool, str, str]] = field(default_factory=dict)
+    # phase candidates and worker calls: span id -> (name, start, end, the attributes build_step reads, parent id,
+    # service)
+    others: dict[str, tuple[str, int, int, dict[str, object], str, str]] = field(default_factory=dict)
     workers: dict[str, Span] = field(default_factory=dict)
     samples: list[tuple[int, int, Span]] = field(default_factory=list)  # min-heap of (duration, -seq, span)
     sample_ids: set[str] = field(default_factory=set)
@@ -41,8 +45,7 @@ class _Trace:
 
     def spans(self, trace_id: str) -> list[Span]:
         out = [*self.roots.values(), *self.workers.values(), *(s for _, _, s in self.samples), *self.engine.values()]
-        for span_id, (name, start, end, phase, parent, service) in self.others.items():
-            attrs = {sc.ATTR_PHASE: name} if phase else {}
+        for span_id, (name, start, end, attrs, parent, service) in self.others.items():
             out.append(Span(trace_id, span_id, parent, name, start, end, attrs, service=service))
         return out
 
@@ -69,9 +72,9 @@ class StepFold:
             self._sample(t, span)
         elif name == sc.SPAN_ENGINE_REQUEST:
             self.engine_seen = True  # taken in the second pass, under the samples kept
-        elif name not in _NOT_PHASES:
-            phase = sc.ATTR_PHASE in span.attributes
-            t.others[span.span_id] = (name, span.start_ns, span.end_ns, phase, span.parent_id, span.service)
+        elif name not in _NOT_PHASES or name in _WORKER_CALLS:
+            attrs = {k: span.attributes[k] for k in _OTHER_ATTRS if k in span.attributes}
+            t.others[span.span_id] = (name, span.start_ns, span.end_ns, attrs, span.parent_id, span.service)
 
     def _sample(self, t: _Trace, span: Span) -> None:
         if span.span_id in t.sample_ids or not self.samples_kept:
@@ -106,8 +109,6 @@ class StepFold:
         for trace_id, t in self.traces.items():
             if not t.roots:
                 continue
-            kept = {s.parent_id for _, _, s in t.samples}
-            t.workers = {k: w for k, w in t.workers.items() if k in kept}
             step = build_step(t.spans(trace_id))
             if step is not None:
                 out.append(step)
