@@ -48,12 +48,12 @@ def test_nothing_without_proc(tmp_path):
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="Linux /proc only")
 def test_the_runtime_reads_it_on_the_flusher_thread(monkeypatch, tmp_path):
-    seen: list[str] = []
+    seen: list[tuple[object, str]] = []  # (the reader's metric state, its thread): earlier runtimes' flushers tick too
     original = ResidentMemory.__call__
 
     def spy(self):
         original(self)
-        seen.append(threading.current_thread().name)  # after the reading is set: the test reads it next
+        seen.append((self.state, threading.current_thread().name))  # after the reading is set: the test reads it
 
     monkeypatch.setattr(ResidentMemory, "__call__", spy)
     monkeypatch.setenv(sc.ENV_DIR, str(tmp_path))
@@ -62,9 +62,10 @@ def test_the_runtime_reads_it_on_the_flusher_thread(monkeypatch, tmp_path):
         rt = runtime.current()
         rt.wire(sc.ROLE_TRAINER)  # a process that exports metrics
         deadline = time.monotonic() + 5
-        while not seen and time.monotonic() < deadline:
+        while not any(state is rt.state for state, _ in seen) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert seen and threading.main_thread().name not in seen
+        threads = [name for state, name in seen if state is rt.state]
+        assert threads and threading.main_thread().name not in threads
         assert _rss(rt.state) is not None
     finally:
         runtime.reset_for_tests()
