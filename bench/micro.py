@@ -34,12 +34,12 @@ def span_us(n: int = 200, rounds: int = 30) -> tuple[float, float]:
     while the foreground cost is measured (a real step makes about a dozen spans)."""
     os.environ["VERL_OTEL_DIR"] = tempfile.mkdtemp(prefix="verl-otel-bench-")
     os.environ.setdefault("VERL_OTEL_CONSOLE", "0")
-    from verl_otel import runtime
+    from verl_otel import model, runtime
     from verl_otel.hooks import verl_objects
     from verl_otel.telemetry.steps import StepTracer
 
     runtime.reset_for_tests()
-    tracer = StepTracer()
+    tracer = StepTracer(model.current().services)
 
     class Trainer:
         global_steps = 1
@@ -70,14 +70,14 @@ def step_end_us(rounds: int = 200, keys: int = 150) -> float:
     happens on the flusher thread. Median µs."""
     os.environ["VERL_OTEL_DIR"] = tempfile.mkdtemp(prefix="verl-otel-bench-")
     os.environ["VERL_OTEL_CONSOLE"] = "0"
-    from verl_otel import runtime
+    from verl_otel import model, runtime
     from verl_otel.hooks import verl_objects
     from verl_otel.telemetry.steps import StepTracer
     from verl_otel.telemetry.trainer_metrics import TrainerMetrics
 
     runtime.reset_for_tests()
     rt = runtime.current()
-    tracer = StepTracer()
+    tracer = StepTracer(model.current().services)
     tracer.observers.append(TrainerMetrics(rt.state))
 
     class Trainer:
@@ -141,9 +141,10 @@ def progress_update_us(n: int = 200000) -> float:
 def reward_record_us(n: int = 200000) -> float:
     """Per reward call in a reward-loop worker: the K-slowest bookkeeping (the spans themselves are
     made once per group, off the call path)."""
+    from verl_otel import model
     from verl_otel.telemetry.reward_spans import RewardSpans
 
-    spans = RewardSpans(max_spans=8, background=False)
+    spans = RewardSpans(model.current().services, max_spans=8, background=False)
     tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
     def run(k: int) -> None:
@@ -152,6 +153,43 @@ def reward_record_us(n: int = 200000) -> float:
             record(tp, i, i + (i * 7919) % 1000, {})
 
     return _best_of(run, n)
+
+
+def weight_sync_tensor_us(n: int = 200000) -> tuple[float, float]:
+    """Per tensor of a weight sync's export (telemetry/weight_sync.py): the timed stream's cost over the bare
+    generator's, and the spans of one sync at its end (the slowest 4 buckets of ``n`` / 64), in µs."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from verl_otel.telemetry.weight_sync import WeightSync
+
+    class _T:  # nbytes only: the stream reads it, as from a torch tensor
+        nbytes = 1 << 20
+
+    item = ("w", _T())
+    tracer = TracerProvider().get_tracer("bench")
+
+    def export(k: int) -> Any:
+        for _ in range(k):
+            yield item
+
+    def bare(k: int) -> None:
+        for _ in export(k):
+            pass
+
+    syncs: list[WeightSync] = []
+
+    def timed(k: int) -> None:
+        sync = WeightSync(tracer, trace.set_span_in_context(trace.INVALID_SPAN), "nccl", 64 << 20, 1)
+        for _ in sync.stream(export(k)):
+            pass
+        syncs.append(sync)
+
+    per_tensor = _best_of(timed, n) - _best_of(bare, n)
+    t0 = time.perf_counter()
+    for sync in syncs:
+        sync.end()
+    return max(0.0, per_tensor), (time.perf_counter() - t0) / len(syncs) * 1e6
 
 
 def carry_us(n: int = 20000) -> float:
@@ -229,7 +267,7 @@ def scrape_ms() -> float:
     from prometheus_client import CollectorRegistry, generate_latest
 
     from verl_otel.export.prometheus import StateCollector
-    from verl_otel.telemetry.metrics import MetricsState
+    from verl_otel.process.metrics import MetricsState
     from verl_otel.telemetry.rollout import RolloutTracker
     from verl_otel.telemetry.trainer_metrics import record_training_metrics
 
@@ -264,8 +302,8 @@ def _stall_watch(root: str) -> Any:
 
     from verl_otel.config import StallSettings
     from verl_otel.export.stall_evidence import EvidenceFiles
-    from verl_otel.telemetry.metrics import MetricsState
-    from verl_otel.telemetry.stalls import StallWatch
+    from verl_otel.process.metrics import MetricsState
+    from verl_otel.process.stalls import StallWatch
 
     watch = StallWatch(
         StallSettings(),

@@ -46,9 +46,10 @@ def main() -> None:
     on = enabled()
     trainer = TrainerState()
     if on:
+        from verl_otel import model
         from verl_otel.hooks import trainer as hooks
-        from verl_otel.telemetry.rollout import TRACKER
-        from verl_otel.telemetry.steps import TRACER
+
+        TRACKER, TRACER = model.current().rollout, model.current().steps  # noqa: N806
 
         hooks.declare_run(trainer)
         hooks.start_fit(trainer, "bench")

@@ -134,6 +134,8 @@ def main() -> None:
     print(f"scrape_ms {micro.scrape_ms():.2f}")
     print(f"reward_record_us {micro.reward_record_us():.3f}")
     print(f"carry_us {micro.carry_us():.3f}")
+    per_tensor, sync_end = micro.weight_sync_tensor_us()
+    print(f"weight_sync_tensor_us {per_tensor:.3f} (the sync's spans at its end: {sync_end:.0f} µs)")
     client_us, server_us = micro.engine_carry_us()  # the server side needs vLLM (.venv-vllm/bin/python bench/run.py)
     print(f"engine_carry_us {client_us:.2f} (agent loop) {'n/a' if server_us is None else f'{server_us:.2f}'} (server)")
     import export_buffer

@@ -6,11 +6,18 @@
   ``llm_request`` spans included (the project's OTLP/JSON writer);
 - scale_slow_steps_s_1gb/_rss_mb_1gb, scale_val_generations_s_1gb/_rss_mb_1gb: the readers on the rotated
   trace file set of a 1,000-step run (128 workers, 16 rollout servers), in a fresh process each;
+- scale_jaeger_steps_1000_s/_rss_mb/_max_page_kb: ``slow-steps --jaeger`` over 1,000 step traces of the file set's
+  shape in a real Jaeger (memory storage, sent to its OTLP port), in a fresh process: seconds, peak resident MB and
+  the largest answer Jaeger sent it (skipped, saying so, without a Jaeger binary: `make stack-bin` builds it);
 - scale_top_frame_ms_128w (and _1dead: one page never answers): one ``top`` frame over 128 /metrics pages on
   127.0.0.1 answering after 50 ms each;
 - scale_series_128w: the run's Prometheus series with 128 agent-loop workers and 64 training ranks (the trainer
   with 150 metric keys after 1,000 steps);
-- scale_rss_growth_mb: the trainer process' resident memory growth over 1,000 steps with 150 metric keys.
+- scale_rss_growth_mb: the trainer process' resident memory growth over 1,000 steps with 150 metric keys;
+- scale_rollouter_sample_us_10k: our cost per sample in fully_async's rollouter process (the real hooks around each
+  sample and each parameter sync) at 10k samples per parameter version;
+- scale_rollouter_rss_growth_mb: the rollouter process' resident memory growth over 1,000 parameter versions
+  (100 samples each), after 20.
 
 ``--small`` runs each at a tiny size (tests/test_bench_scale.py), printing the same names.
 """
@@ -38,6 +45,32 @@ def _child(args: list[str], marker: str) -> dict[str, float]:
     return json.loads(lines[-1].split(" ", 1)[1])
 
 
+def _jaeger(small: bool) -> dict[str, float]:
+    import scale_jaeger
+
+    exe = scale_jaeger.jaeger_binary()
+    if exe is None:
+        print("scale_jaeger_*: skipped, no jaeger binary in .stack-bin or on PATH (`make stack-bin` builds it)")
+        return {}
+    run = {"steps": 20, "workers": 8, "replicas": 2} if small else {"steps": 1000, "workers": 128, "replicas": 16}
+    jaeger = scale_jaeger.MemoryJaeger(exe)
+    try:
+        t0 = time.perf_counter()
+        size = scale_jaeger.load_run(jaeger, **run)
+        print(f"jaeger: {run}, {size / 2**20:.0f} MiB sent in {time.perf_counter() - t0:.1f}s", flush=True)
+        seconds, rss, largest, compared = scale_jaeger.reader_cost(jaeger.url)
+    finally:
+        jaeger.stop()
+    if compared != run["steps"]:
+        raise SystemExit(f"slow-steps --jaeger compared {compared} steps of {run['steps']}")
+    print(f"slow-steps --jaeger: {compared} steps; goal: resident <= 300 MB, largest answer <= 16 MiB + one trace")
+    return {
+        "scale_jaeger_steps_1000_s": seconds,
+        "scale_jaeger_rss_mb": rss,
+        "scale_jaeger_max_page_kb": largest / 1024,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--small", action="store_true", help="tiny sizes: checks that every figure is made")
@@ -62,6 +95,15 @@ def main() -> None:
     figures["scale_series_128w"] = trainer["series_end"] + 128 * worker_series + 64 * rank["series"]
     figures["scale_rss_growth_mb"] = trainer["rss_end_mb"] - trainer["rss_warm_mb"]
 
+    versions, per_version = (3, 300) if small else (3, 10_000)
+    got = _child([str(HERE / "scale_rollouter.py"), str(versions), str(per_version), str(versions)], "SCALE_ROLLOUTER")
+    print(f"rollouter {versions} versions x {per_version} samples: {json.dumps(got)}", flush=True)
+    figures["scale_rollouter_sample_us_10k"] = got["sample_us"]
+    versions, per_version = (40, 20) if small else (1000, 100)
+    got = _child([str(HERE / "scale_rollouter.py"), str(versions), str(per_version), "0"], "SCALE_ROLLOUTER")
+    print(f"rollouter {versions} versions x {per_version} samples: {json.dumps(got)}", flush=True)
+    figures["scale_rollouter_rss_growth_mb"] = got["rss_end_mb"] - got["rss_warm_mb"]
+
     tmp = Path(tempfile.mkdtemp(prefix="verl-otel-scale-"))
     try:
         t0 = time.perf_counter()
@@ -77,6 +119,7 @@ def main() -> None:
         figures["scale_top_frame_ms_128w_1dead"], _ = readers.top_frame_ms(tmp, pages, dead=1)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    figures.update(_jaeger(small))
 
     ratio_us = figures["scale_sample_us_100k"] / max(1e-9, figures["scale_sample_us_1k"])
     ratio_bytes = figures["scale_trace_bytes_per_step_100k"] / max(1.0, figures["scale_trace_bytes_per_step_1k"])

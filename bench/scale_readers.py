@@ -175,7 +175,7 @@ def _page(worker: int) -> bytes:
     from prometheus_client import CollectorRegistry, generate_latest
 
     from verl_otel.export.prometheus import StateCollector
-    from verl_otel.telemetry.metrics import MetricsState
+    from verl_otel.process.metrics import MetricsState
     from verl_otel.telemetry.rollout import RolloutTracker
 
     state, tracker = MetricsState(), RolloutTracker()

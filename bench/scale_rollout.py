@@ -34,19 +34,20 @@ def main(n: int, steps: int, replicas: int) -> dict[str, float]:
     os.environ.update(VERL_OTEL_DIR=str(data), VERL_OTEL_CONSOLE="0")
     from omegaconf import OmegaConf
 
-    from verl_otel import runtime
+    from verl_otel import model, runtime
     from verl_otel import semconv as sc
-    from verl_otel.hooks import engine, rollout
+    from verl_otel.hooks import engine, rollout, verl_objects
     from verl_otel.telemetry.propagation import extract
-    from verl_otel.telemetry.rollout import TRACKER
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from scale_trainer import series
 
     runtime.reset_for_tests()
     rt = runtime.current()
+    m = model.current()
+    TRACKER = m.rollout  # noqa: N806
     TRACKER.worker = 0  # what rollout._wire reads from Ray's actor name
-    rt.wire(sc.ROLE_AGENT_LOOP, worker_index=0, setup=rollout._wire_agent_loop)
+    m.wire(sc.ROLE_AGENT_LOOP, worker_index=0, describe=verl_objects.sample_attributes)
 
     class Client:  # what the hook reads of verl's LLMServerClient: its (OmegaConf) config
         config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"name": "vllm"}}})

@@ -46,6 +46,7 @@ def _runtime() -> Any:
 
 
 def trainer(steps: int, keys: int) -> dict[str, float]:
+    from verl_otel import model
     from verl_otel import semconv as sc
     from verl_otel.hooks import verl_objects
     from verl_otel.telemetry.steps import StepTracer
@@ -53,7 +54,7 @@ def trainer(steps: int, keys: int) -> dict[str, float]:
 
     rt = _runtime()
     rt.wire(sc.ROLE_TRAINER)
-    tracer = StepTracer()
+    tracer = StepTracer(model.current().services)
     tracer.observers.append(TrainerMetrics(rt.state))
 
     class Trainer:
@@ -80,12 +81,13 @@ def trainer(steps: int, keys: int) -> dict[str, float]:
 
 
 def rank() -> dict[str, float]:
+    from verl_otel import model
     from verl_otel import semconv as sc
-    from verl_otel.hooks import update
-    from verl_otel.telemetry.update import TRACKER
 
     rt = _runtime()
-    rt.wire(sc.ROLE_WORKER, worker_index=0, setup=update._wire_worker)
+    m = model.current()
+    TRACKER = m.update  # noqa: N806
+    m.wire(sc.ROLE_WORKER, worker_index=0)
     rt.stalls  # noqa: B018 - the stall watch registers its gauges on first use
     for role in ("actor", "critic"):
         TRACKER.begin(role, 16, 1, step=1)

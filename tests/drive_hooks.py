@@ -16,8 +16,8 @@ from verl.utils.profiler import marked_timer
 from verl.utils.tracking import Tracking, ValidationGenerationsLogger
 
 import verl_otel.hooks.registry as registry
+from verl_otel import model
 from verl_otel.hooks import trainer as trainer_hooks
-from verl_otel.telemetry.steps import TRACER
 
 
 def listening_sockets() -> int:
@@ -70,7 +70,8 @@ def main() -> None:
             trainer.global_steps = step
             timing = {}
             with marked_timer("step", timing):
-                for phase in ("gen", "old_log_prob", "adv", "update_actor"):
+                sync = ("update_weights",) if os.environ.get("DRIVE_WEIGHT_SYNC") else ()
+                for phase in ("gen", "old_log_prob", "adv", "update_actor", *sync):
                     with marked_timer(phase, timing):
                         time.sleep(0.01)
                         if phase == fail_phase and step == steps:
@@ -103,7 +104,7 @@ def main() -> None:
         err = e
     finally:
         t0 = time.monotonic()
-        TRACER.fit_ended(err)
+        model.current().steps.fit_ended(err)
         fit_end_s = time.monotonic() - t0
     # what the training thread waited for, and how many threads of ours ever ran at once
     print(

@@ -41,6 +41,7 @@ def test_promtool_unit_tests_pass():
 
 
 _RSS = sc.PROCESS_RESIDENT_MEMORY.name
+_RUNNING = f'{sc.VLLM_REQUESTS_RUNNING}{{{sc.LABEL_PROCESS_ROLE}="{sc.ROLE_ROLLOUT_SERVER}"}}'
 
 
 @needs_promtool
@@ -51,6 +52,7 @@ _RSS = sc.PROCESS_RESIDENT_MEMORY.name
         ("VerlStepStalled", f" unless on() {alerts.pipeline_unhealthy(alerts.Thresholds())}"),
         ("VerlGPUMemoryNearLimit", f" unless on() {sc.DCGM_FB_USED}"),
         ("VerlKLTooSmallRewardFlat", f"|{sc.KEY_KL_LOSS}"),
+        ("VerlEngineNoTokens", f"(sum by ({alerts.ENGINE_BY}) ({_RUNNING}) > 0) and on({alerts.ENGINE_BY}) "),
         (
             "VerlMemoryLeak",  # the one-time jump fires without the both-halves guard
             f" and ({_RSS} - {_RSS} offset 1800s) > 33554432 and ({_RSS} offset 1800s - {_RSS} offset 1h) > 33554432",
@@ -200,3 +202,23 @@ def test_every_rule_evaluates_on_data_in_real_prometheus(prom_factory):
             time.sleep(0.5)
         assert set(loaded) == {r.name for r in alerts.rules()} | {r.name for r in alerts.records()}
         assert {n: r.get("lastError") for n, r in loaded.items() if r["health"] != "ok"} == {}
+
+
+def test_each_health_check_is_one_declaration():
+    """A health check's alert rules and `top`'s line come from one declaration (dashboards/health.py): its rules
+    are in the rules file once each, and a threshold moves both the rule and top's verdict."""
+    from verl_otel.dashboards import health
+    from verl_otel.live.health import signals
+    from verl_otel.live.run_view import History, RunView
+
+    names = [r.name for r in alerts.rules()]
+    declared = [r.name for c in health.CHECKS for r in c.alerts(alerts.DEFAULTS)]
+    assert len(declared) == len(set(declared)) >= len(health.CHECKS) and set(declared) <= set(names)
+    assert all(names.count(n) == 1 for n in declared)
+    view = RunView(metrics={sc.KEY_PPO_KL: 0.3})
+    for kl_max, state in ((0.1, "tripped"), (0.5, "ok")):
+        t = alerts.Thresholds.with_overrides([f"kl_max={kl_max}"])
+        [rule] = health.KL_BLOW_UP.alerts(t)
+        assert rule.expr.endswith(f"> {kl_max:g}") and [r for r in alerts.rules(t) if r.name == rule.name] == [rule]
+        kl = {s.name: s for s in signals(view, History(), t)}[health.KL_BLOW_UP.name]
+        assert kl.state == state, kl

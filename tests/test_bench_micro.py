@@ -30,6 +30,7 @@ print("FIGURES " + json.dumps({{
     "engine_carry_us": client_us,
     "scrape_ms": micro.scrape_ms(),
     "stall_watch_us": micro.stall_watch_us(n=200),
+    "weight_sync_tensor_us": micro.weight_sync_tensor_us(n=200)[0],
     "stall_dump_ms": micro.stall_dump_ms(repeats=2),
     "buffer_export_us": ours_us, "sdk_export_us": sdk_us, "buffer_drain_s": drain,
 }}))

@@ -51,7 +51,7 @@ def test_committed_json_is_the_sdk_model_but_for_the_declared_raw_parts(dash, ty
 
 
 def _panel(pid: int, grid: tuple[int, int, int, int] = (0, 0, 12, 8)) -> grafana.Panel:
-    return grafana.Panel(pid, f"p{pid}", "A panel. Healthy: yes.", "timeseries", (grafana.Target("up"),), grid=grid)
+    return grafana.Panel(f"p{pid}", "A panel. Healthy: yes.", "timeseries", (grafana.Target("up"),), grid=grid, id=pid)
 
 
 def test_extra_variables_are_typed_or_refused():
@@ -67,3 +67,28 @@ def test_panels_left_at_the_origin_are_placed_by_the_sdk():
     d = grafana.Dashboard("x", "x", "x", (_panel(1), _panel(2), _panel(3, (0, 0, 24, 4)), _panel(4, (12, 20, 12, 8))))
     grids = [(p["gridPos"]["x"], p["gridPos"]["y"], p["gridPos"]["w"]) for p in builders.render(d)["panels"]]
     assert grids == [(0, 0, 12), (12, 0, 12), (0, 8, 24), (12, 20, 12)]
+
+
+def test_rows_number_and_place_their_panels():
+    """A dashboard's rows give its panels their ids (1, 2, ... in order) and grid positions (side by side in equal
+    widths, each row below the one before), so a panel added to a row moves the ones after it, not a hand-set
+    number in another file."""
+    a, b, c = (grafana.Panel(t, "A panel. Healthy: yes.", "timeseries", (grafana.Target("up"),)) for t in "abc")
+    laid = grafana.laid_out((grafana.Row(4, a, b), grafana.Row(6, c)))
+    assert [(p.title, p.id, p.grid) for p in laid] == [
+        ("a", 1, (0, 0, 12, 4)),
+        ("b", 2, (12, 0, 12, 4)),
+        ("c", 3, (0, 4, 24, 6)),
+    ]
+    for dash in panels.DASHBOARDS:
+        assert [p.id for p in dash.panels] == list(range(1, len(dash.panels) + 1)), dash.uid
+        rows: dict[int, list[tuple[int, int, int, int]]] = {}
+        for p in dash.panels:
+            rows.setdefault(p.grid[1], []).append(p.grid)
+        y = 0
+        for top, grids in rows.items():  # each row fills the width, the next starts where it ends
+            assert top == y and [g[0] for g in grids] == [sum(g[2] for g in grids[:i]) for i in range(len(grids))]
+            assert sum(g[2] for g in grids) == grafana.GRID_COLUMNS and len({g[3] for g in grids}) == 1, grids
+            y += grids[0][3]
+    with pytest.raises(AssertionError):
+        grafana.Row(8, a, b, c, a, b, c, a)  # 7 panels cannot share 24 columns equally

@@ -1,6 +1,7 @@
-"""The demo's `--slow` knobs with real vLLM (verl_otel/demo/vllm_slow.py, vllm_long_tail.py), piece by piece:
-which request becomes the long tail and what it asks vLLM for, the rollout delay, the engine argument, and the
-logits processor itself in vLLM's venv. The whole path, in a real run, is tests/test_e2e_vllm.py."""
+"""The demo's `--slow` knobs and `--hang rollout` with real vLLM (verl_otel/demo/vllm_slow.py, vllm_long_tail.py),
+piece by piece: which request becomes the long tail or hangs the engine and what it asks vLLM for, the rollout
+delay, the engine argument, and the logits processor itself in vLLM's venv. The whole path, in a real run, is
+tests/test_e2e_vllm.py."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from helpers.procs import ROOT, clean_env
 from helpers.verl_runs import vllm_python
 
 from verl_otel.demo import vllm_slow
-from verl_otel.demo.slow import ENV, SlowSpec
+from verl_otel.demo.slow import ENV, HANG_ENV, SlowSpec
 
 MAX_MODEL_LEN = 4096
 PROMPT = {"prompt_token_ids": [1, 2, 3, 4, 5]}
@@ -86,6 +87,30 @@ def test_other_steps_and_the_carried_context_are_left_alone(process):
     assert p.extra_args["traceparent-key"] == "kept" and vllm_slow.DEADLINE_KEY in p.extra_args
 
 
+def test_a_hang_rides_on_the_steps_first_training_request(process, monkeypatch):
+    """`--hang rollout@K`: the engine is to stop in step K's first training request: at once, or midway through
+    the time the long tail has beside the hang when it is also the tail (the other requests are done by then)."""
+    monkeypatch.setenv(HANG_ENV, "rollout@2=5")
+    process("", global_steps=1)
+    greedy, first, second = params(temperature=0), params(), params()
+    before = time.time()
+    for p in (greedy, first, second):
+        call(p)
+    start, seconds = first.extra_args[vllm_slow.HANG_KEY]
+    assert before <= start <= time.time() and seconds == 5.0 and first.max_tokens == 16
+    assert second.extra_args is None and greedy.extra_args is None, "once a step, training only"
+    process("rollout_sample@2=9", global_steps=1)
+    tail = params()
+    call(tail)
+    start, seconds = tail.extra_args[vllm_slow.HANG_KEY]
+    deadline = tail.extra_args[vllm_slow.DEADLINE_KEY]
+    assert start == pytest.approx(deadline - 9 + 2, abs=0.05) and seconds == 5.0  # (9 - 5) / 2 into the tail
+    process("", global_steps=0)  # step 1: no hang asked for
+    other = params()
+    call(other)
+    assert other.extra_args is None
+
+
 def test_rollout_delay_waits_before_the_engine(process):
     process("rollout@3=0.3", global_steps=2)
     t0 = time.monotonic()
@@ -100,6 +125,8 @@ def test_the_engine_argument_only_when_a_long_tail_is_asked_for():
     assert vllm_slow.overrides(SlowSpec.parse(["update_actor@3=3", "rollout@2=1"])) == []
     [override] = vllm_slow.overrides(SlowSpec.parse(["rollout_sample@1=4"]))
     assert override.endswith(f"logits_processors='{vllm_slow.LOGITS_PROCESSOR}'")
+    assert vllm_slow.overrides(SlowSpec(), SlowSpec.parse_hang(["rollout@1=5"])) == [override], "the engine hang"
+    assert vllm_slow.overrides(SlowSpec(), SlowSpec.parse_hang(["reward@1=5"])) == []
 
 
 _PROCESSOR_CHECK = r"""
@@ -107,7 +134,7 @@ import json, sys, time, torch
 from types import SimpleNamespace
 from vllm import SamplingParams
 from verl_otel.demo.vllm_long_tail import LongTail
-from verl_otel.demo.vllm_slow import DEADLINE_KEY, LOGITS_PROCESSOR
+from verl_otel.demo.vllm_slow import DEADLINE_KEY, HANG_KEY, LOGITS_PROCESSOR
 from vllm.v1.sample.logits_processor import _load_logitsprocs_by_fqcns
 
 eos = 3
@@ -119,6 +146,13 @@ for name, deadline in (("before", time.time() + 60), ("after", time.time() - 1))
     fn = proc.new_req_logits_processor(SamplingParams(max_tokens=8, extra_args={DEADLINE_KEY: deadline}))
     row = fn([], torch.zeros(10))
     out[name] = [None if x == float("-inf") else float(x) for x in row.tolist()]
+fn = proc.new_req_logits_processor(SamplingParams(max_tokens=8, extra_args={HANG_KEY: [time.time() + 0.3, 0.5]}))
+out["hang"] = []
+for pause in (0.0, 0.35, 0.0):  # blocks once, at its first call from its start on, and leaves the logits alone
+    time.sleep(pause)
+    t0 = time.monotonic()
+    row = fn([7], torch.ones(4))
+    out["hang"].append([round(time.monotonic() - t0, 2), row.tolist()])
 print(json.dumps(out))
 """
 
@@ -138,3 +172,6 @@ def test_the_logits_processor_holds_eos_back_then_forces_it():
     assert out["loaded"] and out["plain"], out  # vLLM loads it by the name the demo passes; others untouched
     assert out["before"][3] is None and all(x == 0.0 for i, x in enumerate(out["before"]) if i != 3), out
     assert out["after"][3] == 0.0 and all(x is None for i, x in enumerate(out["after"]) if i != 3), out
+    waits = [w for w, _ in out["hang"]]
+    assert waits[0] < 0.25 and 0.5 <= waits[1] < 2 and waits[2] < 0.25, out["hang"]
+    assert all(row == [1.0] * 4 for _, row in out["hang"]), out["hang"]

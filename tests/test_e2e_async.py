@@ -13,6 +13,8 @@ import pytest
 
 from helpers.traces import event_names, load_spans, parent_chain, steps
 
+from verl_otel import semconv as sc
+
 pytestmark = pytest.mark.verl
 
 PER_SYNC = ("rollout", "old_log_prob", "ref", "adv", "update_actor")
@@ -105,6 +107,38 @@ def test_validation_generations_are_events_of_each_validate_span(separate_async_
         assert workers and all(parent_chain(w, by_step[number].spans)[1] == "validate" for w in workers)
 
 
+def test_the_gloo_weight_sync_parts_sit_under_update_weights(separate_async_run):
+    """Both sides of each step's sync to the standalone replica (the demo's gloo checkpoint engine, a verl plugin):
+    the actor's weights.sync and the replica's weights.receive under the trainer's update_weights, every byte
+    counted, their parts under them."""
+    run = separate_async_run
+    spans = _spans(run)
+    model = _model_bytes(run.out / "assets" / "tiny_model")
+    for number in range(1, run.steps + 1):
+        tree = steps(spans)[number]
+        (phase,) = [s for s in tree.spans if s.name == sc.PHASE_UPDATE_WEIGHTS]
+        (sync,) = [
+            s for s in tree.spans if s.name == sc.SPAN_WEIGHT_SYNC and s.attributes[sc.ATTR_WSYNC_MODE] != "naive"
+        ]
+        assert sync.parent_id == phase.span_id and sync.attributes[sc.ATTR_WSYNC_MODE] == "cpu_gloo"
+        assert sync.attributes[sc.ATTR_WSYNC_BYTES] == model and sync.attributes[sc.ATTR_GLOBAL_STEP] == number
+        parts = Counter(s.name for s in tree.spans if s.parent_id == sync.span_id)
+        assert parts == Counter({sc.SPAN_WEIGHT_GATHER: 1, sc.SPAN_WEIGHT_TRANSFER: 1, sc.SPAN_WEIGHT_BUCKET: 1})
+        # the replica's side: its CheckpointEngineWorker (another process) received every byte under the same phase
+        (recv,) = [s for s in tree.spans if s.name == sc.SPAN_WEIGHT_RECEIVE]
+        assert recv.parent_id == phase.span_id and recv.attributes[sc.ATTR_GLOBAL_STEP] == number
+        assert recv.attributes[sc.ATTR_WSYNC_MODE] == "cpu_gloo" and recv.attributes[sc.ATTR_WSYNC_BYTES] == model
+        assert recv.attributes[sc.ATTR_WSYNC_TENSORS] == sync.attributes[sc.ATTR_WSYNC_TENSORS]
+        assert recv.resource["verl.process.role"] == "ray_worker", recv.resource  # verl's worker, not the server
+        assert recv.resource["process.pid"] != sync.resource["process.pid"]
+        assert recv.start_ns >= phase.start_ns and recv.end_ns <= phase.end_ns
+        assert recv.attributes[sc.ATTR_WSYNC_RECEIVE_S] > 0 and recv.attributes[sc.ATTR_WSYNC_LOAD_S] > 0
+        parts = Counter(s.name for s in tree.spans if s.parent_id == recv.span_id)
+        assert parts == Counter({sc.SPAN_WEIGHT_RECEIVE_PULL: 1, sc.SPAN_WEIGHT_LOAD: 1, sc.SPAN_WEIGHT_BUCKET: 1})
+    # no receive outside a step's phase (the sync before the first step has no trace: stall watch only)
+    assert sum(s.name == sc.SPAN_WEIGHT_RECEIVE for s in spans) == run.steps
+
+
 def _model_bytes(model_dir: Path) -> int:
     from safetensors.torch import load_file
 
@@ -137,3 +171,38 @@ def test_prometheus_counts_every_phase_run_and_the_weight_sync_payload(separate_
         if float(r["value"][1]) > 0
     }
     assert {("0", "train"), ("1", "train"), ("0", "validate"), ("1", "validate")} <= done, done
+
+
+def test_each_mini_batchs_phases_carry_its_own_tokens(separate_async_run):
+    """v1 trains a step's parameter_sync_step mini-batches in turn: the step span carries the tokens of both, each
+    phase run those of its own mini-batch (rollout: its responses), and the per-1k gauge reads the step's sums."""
+    run = separate_async_run
+    by_step = steps(_spans(run))
+    for number in range(1, run.steps + 1):
+        tree = by_step[number]
+        prompt = tree.root.attributes[sc.ATTR_STEP_PROMPT_TOKENS]
+        response = tree.root.attributes[sc.ATTR_STEP_RESPONSE_TOKENS]
+        runs = sorted((s for s in tree.spans if s.name in PER_SYNC), key=lambda s: s.start_ns)
+        batches = [runs[i : i + len(PER_SYNC)] for i in range(0, len(runs), len(PER_SYNC))]
+        assert len(batches) == SYNCS, [s.name for s in runs]
+        generated = [next(s for s in b if s.name == sc.PHASE_ROLLOUT).attributes[sc.ATTR_PHASE_TOKENS] for b in batches]
+        handled = [
+            next(s for s in b if s.name == sc.PHASE_UPDATE_ACTOR).attributes[sc.ATTR_PHASE_TOKENS] for b in batches
+        ]
+        assert all(g > 0 for g in generated) and sum(generated) == response, (number, generated, response)
+        assert all(h > g for h, g in zip(handled, generated, strict=True)) and sum(handled) == prompt + response
+        for batch, tokens in zip(batches, handled, strict=True):
+            for s in batch:
+                if s.name in (sc.PHASE_OLD_LOG_PROB, sc.PHASE_REF):
+                    assert s.attributes[sc.ATTR_PHASE_TOKENS] == tokens, (number, s.name, s.attributes)
+                seconds = (
+                    s.attributes.get(sc.ATTR_PHASE_S_PER_1K_TOKENS, 0.0)
+                    * s.attributes.get(sc.ATTR_PHASE_TOKENS, 0)
+                    / 1000
+                )
+                assert abs(seconds - s.seconds) <= 0.05 * s.seconds + 1e-3 or s.name == sc.PHASE_ADV, (
+                    s.name,
+                    s.attributes,
+                )
+    per_1k = run.prom.scalar_by(sc.PHASE_S_PER_1K_TOKENS.name, "phase")
+    assert {sc.PHASE_ROLLOUT, sc.PHASE_OLD_LOG_PROB, sc.PHASE_UPDATE_ACTOR} <= set(per_1k) and min(per_1k.values()) > 0

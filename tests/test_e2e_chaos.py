@@ -191,17 +191,34 @@ def test_full_trace_directory(tmp_path, clean_run):
 _UPDATING = re.compile(r"ray::WorkerDict\.\S*update_actor")
 
 
+def _ours() -> list[tuple[int, str]]:
+    """(pid, args) of this test's own descendants: the demo and the Ray it starts. Other runs on the machine
+    (another checkout's tests) have processes of the same titles, which this test must not kill."""
+    ps = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True).stdout
+    rows = [line.split(None, 2) for line in ps.splitlines()[1:]]
+    children: dict[int, list[tuple[int, str]]] = {}
+    for row in rows:
+        if len(row) == 3:
+            children.setdefault(int(row[1]), []).append((int(row[0]), row[2]))
+    found, todo = [], [os.getpid()]
+    while todo:
+        for pid, args in children.get(todo.pop(), []):
+            found.append((pid, args))
+            todo.append(pid)
+    return sorted(found)
+
+
 def _killer(pattern: str, killed: dict) -> threading.Thread:
-    """Kill the first process whose title matches ``pattern`` while step 1's actor update runs (made 6 s
-    long): Ray's process titles say so with or without telemetry (verl's own step lines reach the log
+    """Kill the first of our processes whose title matches ``pattern`` while step 1's actor update runs (made
+    6 s long): Ray's process titles say so with or without telemetry (verl's own step lines reach the log
     only when its stdout is flushed, which without telemetry is at exit)."""
 
     def kill() -> None:
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
-            ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-            if _UPDATING.search(ps):
-                pids = [int(line.split()[0]) for line in ps.splitlines()[1:] if re.search(pattern, line)]
+            ours = _ours()
+            if any(_UPDATING.search(args) for _, args in ours):
+                pids = [pid for pid, args in ours if re.search(pattern, args)]
                 if pids:
                     os.kill(pids[0], signal.SIGKILL)
                     killed["pid"] = pids[0]

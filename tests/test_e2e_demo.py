@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from helpers.prom import evaluate_every_expression
-from helpers.traces import event_names, load_spans, parent_chain, steps
+from helpers.traces import event_names, load_spans, parent_chain, step_tokens, steps
 
 from verl_otel import semconv as sc
 
@@ -152,6 +152,23 @@ def test_slow_phase_shows_in_its_step(v1_run):
     dur = {n: (s.end_ns - s.start_ns) / 1e9 for n, s in actor.items()}
     assert dur[3] >= 3.0 and dur[3] > 2 * max(dur[1], dur[2]), dur
     assert by_step[3].root.attributes["verl.slowest_phase"] in ("update_actor", "rollout")
+
+
+def test_v1_steps_and_phases_carry_the_sampled_batchs_tokens(v1_run):
+    """v1 keeps its batch in TransferQueue: the tokens come from the tags of what its replay buffer sampled, and
+    equal the sums over the step's sample spans (batch 4 x n 2, every sample spanned)."""
+    by_step = steps(load_spans(v1_run.out / "traces.jsonl"))
+    for number in range(1, v1_run.steps + 1):
+        prompt, response = step_tokens(by_step[number])
+        spans = by_step[number].spans
+        train = {s.span_id for s in spans if s.name == sc.SPAN_ROLLOUT_WORKER and s.attributes[sc.ATTR_MODE] == "train"}
+        samples = [s.attributes for s in spans if s.name == sc.SPAN_ROLLOUT_SAMPLE and s.parent_id in train]
+        assert len(samples) == 4 * 2, (number, samples)
+        assert prompt == sum(a[sc.ATTR_SAMPLE_PROMPT_TOKENS] for a in samples), number
+        assert response == sum(a[sc.ATTR_SAMPLE_RESPONSE_TOKENS] for a in samples), number
+    per_1k = v1_run.prom.scalar_by(sc.PHASE_S_PER_1K_TOKENS.name, "phase")
+    assert {sc.PHASE_ROLLOUT, sc.PHASE_OLD_LOG_PROB, sc.PHASE_REF, sc.PHASE_UPDATE_ACTOR} <= set(per_1k), per_1k
+    assert all(v > 0 for v in per_1k.values()), per_1k
 
 
 def test_prometheus_sees_progress_of_every_process(v1_run):

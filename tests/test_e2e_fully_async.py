@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from helpers.traces import event_names, load_spans, parent_chain, steps
+from helpers.traces import event_names, load_spans, parent_chain, step_tokens, steps
 
 from verl_otel import semconv as sc
 from verl_otel.analysis.step_traces import Span
@@ -46,6 +46,16 @@ def test_each_trained_step_is_one_trace_then_a_stop_and_fit_end(fully_async_run)
             assert parent_chain(s, tree.spans)[-1] == sc.SPAN_STEP, parent_chain(s, tree.spans)
         # verl's real FSDP2 worker calls join the step's trace
         assert names["worker.update_actor"] >= 1 and names["worker.compute_ref_log_prob"] >= 1, names
+        # and the actor's side of the weight sync (the gloo engine), under param_sync: its id derived from the trace
+        (sync,) = [s for s in tree.spans if s.name == sc.PHASE_PARAM_SYNC]
+        parts = [s for s in tree.spans if s.name == sc.SPAN_WEIGHT_SYNC and s.parent_id == sync.span_id]
+        assert parts and all(p.attributes[sc.ATTR_WSYNC_MODE] == "cpu_gloo" for p in parts), number
+        # and the replica's side, in its CheckpointEngineWorker: every byte the actor sent, under the same param_sync
+        received = [s for s in tree.spans if s.name == sc.SPAN_WEIGHT_RECEIVE and s.parent_id == sync.span_id]
+        assert received and {r.attributes[sc.ATTR_WSYNC_BYTES] for r in received} == {
+            p.attributes[sc.ATTR_WSYNC_BYTES] for p in parts
+        }, number
+        assert all(r.attributes[sc.ATTR_GLOBAL_STEP] == number for r in received), number
     # the queue's end: the next fit_step finds it closed (TrainingStopException), a stop, not an error
     (stopped,) = [t.root for t in by_step.values() if t.root.attributes.get(sc.ATTR_STOPPED)]
     assert stopped.attributes[sc.ATTR_GLOBAL_STEP] == run.steps + 1 and not stopped.status_error
@@ -83,6 +93,24 @@ def test_rollouter_windows_and_the_links_from_each_step(fully_async_run):
     for s in samples:
         assert parent_chain(s, spans) == [sc.SPAN_ROLLOUT_SAMPLE, sc.SPAN_ROLLOUTER_GENERATE]
         assert s.attributes[sc.ATTR_SAMPLE_RESPONSE_TOKENS] > 0
+
+
+def test_trained_steps_and_phases_carry_the_assembled_batchs_tokens(fully_async_run):
+    """The trainer's batch assembled from the queue's samples (2 prompts x n 2, responses up to 16 tokens, prompts
+    up to 32) gives the step and its token phases their tokens, and the per-1k-tokens gauge its samples."""
+    run = fully_async_run
+    spans = _spans(run)
+    by_step = steps(spans)
+    responses = 0
+    for number in range(1, run.steps + 1):
+        prompt, response = step_tokens(by_step[number])
+        assert 4 <= prompt <= 4 * 32 and 4 <= response <= 4 * 16, (number, prompt, response)
+        responses += response
+    # each prompt group (a rollouter sample: its longest response) is trained on once
+    groups = [s for s in spans if s.name == sc.SPAN_ROLLOUT_SAMPLE and s.resource[sc.RES_ROLE] == sc.ROLE_ROLLOUTER]
+    assert responses >= sum(s.attributes[sc.ATTR_SAMPLE_RESPONSE_TOKENS] for s in groups) > 0
+    per_1k = run.prom.scalar_by(sc.PHASE_S_PER_1K_TOKENS.name, "phase")
+    assert {sc.PHASE_ROLLOUT, sc.PHASE_REF, sc.PHASE_UPDATE_ACTOR} <= set(per_1k) and min(per_1k.values()) > 0, per_1k
 
 
 def test_agent_loop_workers_join_the_rollouter_traces(fully_async_run):

@@ -2,7 +2,11 @@
 processes) pushes OTLP to a real receiver that answers UNAVAILABLE from the start until verl has logged
 step 1, then accepts. The run ends as usual, every step's trace arrives whole (no span whose parent is
 missing), nothing is dropped (the pushed verl_otel_dropped_total stays 0 for every export reason) and the
-warnings come once per process, not per batch. One run, shared by the asserts below."""
+warnings come once per process, not per batch. One run, shared by the asserts below.
+
+A second run has the receiver refuse spans until after the run (metrics are taken): the worker processes,
+which Ray ends without ``atexit``, write theirs to ``unsent/`` at fit end, and ``verl-otel push`` delivers
+every step's agent-loop samples and FSDP worker calls."""
 
 from __future__ import annotations
 
@@ -125,20 +129,20 @@ def test_sent_during_the_run_once_the_collector_answered(outage):
     assert "answers again" in _log(outage)
 
 
+def _drop_points(r):
+    reasons = (sc.DROP_EXPORT, sc.DROP_QUEUE, sc.DROP_BUFFER_FULL, sc.DROP_REJECTED, sc.DROP_WRITE)
+    return [
+        (labels.get(sc.LABEL_REASON), v)
+        for name, labels, v in r.metric_points
+        if name == sc.OTEL_DROPPED.otel_name and labels.get(sc.LABEL_REASON) in reasons
+    ]
+
+
 def test_nothing_dropped(outage):
     rx = outage.rx
-    reasons = (sc.DROP_EXPORT, sc.DROP_QUEUE, sc.DROP_BUFFER_FULL, sc.DROP_REJECTED, sc.DROP_WRITE)
-
-    def points(r):
-        return [
-            (labels.get(sc.LABEL_REASON), v)
-            for name, labels, v in r.metric_points
-            if name == sc.OTEL_DROPPED.otel_name and labels.get(sc.LABEL_REASON) in reasons
-        ]
-
-    assert rx.wait_for(lambda r: len(points(r)) > 0, timeout=30)
+    assert rx.wait_for(lambda r: len(_drop_points(r)) > 0, timeout=30)
     with rx.received.lock:
-        nonzero = [p for p in points(rx.received) if p[1]]
+        nonzero = [p for p in _drop_points(rx.received) if p[1]]
     assert nonzero == []
 
 
@@ -147,3 +151,63 @@ def test_warned_once_per_process(outage):
     per_pid = Counter(m.group(1) for m in re.finditer(r"pid=(\d+)\)\S* .*\[verl-otel\] WARNING", log))
     assert all(n <= 6 for n in per_pid.values()), per_pid
     assert "cannot send spans to" in log  # the outage was said, once per process
+
+
+# -- down until after the run ------------------------------------------------------------------------------
+@dataclass
+class LongOutage:
+    run: DemoRun
+    rx: OtlpReceiver
+    files: list[str]  # unsent/ after the run, before push
+    push_rc: int
+
+
+@pytest.fixture(scope="module")
+def long_outage(tmp_path_factory):
+    rx = OtlpReceiver().start()
+    rx.refuse, rx.refuse_metrics = grpc.StatusCode.UNAVAILABLE, False  # spans refused, metrics taken
+    out = tmp_path_factory.mktemp("demo-long-outage")
+    try:
+        run = start_demo(
+            out,
+            "legacy",
+            STEPS,
+            [],
+            scrape=False,
+            extra_env={"OTEL_EXPORTER_OTLP_ENDPOINT": rx.grpc_endpoint, "OTEL_METRIC_EXPORT_INTERVAL": "1000"},
+        )
+        files = sorted(p.name for p in (out / sc.UNSENT_DIR).glob("*.jsonl"))
+        assert len(rx.received.spans) == 0  # refused until now
+        rx.refuse = None
+        rc = main(["push", "--dir", str(out), "--endpoint", rx.grpc_endpoint])
+        yield LongOutage(run, rx, files, rc)
+    finally:
+        rx.stop()
+
+
+def test_push_delivers_the_workers_spans_of_every_step(long_outage):
+    o = long_outage
+    assert o.run.rc == 0, o.run.log_tail(3000)
+    assert o.push_rc == 0 and len(o.files) >= 3, o.files  # the trainer's file and its workers'
+    with o.rx.received.lock:
+        spans = list(o.rx.received.spans)
+    in_trace: dict[str, set[tuple[str, str]]] = {}  # trace -> (span name, process role)
+    for s in spans:
+        in_trace.setdefault(s.trace_id, set()).add((s.name, s.resource.get(sc.RES_ROLE, "")))
+    for step in range(1, STEPS + 1):
+        traces = [s.trace_id for s in spans if s.name == sc.SPAN_STEP and s.attributes.get("verl.global_step") == step]
+        assert len(traces) == 1, (step, traces)
+        seen = in_trace[traces[0]]
+        assert (sc.SPAN_ROLLOUT_SAMPLE, sc.ROLE_AGENT_LOOP) in seen, (step, sorted(seen))  # agent-loop workers
+        assert {n for n, role in seen if n.startswith("worker.") and role == sc.ROLE_WORKER}, (step, sorted(seen))
+    ids = {s.span_id for s in spans}
+    assert [s.name for s in spans if s.parent_id and s.parent_id not in ids] == []
+
+
+def test_push_left_nothing_and_nothing_was_dropped(long_outage):
+    o = long_outage
+    assert not list((o.run.out / sc.UNSENT_DIR).glob("*.jsonl"))
+    assert o.rx.wait_for(lambda r: len(_drop_points(r)) > 0, timeout=30)
+    with o.rx.received.lock:
+        nonzero = [p for p in _drop_points(o.rx.received) if p[1]]
+    assert nonzero == []

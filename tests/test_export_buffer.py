@@ -218,6 +218,30 @@ def test_a_full_buffer_goes_to_disk_then_drops_the_oldest_counted(tmp_path):
         run.close()
 
 
+def test_spilled_batches_are_sent_from_disk_while_the_process_runs(tmp_path, rx):
+    """The memory part overflowed into the unsent file during an outage: once the collector answers, the
+    sender sends the file (oldest first) and then memory, on its own, and the file is gone: nothing waits
+    for push."""
+    rx.refuse = grpc.StatusCode.UNAVAILABLE
+    run = Run(tmp_path, rx.grpc_endpoint, buffer_mb="0.008")  # ~8 KB in memory and again on disk
+    try:
+        for n in range(16):
+            run.step(n)
+            run.flush(0.01)  # one batch per step
+        assert _wait(lambda: run.buffer.waiting_on_disk > 0 and rx.refused >= 2)
+        assert list((tmp_path / sc.UNSENT_DIR).glob("*.jsonl"))
+        rx.refuse = None  # no flush from here on: the sender alone
+        assert _wait(lambda: _steps(rx) == set(range(16)), timeout=60), (_steps(rx), run.buffer.pending())
+        assert _wait(lambda: not list((tmp_path / sc.UNSENT_DIR).glob("*")))  # delivered, cut off the file
+        assert run.buffer.waiting_on_disk == 0
+        with rx.received.lock:
+            order = [int(s.attributes["verl.global_step"]) for s in rx.received.spans if s.name == "step"]
+        assert order[0] == 0 and order == sorted(order)  # the file's (oldest) batches first
+        assert len(rx.received.spans) == 16 * 4 and sum(run.drops.values()) == 0, run.drops
+    finally:
+        run.close()
+
+
 def _memory_spans(run: Run) -> int:
     with run.buffer._cond:
         batches = list(run.buffer._queue) + list(run.buffer._inflight or [])

@@ -21,8 +21,8 @@ from verl_otel.cli.main import main
 from verl_otel.export import otel_metrics, prometheus
 from verl_otel.export.otlp_send import make_sender
 from verl_otel.export.span_buffer import BufferedSpanExporter, unsent_path
+from verl_otel.process.metrics import MetricsState
 from verl_otel.runtime import Runtime
-from verl_otel.telemetry.metrics import MetricsState
 
 
 def _settings(tmp_path, endpoint: str, **extra: str) -> config.Settings:

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from verl_otel import config
 from verl_otel import semconv as sc
 from verl_otel.export.prometheus import StateCollector
-from verl_otel.telemetry.metrics import MetricsState
+from verl_otel.process.metrics import MetricsState
 from verl_otel.telemetry.trainer_metrics import record_training_metrics
 
 _values = st.one_of(

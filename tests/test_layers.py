@@ -1,28 +1,48 @@
 """The data path's layering (docs/architecture.md): each folder of verl_otel imports only the layers in its
-row. The model in telemetry/ never touches verl or Ray; only the runtime reaches the exporters; the readers
-(analysis/, dashboards/) stand alone, so the CLI works without verl or the SDK's exporters."""
+row. The model in telemetry/ never touches verl, Ray or the runtime (it is handed what it needs); only the
+runtime reaches the exporters; the readers (analysis/, dashboards/) stand alone, so the CLI works without verl
+or the SDK's exporters."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "verl_otel"
 
-#: folder -> our modules it may import (besides itself); verl_otel.semconv is open to all
-OURS = {
-    "semconv": (),
-    "hooks": ("telemetry", "runtime", "config", "_log", "_env"),
-    "telemetry": ("runtime", "config", "_log"),
-    "export": ("config", "_log", "telemetry.metrics", "telemetry.text"),
-    "analysis": (),
-    "dashboards": (),
-    "live": ("analysis", "dashboards", "telemetry.eta"),
-    "native": (),
-}
+DOC = ROOT.parent / "docs" / "architecture.md"
+
+
+def layer_rows(text: str) -> list[tuple[tuple[str, ...], tuple[str, ...] | None]]:
+    """The layer table of docs/architecture.md, in its order: (its modules, e.g. ``("runtime",)`` or
+    ``("hooks",)``; the modules of ours they may import, None for "anything"). A backticked name is ours when
+    verl_otel has it (``telemetry.eta``); the rest (``verl``, ``ray``) are third-party."""
+    section = text.split("## The layers and what each may import", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not cells[0].startswith("`"):
+            continue
+        mine = tuple(n.removesuffix("/").removesuffix(".py") for n in re.findall(r"`([^`]+)`", cells[0]))
+        allowed = re.findall(r"`([^`]+)`", cells[2])
+        ours = tuple(n for n in allowed if _is_ours(n))
+        rows.append((mine, None if cells[2] == "anything" else ours))
+    return rows
+
+
+def _is_ours(name: str) -> bool:
+    path = ROOT.joinpath(*name.split("."))
+    return path.is_dir() or path.with_suffix(".py").is_file()
+
+
+ROWS = layer_rows(DOC.read_text())
 #: folder -> third-party top-level packages it must not import
 FORBIDDEN = {
+    "model": ("verl", "ray", "wrapt", "prometheus_client"),
+    "progress": ("verl", "ray", "wrapt", "prometheus_client"),
     "telemetry": ("verl", "ray", "wrapt", "prometheus_client"),
+    "process": ("verl", "ray", "wrapt", "prometheus_client"),
     "export": ("verl", "ray", "wrapt"),
     "analysis": ("verl", "ray", "torch", "wrapt"),
     "dashboards": ("verl", "ray", "torch", "opentelemetry"),
@@ -48,20 +68,45 @@ def _files(folder: str) -> list[Path]:
 
 def test_layers_import_only_what_they_may():
     offenders = []
-    for folder, allowed in OURS.items():
-        files = _files(folder)
-        assert files, folder
-        ok = ("verl_otel." + folder, "verl_otel.semconv", *("verl_otel." + a for a in allowed))
-        for path in files:
-            for name in _imports(path):
-                if name == "verl_otel":
-                    continue
-                if name.startswith("verl_otel.") and not any(name == o or name.startswith(o + ".") for o in ok):
-                    offenders.append(f"{path.relative_to(ROOT)}: {name}")
-                top = name.split(".")[0]
-                if top in FORBIDDEN.get(folder, ()):
-                    offenders.append(f"{path.relative_to(ROOT)}: {name}")
+    for mine, allowed in ROWS:
+        if allowed is None:
+            continue
+        ok = tuple("verl_otel." + m for m in ("semconv", *mine, *allowed))
+        for folder in mine:
+            files = _files(folder)
+            assert files, folder
+            for path in files:
+                for name in _imports(path):
+                    if name == "verl_otel":
+                        continue
+                    if name.startswith("verl_otel.") and not any(name == o or name.startswith(o + ".") for o in ok):
+                        offenders.append(f"{path.relative_to(ROOT)}: {name}")
+                    top = name.split(".")[0]
+                    if top in FORBIDDEN.get(folder, ()):
+                        offenders.append(f"{path.relative_to(ROOT)}: {name}")
     assert offenders == []
+
+
+def test_the_table_has_every_module_and_points_down():
+    """Every module of verl_otel is on one row (none goes unchecked, runtime.py included), and a row names only
+    rows before it: the table runs from the ground up, so no import it allows runs back up or closes a circle."""
+    on_rows = {p for mine, _ in ROWS for m in mine for p in _files(m)}
+    assert sorted(str(p.relative_to(ROOT)) for p in set(ROOT.rglob("*.py")) - on_rows) == []
+    assert {"runtime", "export", "telemetry", "hooks", "process", "config"} <= {m for mine, _ in ROWS for m in mine}
+    seen: set[str] = {"semconv"}
+    upward = []
+    for mine, allowed in ROWS:
+        seen.update(mine)
+        upward += [f"{mine} -> {a}" for a in allowed or () if a.split(".")[0] not in seen]
+    assert upward == []
+
+
+def test_the_table_reader_sees_a_row():
+    text = (
+        "## The layers and what each may import\n"
+        "| `a/`, `b.py` | x | `semconv`, `runtime`, `verl` |\n| `c/` | y | anything |\n## next\n| `d/` | z | `x` |\n"
+    )
+    assert layer_rows(text) == [(("a", "b"), ("semconv", "runtime")), (("c",), None)]
 
 
 def test_the_check_sees_a_violation(tmp_path, monkeypatch):

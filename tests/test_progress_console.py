@@ -5,8 +5,8 @@ import re
 import time
 
 from verl_otel import config
-from verl_otel.telemetry import progress_console as pc
-from verl_otel.telemetry.progress_console import ProgressConsole
+from verl_otel.progress import console as pc
+from verl_otel.progress.console import ProgressConsole
 
 
 def _console(**env: str) -> tuple[ProgressConsole, io.StringIO]:

@@ -6,9 +6,9 @@ import pytest
 
 from verl_otel import config
 from verl_otel import semconv as sc
-from verl_otel.telemetry.console import step_line
+from verl_otel.progress.console import ProgressConsole, rollout_line, update_line
+from verl_otel.progress.step_line import step_line
 from verl_otel.telemetry.eta import RunEta, bar, rate_eta
-from verl_otel.telemetry.progress_console import ProgressConsole, rollout_line, update_line
 from verl_otel.telemetry.rollout import RolloutTracker
 from verl_otel.telemetry.steps import StepResult
 from verl_otel.telemetry.update import UpdateTracker

@@ -73,6 +73,19 @@ def _step(gs: int, secs: float, **phases: float) -> StepTrace:
     return StepTrace(f"{gs:032x}", gs, gs * S, secs, "verl", False, dict(phases), dict.fromkeys(phases, 1))
 
 
+def test_a_phase_near_zero_in_most_steps_is_named_when_it_is_a_notable_share():
+    """A weight sync of a few ms each step (a median under the ~0 floor), slowed to 1.5 s in one: its ratio is
+    real there (the CI run that named old_log_prob 1.02x instead, with update_weights' median at 4.9 ms)."""
+    steps = [_step(i, 0.4, rollout=0.2, old_log_prob=0.1, update_weights=0.0049) for i in range(1, 5)]
+    steps.append(_step(5, 1.9, rollout=0.2, old_log_prob=0.102, update_weights=1.5))
+    v = rank(steps, 1).verdicts[0]
+    assert v.step.global_step == 5 and v.cause.phase == "update_weights" and v.cause.ratio > 100
+    assert v.cause.excess_s == pytest.approx(1.5 - 0.0049)
+    # still nothing for a ~0 phase that stays a small share of the step
+    steps[-1] = _step(5, 0.5, rollout=0.2, old_log_prob=0.102, update_weights=0.012)
+    assert rank(steps, 1).verdicts[0].cause.phase != "update_weights"
+
+
 def test_ties_at_the_shown_precision_go_to_the_larger_excess():
     steps = [_step(i, 15.0, rollout=10.0, update_actor=5.0) for i in range(1, 6)]
     steps.append(_step(6, 30.5, rollout=20.3, update_actor=10.2))  # 2.03x (+10.3 s) vs 2.04x (+5.2 s): both "2.0x"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from verl_otel.cli.main import main
-from verl_otel.cli.stack import stack_files, stack_root
+from verl_otel.cli.stack_files import stack_files, stack_root
 
 ROOT = Path(__file__).resolve().parent.parent
 

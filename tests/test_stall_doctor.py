@@ -130,3 +130,29 @@ def test_doctor_reads_stall_spans_from_jaeger(jaeger, capsys):
     assert "TORCH_NCCL" in rec["advice"] and j.queries[0][1]["query.operation_name"] == [sc.SPAN_STALL]
     rc, text = _doctor(capsys, "--jaeger", j.url)
     assert "train_worker pid 42 on node-3" in text and "<- update_actor (engine_workers.py:714)" in text
+
+
+def test_doctor_reads_jaeger_a_page_at_a_time(capsys):
+    """A long run's stalls: doctor walks Jaeger's window in pages (analysis/jaeger_pages.py), never one answer of
+    the whole run, and finds every stall with its step."""
+    from helpers.jaeger import FakeJaeger, Storage, _otlp_span
+
+    from verl_otel.analysis.jaeger_pages import DEFAULT_PAGE_TRACES
+
+    n, t0 = DEFAULT_PAGE_TRACES + 30, time.time() - 3600
+    spans = []
+    for step in range(1, n + 1):
+        tid, start = 0xDEC000 + step, t0 + step * 10
+        spans.append(_otlp_span(tid, step * 10, None, sc.SPAN_STEP, start, 9, {sc.ATTR_GLOBAL_STEP: step}))
+        attrs = {sc.ATTR_PHASE: sc.PHASE_REWARD, sc.ATTR_STALL_KIND: sc.STALL_REWARD, sc.ATTR_STALL_PID: step}
+        spans.append(_otlp_span(tid, step * 10 + 1, step * 10, sc.SPAN_STALL, start + 1, 0, attrs))
+    storage = Storage(spans, "newest")
+    j = FakeJaeger({"/api/v3/traces": storage.v3})
+    try:
+        rc, text = _doctor(capsys, "--jaeger", j.url, "--since", "2h", "--json")
+    finally:
+        j.close()
+    got = json.loads(text)
+    assert rc == 0 and sorted(r["step"] for r in got) == list(range(1, n + 1))
+    assert all(r["pid"] == r["step"] for r in got)  # each stall with its own trace's step
+    assert len(storage.answers) > 1 and max(storage.answers) <= DEFAULT_PAGE_TRACES, storage.answers

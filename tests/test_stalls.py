@@ -1,4 +1,4 @@
-"""The stall watch (telemetry/stalls.py) on its own: thresholds, evidence files, the stall span under the call's
+"""The stall watch (process/stalls.py) on its own: thresholds, evidence files, the stall span under the call's
 span, the gauge and counter, repeats and bounds, and the frame/classification reading of real stacks."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from verl_otel import semconv as sc
 from verl_otel.config import StallSettings, load
 from verl_otel.export.stall_evidence import EvidenceFiles
-from verl_otel.telemetry import stall_frames
-from verl_otel.telemetry.metrics import MetricsState
-from verl_otel.telemetry.stalls import MAX_DUMPS, StallWatch
+from verl_otel.process import stall_frames
+from verl_otel.process.metrics import MetricsState
+from verl_otel.process.stalls import MAX_DUMPS, StallWatch
 
 
 def my_stuck_reward(release: threading.Event) -> None:  # the "user code" a stall points at

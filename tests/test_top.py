@@ -24,7 +24,7 @@ from verl_otel.live.health import signals
 from verl_otel.live.run_view import History, build_view
 from verl_otel.live.sources import PrometheusQuery, Scrape, TargetsFile, parse_metrics_text
 from verl_otel.live.view import frame
-from verl_otel.telemetry.metrics import MetricsState
+from verl_otel.process.metrics import MetricsState
 
 RUN = {sc.LABEL_PROJECT: "proj", sc.LABEL_EXPERIMENT: "exp"}
 HEALTHY = {

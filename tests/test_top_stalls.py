@@ -8,7 +8,7 @@ import json
 from verl_otel import semconv as sc
 from verl_otel.cli.main import main
 from verl_otel.export.prometheus import serve
-from verl_otel.telemetry.metrics import MetricsState
+from verl_otel.process.metrics import MetricsState
 
 
 def test_top_shows_the_stall_and_its_frame(tmp_path, capsys):

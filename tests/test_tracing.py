@@ -36,6 +36,21 @@ def test_file_trace_tree_and_format(drive, tmp_path):
     assert "[verl-otel] step 2/2 took" in proc.stdout
 
 
+def test_the_weight_sync_phase_gets_the_span_id_its_workers_derive(drive, tmp_path):
+    """verl's worker-side update_weights carries no context: the workers parent their weights.sync under the id
+    the trainer gives its update_weights span, derived from the step's trace id (telemetry/propagation.py)."""
+    from verl_otel.telemetry.propagation import phase_span_id
+
+    proc = drive(steps=2, VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(tmp_path), DRIVE_WEIGHT_SYNC="1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for tree in steps(load_spans(tmp_path / "traces.jsonl")).values():
+        (sync,) = [s for s in tree.spans if s.name == sc.PHASE_UPDATE_WEIGHTS]
+        (actor,) = [s for s in tree.spans if s.name == sc.PHASE_UPDATE_ACTOR]
+        trace_id = int(sync.trace_id, 16)
+        assert int(sync.span_id, 16) == phase_span_id(trace_id, sc.PHASE_UPDATE_WEIGHTS)
+        assert int(actor.span_id, 16) != phase_span_id(trace_id, sc.PHASE_UPDATE_ACTOR)  # only that phase
+
+
 def test_exception_in_phase_marks_span_and_step_error(drive, tmp_path):
     proc = drive(steps=2, fail_phase="update_actor", VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -4,16 +4,17 @@ from types import SimpleNamespace
 
 import pytest
 
-from verl_otel import config
+from verl_otel import model, runtime
 from verl_otel.hooks import update
 
 
 @pytest.fixture
 def progress(monkeypatch):
-    monkeypatch.setattr(
-        update, "_PROGRESS", [config.load_progress({"VERL_PROGRESS_LOG": "1", "VERL_PROGRESS_LOG_INTERVAL": "2"})]
-    )
-    monkeypatch.setattr(update, "_CALLS", {})
+    monkeypatch.setenv("VERL_PROGRESS_LOG", "1")
+    monkeypatch.setenv("VERL_PROGRESS_LOG_INTERVAL", "2")
+    runtime.reset_for_tests()  # a new model: its [VERL_PROGRESS] settings read from these, no calls counted
+    yield model.current().progress
+    runtime.reset_for_tests()
 
 
 def _worker(rank, strategy):
@@ -38,7 +39,7 @@ def test_engine_strategy_wins_and_fsdp_is_dp():
 
 
 def test_no_lines_when_the_call_fails(progress, capsys):
-    update._CALLS["update_actor"] = 1  # the next call is selected
+    progress._calls["update_actor"] = 1  # the next call is selected
     with pytest.raises(RuntimeError), update._rank0_lines("update_actor", "actor", _worker(0, "fsdp"), object()):
         raise RuntimeError("boom")
     assert capsys.readouterr().out.splitlines() == ["[VERL_PROGRESS][actor=dp][rank=0] update_actor start"]

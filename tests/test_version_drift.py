@@ -12,6 +12,7 @@ import pytest
 
 from helpers.procs import ROOT, clean_env, run_py
 
+from verl_otel import semconv as sc
 from verl_otel.hooks import coverage, registry
 from verl_otel.hooks.registry import HookTarget
 from verl_otel.hooks.targets import ALL_TARGETS, RAY_TARGETS
@@ -193,3 +194,10 @@ def test_demo_accepts_the_installed_verl():
     from verl_otel.demo.cli import verl_problem
 
     assert verl_problem() is None
+
+
+def test_every_target_names_a_semconv_role():
+    """hooks/targets.py writes each group's role out (it loads at every start-up, without semconv): each is one of
+    semconv's ROLE_* values, so the start-up line and the resource name the same role."""
+    roles = {v for k, v in vars(sc).items() if k.startswith("ROLE_")}
+    assert {t.role for t in (*RAY_TARGETS, *ALL_TARGETS)} <= roles

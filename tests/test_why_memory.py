@@ -10,7 +10,7 @@ import pytest
 from verl_otel import runtime
 from verl_otel import semconv as sc
 from verl_otel.export.process_memory import ResidentMemory
-from verl_otel.telemetry.metrics import MetricsState
+from verl_otel.process.metrics import MetricsState
 
 
 def _rss(state: MetricsState) -> float | None:

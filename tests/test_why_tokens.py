@@ -10,7 +10,7 @@ from verl_otel import semconv as sc
 from verl_otel.analysis import slow_steps
 from verl_otel.analysis.step_traces import Span, StepTrace, build_step
 from verl_otel.hooks.verl_batches import token_counts
-from verl_otel.telemetry.metrics import MetricsState
+from verl_otel.process.metrics import MetricsState
 from verl_otel.telemetry.step_events import StepResult
 from verl_otel.telemetry.step_tokens import StepTokens
 from verl_otel.telemetry.trainer_metrics import TrainerMetrics
@@ -47,6 +47,20 @@ def test_phase_attributes_by_what_the_phase_handles():
     assert t.phase_attributes(sc.PHASE_ADV, 1.0) == {} and t.phase_attributes(sc.PHASE_VALIDATE, 1.0) == {}
     assert t.plus(10, 20) == StepTokens(310, 720)
     assert StepTokens(0, 0).phase_attributes(sc.PHASE_ROLLOUT, 1.0) == {sc.ATTR_PHASE_TOKENS: 0}
+
+
+def test_mini_batches_trained_in_turn_give_their_phases_their_own_tokens():
+    """v1's parameter_sync_step: the step counts both mini-batches, each one's phases only its own."""
+    t = StepTokens(0, 0).plus(100, 300, separate=True)
+    assert t.phase_attributes(sc.PHASE_UPDATE_ACTOR, 0.4)[sc.ATTR_PHASE_TOKENS] == 400
+    t = t.plus(50, 150, separate=True)
+    assert t.step_attributes() == {sc.ATTR_STEP_PROMPT_TOKENS: 150, sc.ATTR_STEP_RESPONSE_TOKENS: 450}
+    assert t.phase_attributes(sc.PHASE_ROLLOUT, 1.5) == {
+        sc.ATTR_PHASE_TOKENS: 150,
+        sc.ATTR_PHASE_S_PER_1K_TOKENS: pytest.approx(10.0),
+    }
+    assert t.of_phase(sc.PHASE_UPDATE_ACTOR) == 600  # the gauge: the step's seconds over the step's tokens
+    assert t.plus(1, 2).phase_attributes(sc.PHASE_REF, 1.0)[sc.ATTR_PHASE_TOKENS] == 603  # a re-run: the sum
 
 
 def test_the_gauge_per_token_phase():

@@ -1,9 +1,9 @@
 """One telemetry runtime per process: settings, the tracer (ours or the caller's), the metric state,
 the exporters and the one flusher thread.
 
-Hooks and the telemetry model reach everything through :func:`current`, which never raises: the
-runtime is made on first use (again in a forked child), its SDK parts lazily, each behind a boundary
-that degrades (a no-op tracer, no exporter) with one log line instead of raising into verl. A process
+:func:`current` never raises: the runtime is made on first use (again in a forked child), its SDK parts
+lazily, each behind a boundary that degrades (a no-op tracer, no exporter) with one log line instead of
+raising into verl. It owns the process' telemetry model (verl_otel/model.py, which the hooks reach). A process
 says what it is with :meth:`Runtime.wire` (role, run, and the role's own set-up, once per role);
 training threads only ever *ask* for a flush (:meth:`Runtime.flush_soon`); fit end waits for it at
 most ``VERL_OTEL_SHUTDOWN_TIMEOUT`` seconds (:meth:`Runtime.flush_wait`).
@@ -16,19 +16,24 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opentelemetry import trace
 
 from verl_otel import config as cfg
 from verl_otel import semconv as sc
 from verl_otel._log import logger, warn_once
-from verl_otel.telemetry.metrics import MetricsState
-
-if TYPE_CHECKING:
-    from verl_otel.telemetry.stalls import StallWatch
+from verl_otel.process.metrics import MetricsState
+from verl_otel.process.stalls import StallWatch
 
 _given: dict[str, Any] = {}  # providers handed to instrument() in this process
+_on_role: list[Callable[[str], None]] = []  # told each role once per process when it is wired (see on_role)
+
+
+def on_role(tell: Callable[[str], None]) -> None:
+    """Call ``tell(role)`` once per role and process when it is first wired (hooks/targets.py: the start-up line)."""
+    if tell not in _on_role:
+        _on_role.append(tell)
 
 
 class Runtime:
@@ -49,7 +54,8 @@ class Runtime:
         self._unregister: Callable[[], None] | None = None  # removes this process' file_sd entry
         self._engine_provider: Any = None  # an inference engine's request spans (vLLM), see engine_provider
         self._extra_targets: list[Callable[[], None]] = []  # removes the file_sd entries of add_scrape_target
-        self._stalls: Any = None  # the stall watch (telemetry/stalls.py), made on first use
+        self._stalls: Any = None  # the stall watch (process/stalls.py), made on first use
+        self.model: Any = None  # the telemetry model (verl_otel/model.py), made on first use by its accessor
         from verl_otel.export.flusher import Flusher, ShutdownBudget
         from verl_otel.export.unsent import UnsentSpans
 
@@ -70,7 +76,8 @@ class Runtime:
         key: str | None = None,
     ) -> None:
         """This process is a ``role``: declare it (before its first span), start the metric exporters and
-        run the role's ``setup`` once per ``key`` (default: the role). Never raises."""
+        run the role's ``setup`` once per ``key`` (default: the role); tells :func:`on_role`'s listeners (what of
+        verl is hooked here) once per role. Never raises."""
         key = key or role
         if key in self._wired:
             return
@@ -89,19 +96,19 @@ class Runtime:
                     f"telemetry set-up for {key} failed ({exc!r}); training continues, "
                     "this part of the telemetry is off",
                 )
-            self._report_hooks(role)
+            if role not in self._reported:  # once per role and process: on_role's listeners (the start-up line)
+                self._reported.add(role)
+                for tell in list(_on_role):
+                    try:
+                        tell(role)
+                    except Exception as exc:  # noqa: BLE001
+                        warn_once("coverage", f"cannot say which hooks are on ({exc!r})")
 
-    def _report_hooks(self, role: str) -> None:
-        """One line per role and process: what of verl is hooked here, and what is off and why."""
-        if role in self._reported:
-            return
-        self._reported.add(role)
-        try:
-            from verl_otel.hooks import coverage
-
-            coverage.report(role)
-        except Exception as exc:  # noqa: BLE001
-            warn_once("coverage", f"cannot say which hooks are on ({exc!r})")
+    def own_model(self, make: Callable[[Runtime], Any]) -> Any:
+        """This runtime's model, made once by ``make`` (verl_otel/model.py::current)."""
+        with self._lock:
+            self.model = self.model or make(self)
+            return self.model
 
     def wired(self, key: str) -> bool:
         return key in self._wired
@@ -154,7 +161,7 @@ class Runtime:
             providers.quiet_sdk_logs()
             res = providers.resource(self._role[0], self._role[1], self._run)
             self._provider, self.destination = providers.tracer_provider(
-                self.settings, res, self.drop, on_buffer=self.unsent.add
+                self.settings, res, self.state.drop, on_buffer=self.unsent.add
             )
             logger.debug("spans of pid %s go to %s", os.getpid(), self.destination)
             return self._provider.get_tracer(sc.INSTRUMENTATION_NAME)
@@ -177,7 +184,7 @@ class Runtime:
                     self._engine_provider, _ = providers.tracer_provider(
                         self.settings,
                         res,
-                        self.drop,
+                        self.state.drop,
                         children_only=True,
                         span_attributes=span_attributes,
                         on_buffer=self.unsent.add,
@@ -217,7 +224,6 @@ class Runtime:
     def _make_stall_watch(self) -> StallWatch | None:
         try:
             from verl_otel.export.stall_evidence import EvidenceFiles
-            from verl_otel.telemetry.stalls import StallWatch
 
             s = self.settings
             evidence = None if s.console_only else EvidenceFiles(s.data_dir / sc.STALLS_DIR)
@@ -254,9 +260,6 @@ class Runtime:
             res = getattr(self._provider, "resource", None) or providers.resource(*self._role, self._run)
         self._meter_provider = providers.start_push(self.state, self.settings, res, _given.get("meter_provider"))
 
-    def drop(self, reason: str, amount: int = 1) -> None:
-        self.state.drop(reason, amount)
-
     # -- flushing -----------------------------------------------------------------------------------
     def flush_soon(self) -> None:
         """Ask the flusher to export what has ended. Never blocks (safe on a training thread)."""
@@ -282,12 +285,8 @@ class Runtime:
         for unregister in [self._unregister, *self._extra_targets]:
             if unregister is not None:
                 self.flusher.submit(unregister)  # jobs run before the flush the wait below asks for
-        if (
-            self._unregister is not None
-            or self._extra_targets
-            or self._provider is not None
-            or self._meter_provider is not None
-        ):
+        parts = (self._unregister, *self._extra_targets, self._provider, self._meter_provider)
+        if any(part is not None for part in parts):
             self._wait_in_budget(self.flusher.request())
         self.spill_unsent()
 
@@ -381,20 +380,21 @@ def configure(tracer_provider: Any = None, meter_provider: Any = None) -> None:
     """Use the caller's providers (``instrument(tracer_provider=..., meter_provider=...)``), as the
     contrib instrumentors do. Takes effect for parts not made yet."""
     with _lock:
-        if tracer_provider is not None:
-            _given["tracer_provider"] = tracer_provider
-        if meter_provider is not None:
-            _given["meter_provider"] = meter_provider
+        given = {"tracer_provider": tracer_provider, "meter_provider": meter_provider}
+        _given.update((key, part) for key, part in given.items() if part is not None)
 
 
 def reset_for_tests() -> None:
-    """Forget this process' runtime and given providers (tests switch settings between runs)."""
+    """Forget this process' runtime, its model and given providers (tests switch settings between runs)."""
     global _current
     with _lock:
         rt, _current = _current, None
         _given.clear()
     if rt is not None and rt._stalls:
         rt._stalls.stop()  # its thread ends at its next tick
+    if rt is not None and rt.model is not None:
+        with contextlib.suppress(Exception):
+            rt.model.close()  # the model's threads and exit hook
     if rt is not None and rt._provider is not None and hasattr(rt._provider, "shutdown"):
         with contextlib.suppress(Exception):  # a provider that fails to shut down is dropped all the same
             rt._provider.shutdown()

@@ -231,3 +231,47 @@ def legacy_body(spans: list[dict[str, Any]], service: str = "verl") -> bytes:
             }
         )
     return json.dumps({"data": list(traces.values()), "total": 0, "limit": 0, "offset": 0, "errors": None}).encode()
+
+
+class Storage:
+    """A Jaeger search over fixed traces (OTLP/JSON spans, e.g. :func:`many_steps`), as FakeJaeger routes that
+    honour the query as Jaeger does: the traces holding a span named the operation that started in the window, at
+    most the limit of them, newest started first, oldest first or shuffled (storages differ). ``answers`` holds
+    each answer's trace count."""
+
+    def __init__(self, spans: list[dict[str, Any]], order: str = "newest", seed: int = 0) -> None:
+        import random
+
+        self.traces: dict[str, list[dict[str, Any]]] = {}
+        for s in spans:
+            self.traces.setdefault(s["traceId"], []).append(s)
+        self.order, self.random = order, random.Random(seed)
+        self.answers: list[int] = []
+
+    def _find(self, op: str, lo_ns: int, hi_ns: int, limit: int) -> list[dict[str, Any]]:
+        hits = []
+        for spans in self.traces.values():
+            starts = [int(s["startTimeUnixNano"]) for s in spans if s["name"] == op]
+            if any(lo_ns <= t <= hi_ns for t in starts):
+                hits.append((min(starts), spans))
+        hits.sort(key=lambda h: h[0], reverse=self.order == "newest")
+        if self.order == "shuffled":
+            self.random.shuffle(hits)
+        picked = hits[:limit]
+        self.answers.append(len(picked))
+        return [s for _, spans in picked for s in spans]
+
+    def v3(self, path: str, q: dict[str, list[str]]) -> Reply:
+        from datetime import datetime
+
+        def ns(text: str) -> int:  # RFC3339 with nanoseconds (Python's fromisoformat stops at µs)
+            head, frac = text.rstrip("Z").split(".")
+            return int(datetime.fromisoformat(head + "+00:00").timestamp()) * 10**9 + int(frac.ljust(9, "0"))
+
+        lo, hi = ns(q["query.start_time_min"][0]), ns(q["query.start_time_max"][0])
+        found = self._find(q["query.operation_name"][0], lo, hi, int(q["query.num_traces"][0]))
+        return (200, v3_body(found)) if found else NO_TRACES
+
+    def legacy(self, path: str, q: dict[str, list[str]]) -> Reply:
+        lo, hi = int(q["start"][0]) * 1000, int(q["end"][0]) * 1000
+        return 200, legacy_body(self._find(q["operation"][0], lo, hi, int(q["limit"][0])))

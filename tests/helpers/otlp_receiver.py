@@ -89,7 +89,7 @@ class _MetricsSvc(metrics_service_pb2_grpc.MetricsServiceServicer):
 
     def Export(self, request: Any, context: Any) -> Any:  # noqa: N802
         self.rx._delay()
-        if self.rx.refuse is not None:
+        if self.rx.refuse is not None and self.rx.refuse_metrics:
             self.rx.refused += 1
             context.abort(self.rx.refuse, "refused by the test receiver")
         self.rx.received.add_metrics(request)
@@ -107,6 +107,7 @@ class OtlpReceiver:
         self.http_status: int | None = None
         self.retry_after: str | None = None
         self.refused = 0
+        self.refuse_metrics = True  # False: metrics are taken while ``refuse`` refuses traces
         self._grpc: grpc.Server | None = None
         self._http: ThreadingHTTPServer | None = None
 

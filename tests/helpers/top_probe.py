@@ -1,6 +1,7 @@
 """Watches a real demo run with `verl-otel top` while it runs: `top --once` frames every few seconds (the
 CLI in its own process, as a user runs it; each frame also saved under the run's top-frames/), and the live
-view in a tmux terminal captured at the same moments."""
+view in a tmux terminal captured at the same moments. ``TopWatch`` is the live view's loop in this process
+(the frames it would show, with the replica watch kept across them), for a run too short for a terminal's."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from verl_otel import semconv as sc
 
@@ -69,3 +71,47 @@ class TopProbe:
     @staticmethod
     def _tmux(*args: str) -> str:
         return subprocess.run(["tmux", *args], capture_output=True, text=True, timeout=10).stdout
+
+
+class TopWatch:
+    """What the live `verl-otel top` shows of a run, a frame per call: the run's targets file read, the view
+    built, the replicas watched across frames (``stuck_after_s``: the alert window the test gives its rules)."""
+
+    def __init__(self, out: Path, stuck_after_s: float) -> None:
+        from verl_otel.live.replicas import ReplicaWatch
+        from verl_otel.live.run_view import History
+        from verl_otel.live.sources import TargetsFile
+
+        self.out = out
+        self.source = TargetsFile(out)
+        self.history = History()
+        self.watch = ReplicaWatch(stuck_after_s)
+        self.frames: list[tuple[float, str, list[Any]]] = []  # (time, text, replicas)
+        self.last = 0.0
+
+    def frame(self) -> None:
+        from rich.console import Console
+
+        from verl_otel.live.health import signals
+        from verl_otel.live.run_view import build_view
+        from verl_otel.live.sources import SourceError
+        from verl_otel.live.view import frame
+
+        if (
+            not (self.out / sc.PROM_TARGETS_FILE).exists() or time.time() - self.last < 1.0
+        ):  # the live view's --interval 1
+            return
+        self.last = time.time()
+        try:
+            view = build_view(self.source.read())
+        except SourceError:  # the file is being rewritten
+            return
+        now = time.time()
+        self.history.add(view)
+        view.replicas = self.watch.update(view.replicas, now)
+        console = Console(width=WIDTH, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+        console.print(frame(view, self.history, signals(view, self.history), now=now))
+        self.frames.append((now, console.export_text(), list(view.replicas)))
+        saved = self.out / "top-watch"  # for a failing test's reader
+        saved.mkdir(exist_ok=True)
+        (saved / f"{len(self.frames):03d}-{now:.1f}.txt").write_text(self.frames[-1][1])

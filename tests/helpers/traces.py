@@ -69,3 +69,25 @@ def parent_chain(span: Span, spans: list[Span]) -> list[str]:
             break
         chain.append(cur.name)
     return chain
+
+
+def step_tokens(tree: StepTree) -> tuple[int, int]:
+    """The step span's (prompt, response) tokens, checked against its phase spans: each token phase of the step
+    carries them (rollout the responses, the others both) with its seconds per 1k of them; adv carries none."""
+    from verl_otel import semconv as sc
+
+    prompt = tree.root.attributes[sc.ATTR_STEP_PROMPT_TOKENS]
+    response = tree.root.attributes[sc.ATTR_STEP_RESPONSE_TOKENS]
+    assert prompt > 0 and response > 0, tree.root.attributes
+    phases = [s for s in tree.spans if s.name in sc.TOKEN_PHASES and s.attributes.get(sc.ATTR_PHASE) == s.name]
+    assert any(s.name == sc.PHASE_ROLLOUT for s in phases), [s.name for s in tree.spans]
+    for s in phases:
+        want = response if s.name in sc.GENERATING_PHASES else prompt + response
+        assert s.attributes[sc.ATTR_PHASE_TOKENS] == want, (s.name, s.attributes)
+        # the phase's own seconds (the tracer's clock, not the span's stamps): 5% or a millisecond apart at most
+        seconds = s.attributes[sc.ATTR_PHASE_S_PER_1K_TOKENS] * want / 1000
+        assert abs(seconds - s.seconds) <= 0.05 * s.seconds + 1e-3, (s.name, s.attributes, s.seconds)
+    for s in tree.spans:
+        if s.name == sc.PHASE_ADV:
+            assert sc.ATTR_PHASE_TOKENS not in s.attributes, s.attributes
+    return prompt, response

@@ -74,6 +74,8 @@ class JaegerClient:
         self.base = normalize_base(base_url)
         self.timeout_s = timeout_s
         self.api: Literal["v3", "legacy"] | None = None  # the API that answered last
+        self.last_bytes = 0  # the size of the last answer's body (a paged reader sizes its pages by it)
+        self.largest_bytes = 0  # of every answer this client got
 
     # -- public ----------------------------------------------------------------------------
     def find_traces(
@@ -91,7 +93,7 @@ class JaegerClient:
             "service": service,
             "operation": operation,
             "start": start_ns // 1000,
-            "end": end_ns // 1000,
+            "end": -(-end_ns // 1000),  # rounded up: the legacy API's µs must not cut off the window's end
             "limit": limit,
         }
         return self._either(("/api/v3/traces", v3), ("/api/traces", legacy))
@@ -106,12 +108,13 @@ class JaegerClient:
 
     # -- internals -------------------------------------------------------------------------
     def _either(self, v3: tuple[str, dict[str, Any]], legacy: tuple[str, dict[str, Any]]) -> list[Span]:
-        try:
-            docs = self._get(*v3)
-            self.api = "v3"
-            return self._parse(v3[0], docs, _v3_spans)
-        except _RouteMissingError:
-            pass
+        if self.api != "legacy":  # once v3 was missing, a paged reading asks the legacy API only
+            try:
+                docs = self._get(*v3)
+                self.api = "v3"
+                return self._parse(v3[0], docs, _v3_spans)
+            except _RouteMissingError:
+                pass
         try:
             docs = self._get(*legacy)
         except _RouteMissingError:
@@ -140,6 +143,8 @@ class JaegerClient:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
                 body = resp.read()
                 ctype = resp.headers.get("Content-Type", "")
+            self.last_bytes = len(body)
+            self.largest_bytes = max(self.largest_bytes, len(body))
         except urllib.error.HTTPError as err:
             text = err.read().decode("utf-8", "replace")
             if err.code == 404:

@@ -13,6 +13,7 @@ from verl_otel import semconv as sc
 from verl_otel.analysis import long_tail as lt
 from verl_otel.analysis import stragglers as sg
 from verl_otel.analysis import tokens as tk
+from verl_otel.analysis import weight_sync as wsync
 from verl_otel.analysis.jaeger import rfc3339, trace_link
 from verl_otel.analysis.step_traces import Sample, StepTrace
 
@@ -119,6 +120,10 @@ def explain(
             cand = Cause(phase, seconds, med, None, compared)
             ratios[phase] = cand.ratio
             candidates.append(cand)
+        elif med > 0 and seconds >= max(near_zero, NOTABLE_OF_STEP * step.seconds):
+            # ~0 s in most steps, a notable share of this one (a slowed weight sync): the ratio is real here,
+            # not the noise of two tiny times
+            candidates.append(Cause(phase, seconds, med, None, compared))
     out = [c for c in candidates if c.stands_out]
     if out:
         best: Cause | None = max(out, key=lambda c: (round(c.excess_s, 2), c.ratio))
@@ -201,6 +206,7 @@ def to_json(ranking: Ranking, ui_base: str | None) -> list[dict[str, Any]]:
                 "summary": cause_text(v),
                 "rollout_tail": None if (t := lt.tail(st)) is None else t.to_json(),
                 "stragglers": [x.to_json() for x in sg.stragglers(st)],
+                "weight_sync": None if (w := wsync.slowest(st.weight_syncs)) is None else w.to_json(),
                 "also_not_every_step": [{"phase": p, "duration_s": _r(s)} for p, s in v.unusual],
                 "slowest_samples": [
                     {
@@ -238,6 +244,13 @@ def _sometimes_text(phase: str, seconds: float, ran_in: int | None, compared: in
     return f"{phase} {seconds:.2f}s, a phase that does not run every step ({where})"
 
 
+def _sync_cause(v: Verdict) -> wsync.SyncParts | None:
+    """The step's slowest weight sync, when the weight sync is what made the step slow."""
+    if v.cause is None or v.cause.phase not in sc.WEIGHT_SYNC_PHASES or not v.cause.stands_out:
+        return None
+    return wsync.slowest(v.step.weight_syncs)
+
+
 def cause_text(v: Verdict) -> str:
     """One line: the phase that added the most time, else why none is named."""
     c = v.cause
@@ -245,6 +258,9 @@ def cause_text(v: Verdict) -> str:
         text = _sometimes_text(c.phase, c.seconds, c.ran_in, c.compared)
     elif c is not None and c.stands_out:
         text = f"{c.phase} {c.ratio:.1f}{TIMES} its median ({c.seconds:.2f}s vs {c.median_s:.2f}s, +{c.excess_s:.2f}s)"
+        sync = _sync_cause(v)
+        if sync is not None:  # which part of the weight sync
+            text += f": {sync.part[0]} {sync.part[1]:.2f}s of {sync.seconds:.2f}s"
         if v.tokens is not None:  # more tokens, or slower per token?
             text += f": {v.tokens.text()}" + (" (more tokens, not slower)" if v.tokens.explained_by_tokens else "")
     elif c is not None:
@@ -294,6 +310,8 @@ def to_text(ranking: Ranking, ui_base: str | None) -> str:
         if t is not None and t.is_long:
             lines.append(f"   {t.text()}")
         lines.extend(f"   {x.text()}" for x in sg.stragglers(st))
+        if (sync := _sync_cause(v)) is not None:
+            lines.append(f"   {sync.text()}")
         if ranking.per_token and v.per_token:
             worst = sorted(v.per_token.items(), key=lambda kv: -kv[1])
             lines.append("   per-token time vs median: " + ", ".join(f"{p} {r:.1f}{TIMES}" for p, r in worst))

@@ -1,6 +1,6 @@
 """Step traces of a long run's trace file set, read in bounded memory: the file is streamed line by line and,
-per trace, only what :func:`step_traces.build_step` reads is held (the step span; the phase candidates and
-worker calls as a few values each; each ``rollout.worker``'s mode, index and median sample; the K slowest
+per trace, only what :func:`step_traces.build_step` reads is held (the step span; the phase candidates, worker
+calls and weight syncs as a few values each; each ``rollout.worker``'s mode, index and median sample; the K slowest
 ``rollout.sample`` spans, as few attributes). The engine's ``llm_request`` spans are taken in a second pass
 over only the lines that hold them, and only under the samples kept. Each trace's spans so reduced go through
 ``build_step``, so a step reads the same as from every span (its slowest K samples)."""
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from verl_otel import semconv as sc
+from verl_otel.analysis import weight_sync as wsync
 from verl_otel.analysis.otlp_json import FileRead, iter_file
 from verl_otel.analysis.step_traces import Span, StepTrace, build_step
 
@@ -20,7 +21,10 @@ _SAMPLE_ATTRS = (sc.ATTR_SAMPLE_INDEX, sc.ATTR_SAMPLE_ROLLOUT_N)
 _ENGINE_ATTRS = (sc.ENGINE_ATTR_QUEUE, sc.ENGINE_ATTR_PREFILL, sc.ENGINE_ATTR_DECODE, sc.ATTR_ENGINE_REPLICA)
 _WORKER_ATTRS = (sc.ATTR_MODE, sc.ATTR_WORKER_INDEX, sc.ATTR_WORKER_SAMPLE_MEDIAN_S)
 # what build_step reads of a phase (its tokens) or a worker call (its rank, for the stragglers)
-_OTHER_ATTRS = (sc.ATTR_PHASE, sc.ATTR_PHASE_TOKENS, sc.ATTR_WORKER_RANK, sc.ATTR_WORKER_METHOD, sc.ATTR_WORKER_ROLE)
+_OTHER_ATTRS = (
+    *(sc.ATTR_PHASE, sc.ATTR_PHASE_TOKENS, sc.ATTR_WORKER_RANK, sc.ATTR_WORKER_METHOD, sc.ATTR_WORKER_ROLE),
+    *wsync.ATTRS,  # a worker's weights.sync: its parts
+)
 _NOT_PHASES = sc.NON_PHASE_SPANS | {sc.SPAN_ENGINE_REQUEST}
 _ENGINE_NAME = f'"name":"{sc.SPAN_ENGINE_REQUEST}"'.encode()
 _WORKER_CALLS = frozenset(sc.WORKER_SPAN_NAMES.values())  # worker.* spans: their ranks, for the stragglers
@@ -72,7 +76,7 @@ class StepFold:
             self._sample(t, span)
         elif name == sc.SPAN_ENGINE_REQUEST:
             self.engine_seen = True  # taken in the second pass, under the samples kept
-        elif name not in _NOT_PHASES or name in _WORKER_CALLS:
+        elif name not in _NOT_PHASES or name in _WORKER_CALLS or name == sc.SPAN_WEIGHT_SYNC:
             attrs = {k: span.attributes[k] for k in _OTHER_ATTRS if k in span.attributes}
             t.others[span.span_id] = (name, span.start_ns, span.end_ns, attrs, span.parent_id, span.service)
 

@@ -15,7 +15,8 @@ from typing import Any
 
 from verl_otel import semconv as sc
 from verl_otel.analysis import stalls
-from verl_otel.analysis.jaeger import DEFAULT_LIMIT, JaegerClient, JaegerError
+from verl_otel.analysis.jaeger import JaegerClient, JaegerError
+from verl_otel.analysis.jaeger_pages import walk
 from verl_otel.analysis.otlp_json import read_file
 from verl_otel.cli.spans import DEFAULT_DIR, fail, parse_since
 
@@ -37,7 +38,9 @@ def _read(args: argparse.Namespace) -> tuple[list[stalls.StallRecord], str]:
     if args.jaeger:
         client = JaegerClient(args.jaeger)
         now = time.time_ns()
-        spans = client.find_traces(args.service, now - int(args.since * 1e9), now, sc.SPAN_STALL, DEFAULT_LIMIT)
+        # a page at a time (analysis/jaeger_pages.py), each kept only for its stall and step spans
+        pages = walk(client, args.service, now - int(args.since * 1e9), now, sc.SPAN_STALL)
+        spans = [kept for page in pages for kept in map(stalls.needed, page) if kept is not None]
         return stalls.merge([], stalls.from_spans(spans)), f"Jaeger at {client.base}"
     root = Path(args.dir or os.environ.get(sc.ENV_DIR) or DEFAULT_DIR)
     if not root.is_dir():

@@ -17,6 +17,7 @@ from verl_otel import semconv as sc
 from verl_otel.cli.argtypes import positive_int
 from verl_otel.export.otlp_json import request_bytes
 from verl_otel.export.otlp_send import OK, RETRY, Outcome, Sender, make_sender
+from verl_otel.export.spool import span_count
 
 PROG = "verl-otel push"
 
@@ -40,13 +41,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--wait", type=positive_int, default=30, metavar="S", help="give up after S s without an answer (default: 30)"
     )
     return p
-
-
-def _span_count(data: bytes) -> int:
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-    req = ExportTraceServiceRequest.FromString(data)
-    return sum(len(ss.spans) for rs in req.resource_spans for ss in rs.scope_spans)
 
 
 def _send(sender: Sender, data: bytes, wait_s: float) -> Outcome:
@@ -91,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
                     continue
                 try:
                     data = request_bytes(line)
-                    spans = _span_count(data)
+                    spans = span_count(data)
                 except Exception:  # noqa: BLE001 - a damaged line (cut by a crash): skipped, said below
                     malformed += 1
                     continue

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from verl_otel import semconv as sc
-from verl_otel.analysis.jaeger import DEFAULT_LIMIT, JaegerClient, JaegerError
+from verl_otel.analysis import jaeger_pages
+from verl_otel.analysis.jaeger import JaegerClient, JaegerError
 from verl_otel.analysis.otlp_json import FileRead, read_file
 from verl_otel.analysis.step_stream import read_steps
 from verl_otel.analysis.step_traces import Span, StepTrace
@@ -84,18 +85,30 @@ def read_spans(
     keep: Callable[[Span], Span | None] | None = None,
     steps_samples: int | None = None,
 ) -> Read:
-    """The spans of ``args``' source in its window: from Jaeger, every trace holding one of
-    ``operations``; from the file, streamed, what ``keep`` holds of each span (default all), or with
-    ``steps_samples`` the step traces themselves (``Read.steps``, each with that many slowest samples)."""
+    """The spans of ``args``' source in its window: from Jaeger every trace holding one of ``operations``,
+    from the file every span; of each, what ``keep`` holds (default all), or with ``steps_samples`` the step
+    traces themselves (``Read.steps``, each with that many slowest samples). Both are read a page (Jaeger) or
+    a line (the file) at a time."""
     now_ns = time.time_ns()
     out = Read(start_ns=now_ns - int(args.since * 1e9), window=f"in the last {human(args.since)}")
     if args.jaeger:
-        client = JaegerClient(args.jaeger)
+        client, pages, seen = JaegerClient(args.jaeger), jaeger_pages.Pages(), set[str]()
         try:
-            for op in operations:
-                out.spans += client.find_traces(args.service, out.start_ns, now_ns, op, DEFAULT_LIMIT)
+            if steps_samples is not None:
+                out.steps = jaeger_pages.steps(
+                    client, args.service, out.start_ns, now_ns, operations, steps_samples, pages
+                )
+            for op in operations if steps_samples is None else ():
+                for page in jaeger_pages.walk(client, args.service, out.start_ns, now_ns, op, seen=seen, stats=pages):
+                    out.spans += page if keep is None else [k for k in map(keep, page) if k is not None]
         except JaegerError as err:
             raise SourceError(str(err)) from None
+        if pages.crowded:
+            print(
+                f"{prog}: {pages.crowded} microsecond{'s' * (pages.crowded != 1)} of {client.base} each held more "
+                f"traces than one answer takes: some of them may be missing",
+                file=sys.stderr,
+            )
         out.source, out.jaeger = f"Jaeger at {client.base}", client.base
         return out
     path = Path(args.file) if args.file else default_file()

@@ -11,6 +11,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from verl_otel.cli.stack_files import stack_root
 from verl_otel.native import Binds, Ports, StackError, down, up
 from verl_otel.native.configs import BINARIES
 
@@ -62,8 +63,6 @@ def add_parsers(sub: Any) -> None:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    from verl_otel.cli.stack import stack_root
-
     if not args.native:
         print(
             f"{PROG} up: Docker users run `{PROG} write DIR && cd DIR && docker compose up -d`; "

@@ -80,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.text import Text
 
     from verl_otel.live.health import signals
+    from verl_otel.live.replicas import ReplicaWatch
     from verl_otel.live.run_view import HISTORY_KEYS, History, attach_stall_frames, build_view
     from verl_otel.live.sources import PrometheusQuery, SourceError, TargetsFile
     from verl_otel.live.view import frame
@@ -88,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
     source = _source(args)
     run_name = args.run if args.run and "/" in args.run else None
     history = History()
+    replica_watch = ReplicaWatch()  # a replica is STUCK only over frames: --once shows none
     # Prometheus remembers the steps logged before this view started: read them once, for the run shown
     backfill = [isinstance(source, PrometheusQuery)]
 
@@ -106,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
             # live: a Prometheus restart or a rewritten targets file should not end the view
             return Text(f"{PROG}: {err} (trying again every {args.interval:g}s; Ctrl-C to leave)", "yellow")
         history.add(view)
+        view.replicas = replica_watch.update(view.replicas, time.time())
         health = signals(view, history, gpu_memory_gb=args.gpu_memory_gb)
         return frame(view, history, health, steps_shown=args.steps)
 

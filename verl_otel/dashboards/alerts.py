@@ -1,22 +1,23 @@
-"""Prometheus alert rules from the health signals, generated from semconv names with thresholds as
-parameters. ``python -m verl_otel.dashboards.build --threshold kl_max=0.1 --rules-out my-rules.yml``
-writes a variant with other thresholds; the committed deploy/prometheus/rules/verl-alerts.yml uses the
-defaults below (documented in deploy/README.md)."""
+"""Prometheus alert rules, generated from semconv names with thresholds as parameters (the health checks' rules,
+which `top` shares, are declared in dashboards/health.py and placed here).
+``python -m verl_otel.dashboards.build --threshold kl_max=0.1 --rules-out my-rules.yml`` writes a variant with
+other thresholds; the committed deploy/prometheus/rules/verl-alerts.yml uses the defaults below (documented in
+deploy/README.md)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from verl_otel import semconv as sc
+from verl_otel.dashboards import health
 from verl_otel.dashboards.memory_rules import memory_rules
+from verl_otel.dashboards.promql import BY, RUN, spike, training
 from verl_otel.dashboards.rule import Record, Rule
 from verl_otel.dashboards.stragglers import straggler_records, straggler_rules
 from verl_otel.dashboards.thresholds import DEFAULTS, Thresholds, duration_seconds
 
 __all__ = ["DEFAULTS", "Record", "Rule", "Thresholds", "duration_seconds", "records", "rule_groups", "rules"]
 
-BY = f"{sc.LABEL_PROJECT}, {sc.LABEL_EXPERIMENT}, instance"
-RUN = f"{sc.LABEL_PROJECT}, {sc.LABEL_EXPERIMENT}"  # a restarted trainer gets a new instance, not a new run
 #: prometheus.yml's scrape jobs whose targets are the telemetry pipeline itself (not the run's processes, which end
 #: with the run; not dcgm, down without `--profile gpu`)
 COLLECTOR_JOB = "otel-collector"
@@ -29,16 +30,6 @@ ENGINE_GROUP = "verl-rollout-engine"
 #: a rollout server's vLLM page (listed in file_sd by verl-otel): per replica, whatever its engines
 ENGINE_BY = f"instance, {sc.LABEL_REPLICA}"
 _ENGINE_CPU = "fires only when the rollout engine is overloaded or stuck (the CPU demo's is not, or is a stand-in)"
-
-
-def _k(key: str) -> str:
-    op = "=~" if any(c in key for c in "|*+?()[") else "="  # verl's keys have none of these
-    return f'{sc.TRAINING_METRIC.name}{{{sc.LABEL_KEY}{op}"{key}"}}'
-
-
-def _spike(key: str, factor: float) -> str:
-    """``key`` (a regex of keys) above ``factor`` times its own 1h median, series by series."""
-    return f"{_k(key)} > {factor:g} * quantile_over_time(0.5, {_k(key)}[1h])"
 
 
 def pipeline_unhealthy(t: Thresholds) -> str:
@@ -60,7 +51,7 @@ def _engine(name: str) -> str:
 
 
 def engine_rules(t: Thresholds) -> list[Rule]:
-    """The rollout engine's (vLLM's) own signals: a full KV cache, preemptions, a stuck queue."""
+    """The rollout engine's (vLLM's) own signals: a full KV cache, preemptions, a stuck queue, no tokens."""
     waiting = f"sum by ({ENGINE_BY}) ({_engine(sc.VLLM_REQUESTS_WAITING)})"
     return [
         Rule(
@@ -100,6 +91,20 @@ def engine_rules(t: Thresholds) -> list[Rule]:
             cpu_empty=_ENGINE_CPU,
             group=ENGINE_GROUP,
         ),
+        Rule(
+            "VerlEngineNoTokens",
+            f"(sum by ({ENGINE_BY}) ({_engine(sc.VLLM_REQUESTS_RUNNING)}) > 0) and on({ENGINE_BY}) "
+            f"(sum by ({ENGINE_BY}) (increase({_engine(sc.VLLM_GENERATION_TOKENS)}[{t.engine_no_tokens_window}])) "
+            "== 0)",
+            t.engine_no_tokens_for,
+            "critical",
+            "rollout replica {{ $labels.replica }}: requests run and no token comes out",
+            f"vLLM reports requests running but generated no token in {t.engine_no_tokens_window}: the engine core "
+            "is hung (a dead or blocked engine process, a collective waiting across its GPUs, a stuck logits "
+            "processor). Its samples will not finish; `verl-otel top` marks the replica STUCK.",
+            cpu_empty=_ENGINE_CPU,
+            group=ENGINE_GROUP,
+        ),
     ]
 
 
@@ -118,11 +123,10 @@ def records(t: Thresholds = DEFAULTS) -> list[Record]:
 def _run_rules(t: Thresholds) -> list[Rule]:
     step, planned = sc.TRAINING_STEP.name, sc.TRAINING_STEPS_PLANNED.name
     hist = sc.STEP_DURATION.name
-    phist = sc.PHASE_DURATION.name
     mean_step = f"max by ({BY}) ({hist}_sum / {hist}_count)"
     quiet_if_pipeline_down = f"unless on() {pipeline_unhealthy(t)}"
     kl_keys = "|".join((sc.KEY_PPO_KL, sc.KEY_KL_LOSS, sc.KEY_REWARD_KL))
-    score = _k(sc.KEY_SCORE_MEAN)
+    score = training(sc.KEY_SCORE_MEAN)
     w = t.reward_flat_window
     lost = "|".join(LOST_DATA_REASONS)
     return [
@@ -138,29 +142,7 @@ def _run_rules(t: Thresholds) -> list[Rule]:
             f"(at least {t.step_stall_min_s:g}s). Check the phase running now: slow or hung? (Quiet while the "
             "Collector is down or refusing data: VerlTelemetryTargetDown / VerlCollectorRefusingData say so.)",
         ),
-        Rule(
-            "VerlPhaseHung",
-            # elapsed, active and the histogram come from one process with one label set: match on all labels
-            # (on(instance, phase) breaks when two runs share an instance, as they do behind the Collector)
-            f"({sc.PHASE_ELAPSED.name} and {sc.PHASE_ACTIVE.name} == 1) > "
-            f"clamp_min({t.phase_hung_factor:g} * ({phist}_sum / {phist}_count), {t.phase_hung_min_s:g})",
-            "1m",
-            "critical",
-            "phase {{ $labels.phase }} runs far longer than usual",
-            f"The running phase's elapsed time is above {t.phase_hung_factor:g}x its mean duration "
-            f"(at least {t.phase_hung_min_s:g}s): likely hung (a lost request, a collective waiting).",
-        ),
-        Rule(
-            "VerlPhaseHungFirstRun",
-            # VerlPhaseHung compares with the phase's own mean, which does not exist before it finished once
-            f"({sc.PHASE_ELAPSED.name} and {sc.PHASE_ACTIVE.name} == 1) > {t.phase_first_max_s:g} "
-            f"unless ({phist}_count > 0)",
-            "1m",
-            "critical",
-            "phase {{ $labels.phase }} has run for long without ever finishing",
-            f"The phase has been running for more than {t.phase_first_max_s:g}s and has not finished once in this "
-            f"process (first step or after a restart), so there is no typical duration to compare with.",
-        ),
+        *health.PHASE_HUNG.alerts(t),
         Rule(
             "VerlStall",
             f"max by ({BY}, {sc.LABEL_PROCESS_ROLE}, {sc.LABEL_PHASE}) ({sc.STALL_ACTIVE.name}) > 0",
@@ -171,34 +153,13 @@ def _run_rules(t: Thresholds) -> list[Rule]:
             "VERL_OTEL_STALL_FACTOR x its median): the process dumped its stacks to $VERL_OTEL_DIR/stalls/ and put a "
             "stall span in the step's trace. `verl-otel doctor` says where it is stuck and what to do next.",
         ),
-        Rule(
-            "VerlRolloutStalled",
-            # the rollout must be older than the window: changes() over a younger series says nothing
-            f"(sum by ({BY}, worker, mode) (changes({sc.ROLLOUT_SAMPLES_COMPLETED.name}[{t.rollout_stall_window}])) "
-            f"== 0) and on({BY}, worker, mode) (sum by ({BY}, worker, mode) "
-            f"({sc.ROLLOUT_SAMPLES_INFLIGHT.name}) > 0) and on({BY}, worker, mode) (max by ({BY}, worker, mode) "
-            f"({sc.ROLLOUT_ELAPSED.name}) > {duration_seconds(t.rollout_stall_window):g})",
-            "2m",
-            "warning",
-            "agent-loop worker {{ $labels.worker }}: no sample finished",
-            f"No rollout sample finished in the last {t.rollout_stall_window} of a longer rollout while samples are "
-            "in flight: a lost request or a stuck server (see verl_rollout_oldest_inflight_seconds).",
-        ),
-        Rule(
-            "VerlScoreStuckAtZero",
-            f"(max by ({BY}) (max_over_time({score}[{t.score_zero_window}])) == 0) "
-            f"and on({BY}) (max by ({BY}) ({step}) >= {t.score_zero_min_steps:g})",
-            "5m",
-            "warning",
-            "critic/score/mean has been 0",
-            f"The score has been exactly 0 for the last {t.score_zero_window} (or since the run started) past step "
-            f"{t.score_zero_min_steps:g}: the model learns nothing (reward too strict, answer format never matched).",
-        ),
+        *health.ROLLOUT_STUCK.alerts(t),
+        *health.SCORE_STUCK.alerts(t),
         Rule(
             "VerlRewardSpreadCollapsed",
             # verl logs no std of the training reward; max - min bounds it (std <= (max - min) / 2)
-            f"(max by ({BY}) (max_over_time({_k(sc.KEY_SCORE_MAX)}[30m])) - "
-            f"max by ({BY}) (min_over_time({_k(sc.KEY_SCORE_MIN)}[30m])) < {t.reward_spread_min:g}) "
+            f"(max by ({BY}) (max_over_time({training(sc.KEY_SCORE_MAX)}[30m])) - "
+            f"max by ({BY}) (min_over_time({training(sc.KEY_SCORE_MIN)}[30m])) < {t.reward_spread_min:g}) "
             f"and on({BY}) (max by ({BY}) ({step}) >= {t.score_zero_min_steps:g})",
             "15m",
             "warning",
@@ -207,37 +168,20 @@ def _run_rules(t: Thresholds) -> list[Rule]:
             "standard deviation collapsed, so group-relative advantages (GRPO) are 0 and nothing is learned. All "
             "right (saturated data) or all wrong (see VerlScoreStuckAtZero)? Harder prompts, a finer reward.",
         ),
-        Rule(
-            "VerlGradNormSpike",
-            _spike(f"{sc.KEY_ACTOR_GRAD_NORM}|{sc.KEY_CRITIC_GRAD_NORM}", t.grad_norm_factor),
-            "0m",
-            "warning",
-            "{{ $labels.key }} spiked",
-            f"The gradient norm is above {t.grad_norm_factor:g}x its 1h median: gradient explosion (critic: value "
-            "learning rate too high or an unstable return scale).",
-        ),
+        *health.GRAD_SPIKE.alerts(t),
         Rule(
             "VerlValueLossBlowUp",
-            _spike(sc.KEY_VF_LOSS, t.vf_loss_factor),
+            spike(sc.KEY_VF_LOSS, t.vf_loss_factor),
             "0m",
             "warning",
             "critic/vf_loss blew up",
             f"The critic's value loss is above {t.vf_loss_factor:g}x its 1h median: the critic diverges (value "
             "learning rate too high, or the return scale is unstable: check the reward's range).",
         ),
-        Rule(
-            "VerlKLBlowUp",
-            f"{_k(f'{sc.KEY_PPO_KL}|{sc.KEY_KL_LOSS}')} > {t.kl_max:g}",
-            "5m",
-            "warning",
-            "KL is blowing up ({{ $labels.key }})",
-            f"{{{{ $labels.key }}}} above {t.kl_max:g} (healthy: 1e-3..1e-2; ppo_kl: drift per update, kl_loss: "
-            "distance to the reference): the policy drifts; lower the temperature or raise the KL coefficient; "
-            "check KL is not applied twice (loss and reward).",
-        ),
+        *health.KL_BLOW_UP.alerts(t),
         Rule(
             "VerlKLTooSmallRewardFlat",
-            f"(max by ({BY}) (avg_over_time({_k(kl_keys)}[{w}])) < {t.kl_min:g}) "
+            f"(max by ({BY}) (avg_over_time({training(kl_keys)}[{w}])) < {t.kl_min:g}) "
             f"and on({BY}) (max by ({BY}) (avg_over_time({score}[{w}]) - avg_over_time({score}[{w}] offset {w})) "
             f"< {t.reward_flat_min_gain:g})",
             "15m",
@@ -247,18 +191,11 @@ def _run_rules(t: Thresholds) -> list[Rule]:
             f"{t.reward_flat_min_gain:g} against the {w} before: the KL term holds the policy in place. Lower the KL "
             "coefficient (e.g. 1e-3 -> 5e-4), or check the reward is not too strict (most samples 0).",
         ),
-        Rule(
-            "VerlEntropyCollapse",
-            f"{_k(sc.KEY_ENTROPY)} < {t.entropy_min:g}",
-            "10m",
-            "warning",
-            "actor/entropy collapsed",
-            f"Entropy below {t.entropy_min:g}: the policy stopped exploring.",
-        ),
+        *health.ENTROPY_COLLAPSE.alerts(t),
         Rule(
             "VerlEntropyOutOfBand",
-            f"(avg_over_time({_k(sc.KEY_ENTROPY)}[30m]) < {t.entropy_band_low:g}) or "
-            f"(avg_over_time({_k(sc.KEY_ENTROPY)}[30m]) > {t.entropy_band_high:g})",
+            f"(avg_over_time({training(sc.KEY_ENTROPY)}[30m]) < {t.entropy_band_low:g}) or "
+            f"(avg_over_time({training(sc.KEY_ENTROPY)}[30m]) > {t.entropy_band_high:g})",
             "30m",
             "info",
             'actor/entropy ({{ printf "%.2f" $value }}) outside its healthy band',
@@ -266,39 +203,9 @@ def _run_rules(t: Thresholds) -> list[Rule]:
             "run still exploring: below, the policy turns deterministic (it falls slowly in a healthy run; see "
             "VerlEntropyCollapse); above, it samples near randomly (temperature too high, a diverging update).",
         ),
-        Rule(
-            "VerlClipFractionNearOne",
-            f"avg_over_time({_k(sc.KEY_PG_CLIPFRAC)}[15m]) > {t.clipfrac_max:g}",
-            "15m",
-            "warning",
-            "PPO clips almost every token",
-            f"The 15m mean of actor/pg_clipfrac is above {t.clipfrac_max:g} (healthy < 0.2): the updates push the "
-            "ratio past the clip range; lower the learning rate or normalise the advantages.",
-        ),
-        Rule(
-            "VerlGPUMemoryNearLimit",
-            f"({sc.DCGM_FB_USED} / ({sc.DCGM_FB_USED} + {sc.DCGM_FB_FREE}) > {t.memory_fraction:g}) "
-            # verl's GiB against the smallest GPU DCGM sees (MiB), or the configured size without DCGM
-            f"or ({_k(sc.KEY_MAX_MEMORY_RESERVED_RE)} > on() group_left() "
-            f"({t.memory_fraction:g} * min({sc.DCGM_FB_USED} + {sc.DCGM_FB_FREE}) / 1024)) "
-            f"or ({_k(sc.KEY_MAX_MEMORY_RESERVED_RE)} > {t.memory_fraction * t.gpu_memory_gb:g} "
-            f"unless on() {sc.DCGM_FB_USED})",
-            "5m",
-            "warning",
-            "GPU memory near the limit",
-            f"GPU memory above {t.memory_fraction:.0%} of the device (verl's perf/max_memory_reserved_gb against the "
-            f"smallest GPU the DCGM exporter reports, or {t.gpu_memory_gb:g} GiB without it): OOM risk.",
-        ),
-        Rule(
-            "VerlStepTimeRegression",
-            f"avg_over_time({_k(sc.KEY_STEP_TIME)}[15m]) > {t.step_regression_factor:g} * "
-            f"quantile_over_time(0.5, {_k(sc.KEY_STEP_TIME)}[6h])",
-            "15m",
-            "warning",
-            "steps got slower",
-            f"The 15-minute mean step time is above {t.step_regression_factor:g}x its 6h median: find the phase "
-            "with `verl-otel slow-steps`.",
-        ),
+        *health.CLIPPING.alerts(t),
+        *health.MEMORY_NEAR_LIMIT.alerts(t),
+        *health.STEPS_SLOWER.alerts(t),
         Rule(
             "VerlRunGone",
             f"(max by ({RUN}) (max_over_time({step}[{t.run_gone_window}])) < max by ({RUN}) "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from verl_otel import semconv as sc
 from verl_otel.dashboards.grafana import (
     Panel,
+    Row,
     Target,
     m,
 )
@@ -15,7 +16,6 @@ _R = "$__rate_interval"
 # -- fully_async: the rollouter beside the trainer ------------------------------------------------------
 _ASYNC_ONLY = "fully_async only (`verl-otel demo --trainer fully_async`)"
 ASYNC_VERSIONS = Panel(
-    13,
     "Async rollout: parameter version and staleness",
     "Trainer and rollouter parameter versions, and the largest / mean staleness (versions behind) of the last "
     "batch the trainer took. Healthy: the versions move together and staleness stays at or below "
@@ -26,11 +26,9 @@ ASYNC_VERSIONS = Panel(
         Target(f"max({m(sc.ASYNC_STALENESS.name)})", "staleness max"),
         Target(f"max({m(sc.ASYNC_STALENESS_MEAN.name)})", "staleness mean"),
     ),
-    grid=(0, 40, 12, 8),
     cpu_empty=_ASYNC_ONLY,
 )
 ASYNC_QUEUE = Panel(
-    14,
     "Async rollout: MessageQueue depth",
     "Samples waiting between rollouter and trainer (as each side last saw it) against the queue's limit. "
     "Healthy: between the trainer's batch size and the limit; at the limit the rollouter pauses, near 0 the "
@@ -40,11 +38,9 @@ ASYNC_QUEUE = Panel(
         Target(f"max by (role) ({m(sc.ASYNC_QUEUE_DEPTH.name)})", "depth seen by {{role}}"),
         Target(f"max({m(sc.ASYNC_QUEUE_CAPACITY.name)})", "limit"),
     ),
-    grid=(12, 40, 12, 8),
     cpu_empty=_ASYNC_ONLY,
 )
 ASYNC_IDLE = Panel(
-    15,
     "Async rollout: idle ratio",
     "Share of the current parameter-version window each side spent idle: the trainer waiting for samples, the "
     "rollouter paused; and whether the rollouter is paused now. Healthy: both low; a trainer near 1 is "
@@ -55,11 +51,9 @@ ASYNC_IDLE = Panel(
         Target(f"max({m(sc.ASYNC_ROLLOUTER_PAUSED.name)})", "rollouter paused"),
     ),
     unit="percentunit",
-    grid=(0, 48, 12, 8),
     cpu_empty=_ASYNC_ONLY,
 )
 ASYNC_PRODUCED = Panel(
-    16,
     "Async rollout: samples produced",
     "Samples per second the rollouter puts into the queue, samples dropped by a full queue, and samples being "
     "generated now. Healthy: a steady rate, no drops.",
@@ -69,6 +63,8 @@ ASYNC_PRODUCED = Panel(
         Target(f"sum(rate({m(sc.ASYNC_SAMPLES_DROPPED.name)}[{_R}]))", "dropped/s"),
         Target(f"sum({m(sc.ASYNC_ROLLOUTER_INFLIGHT.name)})", "in flight", unit="none"),
     ),
-    grid=(12, 48, 12, 8),
     cpu_empty=_ASYNC_ONLY,
 )
+
+#: the progress dashboard's fully_async rows
+ROWS = (Row(8, ASYNC_VERSIONS, ASYNC_QUEUE), Row(8, ASYNC_IDLE, ASYNC_PRODUCED))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from verl_otel import semconv as sc
 from verl_otel.dashboards.grafana import (
     Panel,
+    Row,
     Target,
 )
 
@@ -35,7 +36,6 @@ def _quantiles(buckets: str, what: str) -> tuple[Target, ...]:
 
 
 ENGINE_REQUESTS = Panel(
-    17,
     "Rollout engine: requests running / waiting",
     "vLLM's requests being generated and queued, per rollout replica. Healthy: running near the batch's "
     "concurrency, waiting 0 or draining; waiting with nothing running is a stuck engine.",
@@ -44,11 +44,9 @@ ENGINE_REQUESTS = Panel(
         Target(f"sum by ({sc.LABEL_REPLICA}) ({_e(sc.VLLM_REQUESTS_RUNNING)})", "running {{replica}}"),
         Target(f"sum by ({sc.LABEL_REPLICA}) ({_e(sc.VLLM_REQUESTS_WAITING)})", "waiting {{replica}}"),
     ),
-    grid=(0, 56, 8, 8),
     cpu_empty=_STUB,
 )
 ENGINE_KV = Panel(
-    18,
     "Rollout engine: KV-cache usage and preemptions",
     "Share of the KV cache in use, and preemptions per second (requests evicted for lack of KV cache, recomputed "
     "later). Healthy: usage below 1, no preemptions; a full cache with preemptions makes long samples slow.",
@@ -62,27 +60,25 @@ ENGINE_KV = Panel(
         ),
     ),
     unit="percentunit",
-    grid=(8, 56, 8, 8),
     cpu_empty=_STUB,
 )
 ENGINE_TOKENS = Panel(
-    19,
     "Rollout engine: generation tokens/s",
     "Tokens generated per second per rollout replica. Healthy: flat during rollouts; a drop with the same "
     "requests running means slower decoding (preemptions, long contexts).",
     "timeseries",
     (Target(f"sum by ({sc.LABEL_REPLICA}) (rate({_e(sc.VLLM_GENERATION_TOKENS)}[{_R}]))", "tokens/s {{replica}}"),),
-    grid=(16, 56, 8, 8),
     cpu_empty=_STUB,
 )
 ENGINE_LATENCY = Panel(
-    20,
     "Rollout engine: time to first token and per-token latency",
     "p50 and p95 of the time to the first token (queue + prefill) and of the time between output tokens "
     "(decode), per replica. Healthy: a stable TTFT; a rising one means requests queue (see waiting).",
     "timeseries",
     (*_quantiles(sc.VLLM_TTFT_BUCKET, "TTFT"), *_quantiles(sc.VLLM_TPOT_BUCKET, "per token")),
     unit="s",
-    grid=(0, 64, 24, 8),
     cpu_empty=_STUB,
 )
+
+#: the progress dashboard's rollout-engine rows
+ROWS = (Row(8, ENGINE_REQUESTS, ENGINE_KV, ENGINE_TOKENS), Row(8, ENGINE_LATENCY))

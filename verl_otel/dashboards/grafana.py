@@ -5,7 +5,7 @@ only when rendering: declaring panels needs no SDK). Every query gets the dashbo
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from verl_otel import semconv as sc
@@ -50,19 +50,48 @@ class Target:
 
 @dataclass(frozen=True)
 class Panel:
-    id: int
     title: str
     description: str  # what it shows and what healthy looks like
     kind: str  # timeseries | stat | bargauge | table | traces-table
     targets: tuple[Target, ...]
     unit: str = "short"
-    # x, y, w, h; a later panel left at x=y=0 is placed by the SDK's dashboard builder after the one before it
-    grid: tuple[int, int, int, int] = (0, 0, 12, 8)
     stacked: bool = False
     max: float | None = None
     cpu_empty: str | None = None  # why this may show nothing in the CPU demo
     links: tuple[dict[str, Any], ...] = ()
     repeat: str | None = None  # a variable: one copy of the panel per selected value (vertically)
+    # where the dashboard puts it: its rows set both (laid_out); x, y, w, h, and a panel left at x=y=0 is placed by
+    # the SDK's dashboard builder after the one before it
+    grid: tuple[int, int, int, int] = (0, 0, 12, 8)
+    id: int = 0
+
+
+GRID_COLUMNS = 24  # Grafana's dashboard width
+
+
+@dataclass(frozen=True, init=False)
+class Row:
+    """Panels side by side, left to right, sharing the dashboard's width equally, ``height`` grid units high."""
+
+    height: int
+    panels: tuple[Panel, ...]
+
+    def __init__(self, height: int, *panels: Panel) -> None:
+        assert panels and GRID_COLUMNS % len(panels) == 0, "a row shares the 24 columns equally"
+        object.__setattr__(self, "height", height)
+        object.__setattr__(self, "panels", panels)
+
+
+def laid_out(rows: tuple[Row, ...]) -> tuple[Panel, ...]:
+    """The rows' panels, numbered 1, 2, ... in order (Grafana's panel ids) and placed: each row below the one
+    before it. Adding a panel is adding it to a row; nothing else moves by hand."""
+    out: list[Panel] = []
+    y = 0
+    for row in rows:
+        w = GRID_COLUMNS // len(row.panels)
+        out += [replace(p, id=len(out) + i + 1, grid=(i * w, y, w, row.height)) for i, p in enumerate(row.panels)]
+        y += row.height
+    return tuple(out)
 
 
 @dataclass(frozen=True)

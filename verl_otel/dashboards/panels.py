@@ -4,22 +4,22 @@ dashboard and the shared annotations in their own modules). Every query is built
 from __future__ import annotations
 
 from verl_otel import semconv as sc
+from verl_otel.dashboards import async_panels, engine_panels, why_panels
 from verl_otel.dashboards.annotations import ANNOTATIONS
-from verl_otel.dashboards.async_panels import ASYNC_IDLE, ASYNC_PRODUCED, ASYNC_QUEUE, ASYNC_VERSIONS
-from verl_otel.dashboards.engine_panels import ENGINE_KV, ENGINE_LATENCY, ENGINE_REQUESTS, ENGINE_TOKENS
 from verl_otel.dashboards.grafana import (
     JAEGER_DS,
     SLOW_STEPS_SEARCHED,
     Dashboard,
     Panel,
+    Row,
     Target,
     explore_link,
     jaeger_step_search,
     key,
+    laid_out,
     m,
 )
 from verl_otel.dashboards.health_panels import HEALTH
-from verl_otel.dashboards.why_panels import RESIDENT_MEMORY, ROLLOUT_TAIL, STRAGGLERS, TIME_PER_1K_TOKENS
 
 _R = "$__rate_interval"
 _RUN = f"{sc.LABEL_PROJECT}, {sc.LABEL_EXPERIMENT}"  # one row per run when several are selected
@@ -33,7 +33,6 @@ _TRACE_LINK = explore_link(
 
 # -- verl training progress --------------------------------------------------------------------------
 RUN_PROGRESS = Panel(
-    1,
     "Run progress",
     "Global step / planned steps (trainer.total_training_steps). Healthy: grows by one every step time.",
     "bargauge",
@@ -45,10 +44,8 @@ RUN_PROGRESS = Panel(
     ),
     unit="percentunit",
     max=1,
-    grid=(0, 0, 8, 4),
 )
 RUN_ETA = Panel(
-    2,
     "Run ETA",
     "Time left: mean of the last 5 step durations x steps left. Healthy: falls steadily; a jump means slower steps.",
     "stat",
@@ -57,10 +54,8 @@ RUN_ETA = Panel(
         Target(f"max by ({_RUN}) ({m(sc.TRAINING_STEP.name)})", "step {{verl_experiment}}", unit="none"),
     ),
     unit="s",
-    grid=(8, 0, 8, 4),
 )
 PHASE_NOW = Panel(
-    3,
     "Phase running now",
     "The phase in progress and its live elapsed time (the heartbeat): growing = working; compare with the "
     "phase's usual duration to tell slow from hung.",
@@ -68,11 +63,9 @@ PHASE_NOW = Panel(
     "stat",
     (Target(f"max by ({_RUN}, phase) ({m(sc.PHASE_ELAPSED.name)} and {m(sc.PHASE_ACTIVE.name)} == 1)", "{{phase}}"),),
     unit="s",
-    grid=(16, 0, 8, 4),
     cpu_empty="between steps no phase runs (the demo spends most of its time in startup)",
 )
 ROLLOUT_BARS = Panel(
-    4,
     "Rollout progress per agent-loop worker",
     "Finished / expected samples of the current rollout on each agent-loop worker, and the total. Healthy: "
     "all bars move together; one stuck bar is a stuck worker or a lost request.",
@@ -91,10 +84,8 @@ ROLLOUT_BARS = Panel(
     ),
     unit="percentunit",
     max=1,
-    grid=(0, 4, 12, 8),
 )
 ROLLOUT_ETA = Panel(
-    5,
     "Rollout ETA and long tail",
     "Rollout ETA (elapsed / finished x remaining), samples in flight and the age of the oldest unfinished "
     "sample. Healthy: the oldest age stays near the typical sample time; a growing one is a lost request.",
@@ -105,10 +96,8 @@ ROLLOUT_ETA = Panel(
         Target(f"max by (mode) ({m(sc.ROLLOUT_OLDEST_INFLIGHT.name)})", "oldest {{mode}}"),
     ),
     unit="s",
-    grid=(12, 4, 12, 8),
 )
 UPDATE_BARS = Panel(
-    6,
     "Actor / critic update progress",
     "Optimizer mini-batches done / planned over all PPO epochs of the current update, with epoch and ETA. "
     "Healthy: fills once per step at an even pace.",
@@ -122,10 +111,8 @@ UPDATE_BARS = Panel(
     ),
     unit="percentunit",
     max=1,
-    grid=(0, 12, 12, 6),
 )
 UPDATE_ETA = Panel(
-    7,
     "Update ETA and epoch",
     "Seconds left in the current actor/critic update and its PPO epoch.",
     "stat",
@@ -134,10 +121,8 @@ UPDATE_ETA = Panel(
         Target(f"max by (role) ({m(sc.UPDATE_EPOCH.name)})", "epoch {{role}}", unit="none"),
     ),
     unit="s",
-    grid=(12, 12, 12, 6),
 )
 STEP_STACK = Panel(
-    8,
     "Step time by phase",
     "verl's own per-phase timings of each step, stacked (timing_s/*). Healthy: stable; the band that grows is "
     "the phase to look at.",
@@ -155,10 +140,8 @@ STEP_STACK = Panel(
     ),
     unit="s",
     stacked=True,
-    grid=(0, 18, 12, 8),
 )
 STEP_DURATION = Panel(
-    9,
     "Step duration (exemplars link to the step's trace)",
     "Median (p50, from the buckets) and mean step duration of each run from the step histogram; each exemplar "
     "dot is one step, linked to its trace in Jaeger (Prometheus keeps exemplars on the buckets, so the p50 query "
@@ -177,23 +160,19 @@ STEP_DURATION = Panel(
         ),
     ),
     unit="s",
-    grid=(12, 18, 12, 8),
     links=(_TRACE_LINK,),
     cpu_empty="rate() needs two steps inside the rate window",
 )
 SLOW_STEPS = Panel(
-    10,
     "Slowest recent steps of $experiment (Jaeger)",
     f"The last {SLOW_STEPS_SEARCHED} step traces of the experiment from Jaeger (service $service, one table per "
     "selected experiment), slowest first; click a trace ID to open the step and see which phase made it slow (or "
     "run `verl-otel slow-steps`). Healthy: durations close to each other.",
     "traces-table",
     (),
-    grid=(0, 26, 12, 8),
     repeat="experiment",
 )
 PHASE_DURATION = Panel(
-    11,
     "Phase duration (mean over the window)",
     "Mean duration of each phase from the phase histogram, and its median from the buckets, whose exemplar dots "
     "link to the step's trace. Healthy: each line flat.",
@@ -211,20 +190,16 @@ PHASE_DURATION = Panel(
         ),
     ),
     unit="s",
-    grid=(12, 26, 12, 8),
     cpu_empty="rate() needs two phase runs inside the rate window",
 )
 DROPPED = Panel(
-    12,
     "Telemetry dropped",
     "Items verl-otel dropped (non-scalar or NaN metric values, key cap, export failures). Healthy: 0 or a "
     "constant trickle of non-scalars.",
     "timeseries",
     (Target(f"sum by (reason) ({m(sc.OTEL_DROPPED.name)})", "{{reason}}"),),
-    grid=(0, 34, 12, 6),
 )
 STALLS = Panel(
-    21,
     "Stalls",
     "1 while a process reports a call stalled (past its stall threshold) in a phase: its stacks are in the "
     "stalls/ folder of VERL_OTEL_DIR and a stall span is in the step's trace; `verl-otel doctor` explains it. "
@@ -236,7 +211,6 @@ STALLS = Panel(
             "{{verl_process_role}} {{phase}}",
         ),
     ),
-    grid=(12, 34, 12, 6),
     max=1,
     cpu_empty="the demo does not stall unless asked to (verl-otel demo --hang PHASE@STEP=SECONDS)",
 )
@@ -245,32 +219,18 @@ PROGRESS = Dashboard(
     "verl-training-progress",
     "verl training progress",
     "Where a verl run is now: run, rollout and update progress with ETAs, the phase running now, step times.",
-    (
-        RUN_PROGRESS,
-        RUN_ETA,
-        PHASE_NOW,
-        ROLLOUT_BARS,
-        ROLLOUT_ETA,
-        UPDATE_BARS,
-        UPDATE_ETA,
-        STEP_STACK,
-        STEP_DURATION,
-        SLOW_STEPS,
-        PHASE_DURATION,
-        DROPPED,
-        STALLS,
-        ASYNC_VERSIONS,
-        ASYNC_QUEUE,
-        ASYNC_IDLE,
-        ASYNC_PRODUCED,
-        ENGINE_REQUESTS,
-        ENGINE_KV,
-        ENGINE_TOKENS,
-        ENGINE_LATENCY,
-        TIME_PER_1K_TOKENS,
-        ROLLOUT_TAIL,
-        STRAGGLERS,
-        RESIDENT_MEMORY,
+    laid_out(
+        (
+            Row(4, RUN_PROGRESS, RUN_ETA, PHASE_NOW),
+            Row(8, ROLLOUT_BARS, ROLLOUT_ETA),
+            Row(6, UPDATE_BARS, UPDATE_ETA),
+            Row(8, STEP_STACK, STEP_DURATION),
+            Row(8, SLOW_STEPS, PHASE_DURATION),
+            Row(6, DROPPED, STALLS),
+            *async_panels.ROWS,
+            *engine_panels.ROWS,
+            *why_panels.ROWS,
+        )
     ),
     annotations=ANNOTATIONS,
 )

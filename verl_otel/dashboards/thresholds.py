@@ -96,6 +96,10 @@ class Thresholds:
         "engine_preemptions_max requests within this window ...",
     )
     engine_preemptions_max: float = _t(10.0, "... (per rollout replica)")
+    engine_no_tokens_window: str = _t(
+        "1m", "VerlEngineNoTokens: a rollout replica with requests running generated no token within this window ..."
+    )
+    engine_no_tokens_for: str = _t("1m", "... for this long")
     straggler_ratio: float = _t(
         1.3, "VerlStragglingRank: a rank's last worker call above this many times the median rank's ..."
     )

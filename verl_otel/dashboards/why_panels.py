@@ -5,11 +5,10 @@ straggling ranks (each rank's last worker call over the median rank's)."""
 from __future__ import annotations
 
 from verl_otel import semconv as sc
-from verl_otel.dashboards.grafana import FILTERS, Panel, Target, m
+from verl_otel.dashboards.grafana import FILTERS, Panel, Row, Target, m
 from verl_otel.dashboards.stragglers import rank_slowdown
 
 TIME_PER_1K_TOKENS = Panel(
-    22,
     "Time per 1k tokens by phase",
     "Seconds each phase of the last training step took per 1000 tokens (rollout: tokens generated; the others: "
     "prompt and response tokens of the batch). A phase whose duration rises while this stays flat got more "
@@ -17,31 +16,25 @@ TIME_PER_1K_TOKENS = Panel(
     "timeseries",
     (Target(f"max by (phase) ({m(sc.PHASE_S_PER_1K_TOKENS.name)})", "{{phase}}"),),
     unit="s",
-    grid=(0, 72, 12, 8),
     cpu_empty="the v1 and fully_async trainers do not count tokens yet (legacy and its agent-loop manager do)",
 )
 ROLLOUT_TAIL = Panel(
-    23,
     "Rollout long tail (slowest / median sample)",
     "Per agent-loop worker, its last training batch's slowest sample over its median sample. High: the rollout "
     "waited for a few samples (`verl-otel slow-steps` names them). Healthy: low and steady (1 is no tail).",
     "timeseries",
     (Target(f"max by ({sc.LABEL_WORKER}) ({m(sc.ROLLOUT_TAIL_RATIO.name)})", "worker {{worker}}"),),
-    grid=(12, 72, 12, 8),
 )
 STRAGGLERS = Panel(
-    24,
     "Straggling ranks (last call / median rank)",
     "Each training rank's last traced call of a method (worker.update_actor, compute_log_prob ...) over the median "
     "rank's: the step waits for the slowest. The VerlStragglingRank alert fires when one stays above its threshold. "
     "Healthy: every line near 1.",
     "timeseries",
     (Target(rank_slowdown(f"{{{FILTERS}}}"), "{{method}} {{role}} rank {{rank}}"),),
-    grid=(0, 80, 24, 8),
     cpu_empty="the CPU demo has one FSDP rank: its line is 1",
 )
 RESIDENT_MEMORY = Panel(
-    25,
     "Resident memory by process",
     "Resident memory of every instrumented process, by its role (trainer, training workers, agent-loop and reward "
     "workers). A line that climbs step after step is a leak (the VerlMemoryLeak alert). Healthy: flat after the "
@@ -54,5 +47,7 @@ RESIDENT_MEMORY = Panel(
         ),
     ),
     unit="bytes",
-    grid=(0, 88, 24, 8),
 )
+
+#: the progress dashboard's rows of why a step is slow (tokens, the long tail, stragglers) and of its memory
+ROWS = (Row(8, TIME_PER_1K_TOKENS, ROLLOUT_TAIL), Row(8, STRAGGLERS), Row(8, RESIDENT_MEMORY))

@@ -55,6 +55,19 @@ def held_transfer(global_steps: int | None) -> None:
     _wait_for_transfer(seconds)
 
 
+_slowed: set[int] = set()  # steps whose weight transfer this process slowed (--slow update_weights)
+
+
+def slowed_transfer(global_steps: int | None) -> float:
+    """``--slow update_weights@STEP=S``: the seconds the first bucket of the transfer after step STEP takes longer
+    (once per process and step), else 0. Slept by the transfer itself, between the bucket's bytes."""
+    seconds = SlowSpec.from_env().seconds("update_weights", global_steps or 0)
+    if not seconds or global_steps in _slowed:
+        return 0.0
+    _slowed.add(int(global_steps or 0))
+    return seconds
+
+
 def _wait_for_transfer(seconds: float) -> None:
     """The planted hang: a transfer whose other side does not answer, for ``seconds``."""
     deadline = time.monotonic() + seconds
@@ -136,11 +149,15 @@ class GlooCheckpointEngine(CheckpointEngine):
         work = self._pg.broadcast([tensor], opts)
         await asyncio.to_thread(work.wait)  # keep the worker's event loop free while bytes move
 
-    async def _send_bucket(self, meta: list[tuple[Any, ...]], parts: list[torch.Tensor], last: bool) -> int:
+    async def _send_bucket(
+        self, meta: list[tuple[Any, ...]], parts: list[torch.Tensor], last: bool, delay_s: float = 0.0
+    ) -> int:
         meta_bytes = torch.frombuffer(bytearray(pickle.dumps(meta)), dtype=torch.uint8)
         payload = torch.cat(parts) if parts else torch.empty(0, dtype=torch.uint8)
         await self._broadcast(torch.tensor([meta_bytes.numel(), payload.numel(), int(last)], dtype=torch.int64))
         await self._broadcast(meta_bytes)
+        if delay_s:  # --slow update_weights: a slow link, the receivers wait for the payload
+            await asyncio.sleep(delay_s)
         if payload.numel():
             await self._broadcast(payload)
         return payload.numel()
@@ -158,15 +175,16 @@ class GlooCheckpointEngine(CheckpointEngine):
         meta: list[tuple[Any, ...]] = []
         parts: list[torch.Tensor] = []
         filled = sent = 0
+        delay_s = slowed_transfer(global_steps)
         async for name, tensor in _items(weights):
             raw = _as_bytes(tensor)
             if parts and filled + raw.numel() > self.bucket_size:  # a tensor larger than a bucket goes alone
-                sent += await self._send_bucket(meta, parts, last=False)
-                meta, parts, filled = [], [], 0
+                sent += await self._send_bucket(meta, parts, last=False, delay_s=delay_s)
+                meta, parts, filled, delay_s = [], [], 0, 0.0
             meta.append((name, tensor.dtype, tuple(tensor.shape), filled, raw.numel()))
             parts.append(raw)
             filled += raw.numel()
-        sent += await self._send_bucket(meta, parts, last=True)
+        sent += await self._send_bucket(meta, parts, last=True, delay_s=delay_s)
         self.syncs += 1
         self.bytes_moved += sent
         return {_PAYLOAD_KEY: sent / (1 << 20)}

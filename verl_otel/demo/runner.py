@@ -319,7 +319,7 @@ def run_demo(
         "-m",
         _MAIN.get(trainer, "verl.trainer.main_ppo"),
         *overrides(asset_dir, ckpt_dir, steps, test_freq, trainer, adv, rollout),
-        *(vllm_slow.overrides(spec) if rollout == "vllm" else []),
+        *(vllm_slow.overrides(spec, hangs) if rollout == "vllm" else []),
         *hang_overrides(hangs),
         *(extra_overrides or []),
     ]

@@ -19,11 +19,13 @@ PHASES = {
     "ref": "ActorRolloutRefWorker.compute_ref_log_prob",
     "update_actor": "ActorRolloutRefWorker.update_actor",
     "update_critic": "TrainingWorker.train_mini_batch (critic)",
+    "update_weights": "the weight transfer after that step's update: the demo checkpoint engine's first bucket send "
+    "(separate_async), or the stand-in rollout's load of the first bucket (colocated)",
 }
 #: ``--hang PHASE@STEP=SECONDS``: blocks (a hang the stall detection catches, then lets go) where each phase works
 HANG_ENV = "VERL_OTEL_DEMO_HANG"
 HANG_PHASES = {
-    "rollout": "the LLM server (the stand-in's), the first training request of that step",
+    "rollout": "the LLM server, the first training request of that step (vLLM: its engine stops, requests running)",
     "update_weights": "the weight transfer to the rollout after that step's update (the demo's checkpoint engine)",
     "reward": "the reward function (a custom one the demo configures: verl_otel/demo/hang_reward.py)",
     "old_log_prob": PHASES["old_log_prob"],

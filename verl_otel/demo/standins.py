@@ -277,16 +277,21 @@ class StubServerAdapter(BaseRollout):
         global_steps: int | None = None,
         **kwargs: Any,
     ):
-        from verl_otel.demo.cpu_checkpoint_engine import held_transfer
+        from verl_otel.demo.cpu_checkpoint_engine import held_transfer, slowed_transfer
 
+        delay_s = 0.0
         if not hasattr(weights, "__aiter__"):  # a hybrid sync (a checkpoint engine's sender holds its own)
             held_transfer(global_steps)  # --hang update_weights
+            delay_s = slowed_transfer(global_steps)  # --slow update_weights: its sender slows its own
         n_tensors, checksum = 0, 0.0
         # the real FSDP per-tensor export (hybrid), or what a checkpoint engine received (standalone)
         items = weights if hasattr(weights, "__aiter__") else _aiter(weights)
         async for _name, tensor in items:
             n_tensors += 1
             checksum += float(tensor.float().sum())
+            if delay_s:  # a slow load of the first bucket (the demo's tiny model fits one)
+                await asyncio.sleep(delay_s)
+                delay_s = 0.0
         if self._server() is not None:
             await self._server().receive_weights.remote(global_steps, n_tensors, checksum)
 

@@ -1,5 +1,6 @@
-"""The long-tail request of ``--slow rollout_sample@K=S`` with real vLLM (see :mod:`verl_otel.demo.vllm_slow`):
-a vLLM logits processor, loaded by name in vLLM's engine process (engine argument ``logits_processors``)."""
+"""The long-tail request of ``--slow rollout_sample@K=S`` and the engine hang of ``--hang rollout@K=S`` with real
+vLLM (see :mod:`verl_otel.demo.vllm_slow`): a vLLM logits processor, loaded by name in vLLM's engine process
+(engine argument ``logits_processors``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 
 from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
 
-from verl_otel.demo.vllm_slow import DEADLINE_KEY
+from verl_otel.demo.slow import planted_hang
+from verl_otel.demo.vllm_slow import DEADLINE_KEY, HANG_KEY
 
 
 class LongTail(AdapterLogitsProcessor):
@@ -26,11 +28,17 @@ class LongTail(AdapterLogitsProcessor):
     def new_req_logits_processor(self, params: Any) -> Callable[[list[int], Any], Any] | None:
         extra = getattr(params, "extra_args", None) or {}
         deadline = extra.get(DEADLINE_KEY)
-        if deadline is None or not self.eos:
+        hang_at, hang_s = extra.get(HANG_KEY) or (0.0, 0.0)  # (wall-clock time from which it hangs, seconds)
+        if (deadline is None or not self.eos) and not hang_s:
             return None
-        eos = self.eos
+        eos, hung = self.eos, [not hang_s]
 
         def tail(_output_ids: list[int], logits: Any) -> Any:
+            if not hung[0] and time.time() >= float(hang_at):
+                hung[0] = True
+                planted_hang(float(hang_s))  # the engine's step waits here: no request of it moves on
+            if deadline is None or not eos:
+                return logits
             if time.time() < float(deadline):
                 logits[eos] = float("-inf")
             else:

@@ -7,6 +7,10 @@
   tokens; verl keeps the first ``response_length`` tokens, as it does with any long answer.
 - ``rollout@K=S``: each training request of step K waits S seconds in verl's server before vLLM's engine
   sees it (as with the stand-in: time in the sample, none in the engine).
+- ``--hang rollout@K=S``: vLLM's engine itself stops for S seconds in step K's first training request (the same
+  logits processor blocks the engine's step: requests running, no token out, as a stuck engine core): at its
+  first token, or, when it is also the step's long tail, midway through the tail's time left beside the hang
+  (the other requests are done by then: only the tail waits, and still ends at its deadline).
 
 Hooked by :mod:`verl_otel.demo.vllm_plugin` in the rollout server's process; the logits processor lives in a
 module of its own, loaded by vLLM's engine process by its name."""
@@ -25,11 +29,13 @@ from verl_otel.demo.slow import RequestDelays, SlowSpec
 LOGITS_PROCESSOR = "verl_otel.demo.vllm_long_tail:LongTail"
 #: the request's deadline (a wall-clock time: vLLM's engine runs in its own process) in ``extra_args``
 DEADLINE_KEY = "verl_otel_demo_decode_until"
+#: ``--hang rollout``: (wall-clock time from which it hangs, seconds) of the engine's hang, in ``extra_args``
+HANG_KEY = "verl_otel_demo_engine_hang"
 
 
-def overrides(spec: SlowSpec) -> list[str]:
-    """The engine argument the long tail needs, only when one is asked for."""
-    if not spec.any("rollout_sample"):
+def overrides(spec: SlowSpec, hang: SlowSpec | None = None) -> list[str]:
+    """The engine argument the long tail and the engine hang need, only when one is asked for."""
+    if not spec.any("rollout_sample") and not (hang is not None and hang.any("rollout")):
         return []
     return [f"+actor_rollout_ref.rollout.engine_kwargs.vllm.logits_processors='{LOGITS_PROCESSOR}'"]
 
@@ -63,6 +69,10 @@ def engine_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any,
         return wrapped(*args, **kwargs)
     step = int(getattr(_process.server, "global_steps", None) or 0) + 1  # weights of step k-1 generate step k
     tail = _process.delays.tail_s(step)
+    hang = _process.delays.hang_s(step)
+    if hang:  # in the tail: once the step's other requests are done, and with decode time left after it
+        start = time.time() + max(0.0, tail - hang) / 2
+        params.extra_args = {**(params.extra_args or {}), HANG_KEY: [start, hang]}
     if tail:
         prompt = args[0] if args else kwargs.get("prompt")
         prompt_len = len(prompt.get("prompt_token_ids") or []) if isinstance(prompt, dict) else 0
@@ -80,4 +90,4 @@ async def _after(delay: float, outputs: Any) -> Any:
 
 
 def asked() -> bool:
-    return _process.delays.spec.any("rollout", "rollout_sample")
+    return _process.delays.spec.any("rollout", "rollout_sample") or _process.delays.hang.any("rollout")

@@ -1,7 +1,7 @@
 """Push path: OTLP metrics, every ``OTEL_METRIC_EXPORT_INTERVAL`` ms (default 5 s).
 
 Gauges and the drop counter are observable instruments whose callbacks read
-:data:`~verl_otel.telemetry.metrics.STATE`; histograms are recorded when observed, inside the step
+the runtime's :class:`~verl_otel.process.metrics.MetricsState`; histograms are recorded when observed, inside the step
 span's context, so the SDK attaches the trace id as exemplar. Names and units are chosen (in
 semconv) so the Collector's prometheus exporter turns them back into the documented names.
 """
@@ -23,8 +23,8 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from verl_otel import semconv as sc
 from verl_otel.config import Settings
-from verl_otel.telemetry.metrics import Labels, MetricsState
-from verl_otel.telemetry.text import utf8
+from verl_otel.process.metrics import Labels, MetricsState
+from verl_otel.process.text import utf8
 
 
 def _attrs(metric: sc.MetricDef, labels: Labels) -> dict[str, str]:

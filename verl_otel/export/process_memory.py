@@ -7,7 +7,7 @@ import os
 import time
 
 from verl_otel import semconv as sc
-from verl_otel.telemetry.metrics import MetricsState
+from verl_otel.process.metrics import MetricsState
 
 READ_EVERY_S = 5.0
 

@@ -1,7 +1,7 @@
 """Pull path: a /metrics endpoint per instrumented process, and a Prometheus file_sd file listing
 every endpoint of the run (``$VERL_OTEL_DIR/prometheus_targets.json``).
 
-The collector renders :data:`~verl_otel.telemetry.metrics.STATE` at scrape time. Exemplars (the
+The collector renders the runtime's :class:`~verl_otel.process.metrics.MetricsState` at scrape time. Exemplars (the
 step's trace id on the duration histograms) appear when the scraper asks for OpenMetrics, which
 Prometheus does when started with ``--enable-feature=exemplar-storage``.
 """
@@ -31,8 +31,8 @@ from prometheus_client.samples import Exemplar
 from verl_otel import semconv as sc
 from verl_otel._log import warn_once
 from verl_otel.export.otlp_json import open_regular, write_all
-from verl_otel.telemetry.metrics import MetricsState
-from verl_otel.telemetry.text import utf8
+from verl_otel.process.metrics import MetricsState
+from verl_otel.process.text import utf8
 
 PID_LABEL = "__verl_otel_pid"  # internal (dropped by Prometheus after relabeling): lets us prune dead entries
 

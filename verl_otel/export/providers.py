@@ -26,7 +26,7 @@ from verl_otel import semconv as sc
 from verl_otel._log import warn_once
 from verl_otel.export.otlp_json import OtlpJsonFileExporter
 from verl_otel.export.span_buffer import BufferedSpanExporter, unsent_path
-from verl_otel.telemetry.metrics import MetricsState
+from verl_otel.process.metrics import MetricsState
 
 Drop = Callable[[str, int], None]
 #: an engine's request spans exported per trace and rollout server: the first 4 x VERL_OTEL_SAMPLE_SPANS, then

@@ -7,21 +7,21 @@ and tries again with backoff (the endpoint's own delay when it gives one) until 
 A permanent refusal is counted (``reason="rejected"``) and warned once with the endpoint's answer.
 
 Bounds: past ``limit_bytes`` in memory the oldest batches are written, as OTLP/JSON lines, to this
-process' file under ``$VERL_OTEL_DIR/unsent/`` (at most ``limit_bytes`` more on disk; past that the
-oldest batch is dropped and counted, ``reason="buffer_full"``). When the shutdown budget runs out, what
-is still in memory goes to the same file (:meth:`BufferedSpanExporter.spill`); ``verl-otel push`` sends
-those files later, and ``slow-steps --file`` reads them.
+process' file under ``$VERL_OTEL_DIR/unsent/`` (:mod:`verl_otel.export.spool`: at most ``limit_bytes`` more
+waiting on disk; past that a batch is dropped and counted, ``reason="buffer_full"``). The sender sends that
+file first (it holds the oldest batches), a bounded chunk at a time, and cuts off what was delivered, so a long
+outage heals by itself while the process runs. When the shutdown budget runs out, what is still in memory goes
+to the same file (:meth:`BufferedSpanExporter.spill`); ``verl-otel push`` sends those files later, and
+``slow-steps --file`` reads them.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -30,8 +30,8 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from verl_otel import semconv as sc
 from verl_otel._log import logger, warn_once
-from verl_otel.export.otlp_json import open_regular, request_line, write_all
 from verl_otel.export.otlp_send import OK, RETRY, Outcome, Sender
+from verl_otel.export.spool import Batch, Spool, unsent_path
 
 Drop = Callable[[str, int], None]
 BACKOFF_MIN_S = 0.25
@@ -41,16 +41,7 @@ MAX_REQUEST_BYTES = 2**20  # queued batches are sent together up to this (a Coll
 RETRY_AFTER_MAX_S = 30.0  # an endpoint's own delay is honoured up to this
 
 
-@dataclass
-class Batch:
-    data: bytes  # one ExportTraceServiceRequest
-    spans: int
-
-
-def unsent_path(data_dir: Path, tag: str = "") -> Path:
-    """This process' file of spans that wait for ``verl-otel push`` (``tag``: one file per buffer, so two
-    buffers of a process never append to the same file)."""
-    return data_dir / sc.UNSENT_DIR / f"spans-{socket.gethostname()}-{os.getpid()}{tag}.jsonl"
+__all__ = ["Batch", "BufferedSpanExporter", "unsent_path"]
 
 
 class BufferedSpanExporter(SpanExporter):
@@ -58,7 +49,7 @@ class BufferedSpanExporter(SpanExporter):
         self._sender = sender
         self._tag = tag
         self._limit = max(0, limit_bytes)
-        self._unsent = unsent
+        self._spool = Spool(unsent, self._limit, drop)
         self._drop = drop
         self._cond = threading.Condition()
         self._queue: deque[Batch] = deque()
@@ -70,10 +61,7 @@ class BufferedSpanExporter(SpanExporter):
         self._closed = False
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
-        self._file_lock = threading.Lock()
-        self._spool_bytes = 0
         self.delivered = 0  # spans
-        self.waiting_on_disk = 0  # spans written to the unsent file by this process
         self.retries = 0
         self._failing = False
 
@@ -104,17 +92,17 @@ class BufferedSpanExporter(SpanExporter):
             self._ensure_thread_locked()
             self._cond.notify_all()
         if overflow:
-            self._write_unsent(overflow, bounded=True)
+            self._spool.append(overflow, bounded=True)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Wait until everything queued was sent (or refused), at most ``timeout_millis``."""
+        """Wait until everything queued, on disk too, was sent (or refused), at most ``timeout_millis``."""
         deadline = time.monotonic() + max(0, timeout_millis) / 1000
         with self._cond:
             self._flushing += 1
             self._flush_seq += 1
             self._cond.notify_all()
             try:
-                while self._queue or self._inflight is not None:
+                while self._queue or self._inflight is not None or self._spool.waiting_bytes:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         return False
@@ -130,6 +118,15 @@ class BufferedSpanExporter(SpanExporter):
         self._sender.close()
 
     # -- state -------------------------------------------------------------------------------------
+    @property
+    def waiting_on_disk(self) -> int:
+        """Spans in this buffer's unsent file, not delivered yet."""
+        return self._spool.spans
+
+    @property
+    def _unsent(self) -> Path:
+        return self._spool.path
+
     def pending(self) -> tuple[int, int]:
         """(batches, bytes) waiting in memory, the one in flight included."""
         with self._cond:
@@ -148,15 +145,16 @@ class BufferedSpanExporter(SpanExporter):
             self._bytes = 0
             self._cond.notify_all()
         if batches:
-            self._write_unsent(batches, bounded=False)
+            self._spool.append(batches, bounded=False)
+        self._spool.compact()  # what the sender delivered from the file is not sent again by push
         return self.waiting_on_disk
 
     def _after_fork_locked(self) -> None:
         if self._pid != os.getpid():  # a forked child: the parent's batches and thread are not ours
             self._pid, self._thread, self._inflight = os.getpid(), None, None
             self._queue.clear()
-            self._bytes = self._spool_bytes = self.waiting_on_disk = 0
-            self._unsent = unsent_path(self._unsent.parent.parent, self._tag)
+            self._bytes = 0
+            self._spool = Spool(unsent_path(self._spool.path.parent.parent, self._tag), self._limit, self._drop)
 
     def _ensure_thread_locked(self) -> None:
         if self._thread is None and not self._closed:
@@ -174,25 +172,16 @@ class BufferedSpanExporter(SpanExporter):
         backoff = BACKOFF_MIN_S
         while True:
             with self._cond:
-                while not self._queue and not self._closed:
+                while not self._queue and not self._spool.waiting_bytes and not self._closed:
                     self._cond.wait(1.0)
                 if self._closed:
                     return
-                batches = [self._queue.popleft()]
-                size = len(batches[0].data)
-                while self._queue and size + len(self._queue[0].data) <= MAX_REQUEST_BYTES:
-                    size += len(self._queue[0].data)
-                    batches.append(self._queue.popleft())
-                self._inflight, self._spilled_inflight = batches, False
-            # serialized requests concatenated are one request holding all their resource_spans (protobuf merge)
-            outcome = self._send(b"".join(b.data for b in batches))
-            with self._cond:
-                self._inflight = None
-                if outcome.kind == RETRY and not self._spilled_inflight:
-                    self._queue.extendleft(reversed(batches))  # oldest first: they go again before newer ones
-                elif not self._spilled_inflight:
-                    self._bytes -= size
-                self._cond.notify_all()
+                # the file holds the oldest batches (memory overflows into it): it goes first
+                batches = None if self._spool.waiting_bytes else self._take_locked()
+            sent = self._send_spooled() if batches is None else self._send_queued(batches)
+            if sent is None:
+                continue
+            outcome, spans = sent
             if outcome.kind == RETRY:
                 self.retries += 1
                 delay = min(outcome.retry_after_s, RETRY_AFTER_MAX_S) if outcome.retry_after_s else backoff
@@ -205,7 +194,45 @@ class BufferedSpanExporter(SpanExporter):
                     self._cond.wait_for(lambda: self._closed or self._flush_seq != seq, timeout=delay)  # noqa: B023
                 continue
             backoff = BACKOFF_MIN_S
-            self._answered(sum(b.spans for b in batches), outcome)
+            self._answered(spans, outcome)
+
+    def _take_locked(self) -> list[Batch]:
+        """The oldest queued batches, up to one request's size, now in flight."""
+        batches = [self._queue.popleft()]
+        size = len(batches[0].data)
+        while self._queue and size + len(self._queue[0].data) <= MAX_REQUEST_BYTES:
+            size += len(self._queue[0].data)
+            batches.append(self._queue.popleft())
+        self._inflight, self._spilled_inflight = batches, False
+        return batches
+
+    def _send_queued(self, batches: list[Batch]) -> tuple[Outcome, int]:
+        # serialized requests concatenated are one request holding all their resource_spans (protobuf merge)
+        outcome = self._send(b"".join(b.data for b in batches))
+        with self._cond:
+            self._inflight = None
+            if outcome.kind == RETRY and not self._spilled_inflight:
+                self._queue.extendleft(reversed(batches))  # oldest first: they go again before newer ones
+            elif not self._spilled_inflight:
+                self._bytes -= sum(len(b.data) for b in batches)
+            self._cond.notify_all()
+        return outcome, sum(b.spans for b in batches)
+
+    def _send_spooled(self) -> tuple[Outcome, int] | None:
+        """The head of the unsent file (read once, bounded), cut off once the endpoint took it."""
+        chunk = self._spool.head_chunk()
+        if chunk is None or not chunk.batches:
+            if chunk is not None:  # only damaged lines
+                self._spool.consumed(chunk)
+            with self._cond:
+                self._cond.notify_all()
+            return None
+        outcome = self._send(b"".join(b.data for b in chunk.batches))
+        if outcome.kind != RETRY:
+            self._spool.consumed(chunk)
+            with self._cond:
+                self._cond.notify_all()  # a force_flush may wait for the file to drain
+        return outcome, sum(b.spans for b in chunk.batches)
 
     def _send(self, data: bytes) -> Outcome:
         try:
@@ -244,37 +271,3 @@ class BufferedSpanExporter(SpanExporter):
             f"{self._sender.endpoint} refused spans for good ({outcome.reason}: {outcome.detail[:300]}); "
             f'they are dropped and counted in verl_otel_dropped_total{{reason="{sc.DROP_REJECTED}"}}',
         )
-
-    # -- the unsent file ---------------------------------------------------------------------------------
-    def _write_unsent(self, batches: list[Batch], bounded: bool) -> None:
-        """Append ``batches`` as OTLP/JSON lines; ``bounded``: at most ``limit_bytes`` a process while running
-        (the oldest beyond it are dropped and counted)."""
-        with self._file_lock:
-            fd, handled = None, 0
-            try:
-                for batch in batches:
-                    line = request_line(batch.data)
-                    if bounded and self._spool_bytes + len(line) > self._limit:
-                        handled += batch.spans
-                        self._drop(sc.DROP_BUFFER_FULL, batch.spans)
-                        warn_once(
-                            "span-buffer-full",
-                            f"the span buffer is full (VERL_OTEL_EXPORT_BUFFER_MB={self._limit / 2**20:g} in memory "
-                            f"and again on disk): the oldest spans are dropped and counted in "
-                            f'verl_otel_dropped_total{{reason="{sc.DROP_BUFFER_FULL}"}}',
-                        )
-                        continue
-                    if fd is None:
-                        self._unsent.parent.mkdir(parents=True, exist_ok=True)
-                        fd = open_regular(self._unsent, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-                    write_all(fd, line)
-                    self._spool_bytes += len(line)
-                    self.waiting_on_disk += batch.spans
-                    handled += batch.spans
-            except Exception as exc:  # noqa: BLE001 - disk full, not a regular file: counted, never raised
-                lost = sum(b.spans for b in batches) - handled
-                warn_once("unsent-write", f"cannot write unsent spans to {self._unsent} ({exc!r}); dropped and counted")
-                self._drop(sc.DROP_WRITE, max(0, lost))
-            finally:
-                if fd is not None:
-                    os.close(fd)

@@ -20,34 +20,30 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from verl_otel import runtime
+from verl_otel import model
 from verl_otel import semconv as sc
 from verl_otel.hooks import verl_objects as verl
 from verl_otel.hooks._safe import on_exit, safe
-from verl_otel.telemetry.async_trainer import SUBMITS, TRAINER_SIDE
-from verl_otel.telemetry.rollouter import WINDOWS
+from verl_otel.telemetry.rollouter import RolloutWindows
 
 
-def _rollouter_setup(rt: runtime.Runtime) -> None:
-    rt.state.add_source(WINDOWS.readings)
+def _windows() -> RolloutWindows:
+    return model.current().windows
 
 
 def _wire_rollouter(rollouter: Any) -> None:
-    """First hook in the rollouter actor: this process is the rollouter service."""
-    if WINDOWS.read is None:  # this process is the rollouter from its first hooked call on, fit() or not
-        WINDOWS.read = verl.rollouter_reader(rollouter)
-    runtime.current().wire(sc.ROLE_ROLLOUTER, setup=_rollouter_setup, **verl.run_names(rollouter))
+    """First hook in the rollouter actor: this process is the rollouter service (the model's row: its gauges)."""
+    m = model.current()
+    if m.windows.read is None:  # this process is the rollouter from its first hooked call on, fit() or not
+        m.windows.read = verl.rollouter_reader(rollouter)
+    m.wire(sc.ROLE_ROLLOUTER, **verl.run_names(rollouter))
 
 
-def _trainer_setup(rt: runtime.Runtime) -> None:
-    from verl_otel.telemetry.console import STEP_NOTES
-
-    rt.state.add_source(TRAINER_SIDE.readings)
-    STEP_NOTES.append(TRAINER_SIDE.console_note)
-
-
-def _wire_trainer() -> None:
-    runtime.current().wire(sc.ROLE_TRAINER, key="fully_async_trainer", setup=_trainer_setup)
+def _wire_trainer() -> model.Model:
+    """fully_async's trainer process (the model's row: its gauges, its note on the step line)."""
+    m = model.current()
+    m.wire(sc.ROLE_TRAINER, key=model.FULLY_ASYNC_TRAINER)
+    return m
 
 
 # -- rollouter ------------------------------------------------------------------------------------
@@ -55,16 +51,18 @@ async def rollouter_fit(
     wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     safe(_wire_rollouter, instance)
-    safe(WINDOWS.fit_started, verl.rollouter_reader(instance))
-    with on_exit(WINDOWS.fit_ended):
+    windows = _windows()
+    safe(windows.fit_started, verl.rollouter_reader(instance))
+    with on_exit(windows.fit_ended):
         return await wrapped(*args, **kwargs)
 
 
 def _tag_sample(sample: Any) -> None:
-    tag = WINDOWS.sample_tag()
+    windows = _windows()
+    tag = windows.sample_tag()
     meta = getattr(getattr(sample, "full_batch", None), "meta_info", None)
     if isinstance(meta, dict):  # the worker's console lines say the version (the rollouter has no step)
-        meta[sc.PARAM_VERSION_KEY] = WINDOWS.version
+        meta[sc.PARAM_VERSION_KEY] = windows.version
     if tag is not None:
         setattr(sample, sc.ROLLOUT_SAMPLE_TRACE_ATTR, tag)
         # the agent-loop worker's rollout.worker span joins the window (verl replaces the input
@@ -86,7 +84,12 @@ async def process_sample(
 def _sample_finished(sample: Any, start_ns: int, error: BaseException | None) -> None:
     tag = verl.window_tag(sample)
     if tag is not None:
-        WINDOWS.sample_finished(tag, start_ns, verl.rollouter_sample_attributes(sample), error)
+        end_ns = time.time_ns()
+        # only the window's slowest samples become spans: the others' batches are not read (bench/scale.py: at
+        # 10k samples per version, reading every one cost ~20 µs a sample, mostly a torch reduction)
+        windows = _windows()
+        keep = windows.keeps(tag, end_ns - start_ns)
+        windows.sample_finished(tag, start_ns, verl.rollouter_sample_attributes(sample) if keep else {}, error, end_ns)
 
 
 async def reset_staleness(
@@ -94,7 +97,7 @@ async def reset_staleness(
 ) -> Any:
     safe(_wire_rollouter, instance)
     result = await wrapped(*args, **kwargs)
-    safe(lambda: WINDOWS.param_synced(verl.idle_ratio(result)))
+    safe(lambda: _windows().param_synced(verl.idle_ratio(result)))
     return result
 
 
@@ -102,7 +105,7 @@ async def statistics(wrapped: Callable[..., Any], instance: Any, args: tuple[Any
     result = await wrapped(*args, **kwargs)
     depth = safe(verl.queue_size, result)
     if depth is not None:
-        WINDOWS.queue_depth = depth
+        _windows().queue_depth = depth
     return result
 
 
@@ -111,24 +114,25 @@ def load_checkpoint(wrapped: Callable[..., Any], instance: Any, args: tuple[Any,
     result = wrapped(*args, **kwargs)
     version = safe(verl.resumed_version, instance)
     if version is not None:
-        WINDOWS.resumed_at(version)
+        _windows().resumed_at(version)
     return result
 
 
 def do_validate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     safe(_wire_rollouter, instance)
-    with on_exit(WINDOWS.validate_ended, safe(WINDOWS.validate_span)):
+    windows = _windows()
+    with on_exit(windows.validate_ended, safe(windows.validate_span)):
         return wrapped(*args, **kwargs)
 
 
 # -- trainer --------------------------------------------------------------------------------------
 async def get_samples(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    safe(_wire_trainer)
-    safe(TRAINER_SIDE.wait_started, _param_version_reader(instance))
+    m = safe(_wire_trainer) or model.current()
+    safe(m.trainer_side.wait_started, _param_version_reader(instance))
     try:
         return await wrapped(*args, **kwargs)
     finally:
-        safe(TRAINER_SIDE.wait_ended)
+        safe(m.trainer_side.wait_ended)
 
 
 def assemble_batch_from_rollout_samples(rollout_samples: Any, *args: Any, **kwargs: Any) -> Any:
@@ -136,17 +140,21 @@ def assemble_batch_from_rollout_samples(rollout_samples: Any, *args: Any, **kwar
     result): notes which rollouter windows the samples came from, then calls verl's."""
     from verl.experimental.fully_async_policy import detach_utils
 
+    from verl_otel.hooks.rollout import count_tokens
+
     if isinstance(rollout_samples, (list, tuple)):
-        safe(lambda: TRAINER_SIDE.samples_assembled([t for t in map(verl.window_tag, rollout_samples) if t]))
-    return detach_utils.assemble_batch_from_rollout_samples(rollout_samples, *args, **kwargs)
+        side = model.current().trainer_side
+        safe(lambda: side.samples_assembled([t for t in map(verl.window_tag, rollout_samples) if t]))
+    batch = detach_utils.assemble_batch_from_rollout_samples(rollout_samples, *args, **kwargs)
+    safe(count_tokens, batch)  # the step's training batch, in its gen phase (as the legacy manager's output)
+    return batch
 
 
 def _batch_taken(trainer: Any, batch: Any) -> None:
-    from verl_otel.telemetry.steps import TRACER
-
+    m = model.current()
     reader = _param_version_reader(trainer)
-    TRAINER_SIDE.param_version = reader
-    TRAINER_SIDE.batch_taken(reader(), verl.batch_versions(batch), TRACER.innermost_span(sc.SPAN_STEP))
+    m.trainer_side.param_version = reader
+    m.trainer_side.batch_taken(reader(), verl.batch_versions(batch), m.steps.innermost_span(sc.SPAN_STEP))
 
 
 def _param_version_reader(trainer: Any) -> Callable[[], float | None]:
@@ -163,31 +171,25 @@ def collect_metrics(wrapped: Callable[..., Any], instance: Any, args: tuple[Any,
 async def queue_get(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     result = await wrapped(*args, **kwargs)
     if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], int):
-        TRAINER_SIDE.queue_taken(float(result[1]))  # verl's (sample, queue length after the take)
+        model.current().trainer_side.queue_taken(float(result[1]))  # verl's (sample, queue length after the take)
     return result
 
 
 # -- v1 async trainers (colocate_async / separate_async) ------------------------------------------------
-def _step_number(trainer: Any) -> int:
-    return int(getattr(trainer, "global_steps", -1))
-
-
 def submit(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    from verl_otel.telemetry.steps import TRACER
-
-    safe(lambda: SUBMITS.submitted(_step_number(instance), TRACER.innermost_span(sc.SPAN_STEP)))
+    m = model.current()
+    safe(lambda: m.submits.submitted(verl.global_step(instance), m.steps.innermost_span(sc.SPAN_STEP)))
     return wrapped(*args, **kwargs)
 
 
 def v1_step(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    from verl_otel.telemetry.steps import TRACER
-
     batch = wrapped(*args, **kwargs)
+    m = model.current()
     safe(
-        lambda: SUBMITS.consumed(
-            _step_number(instance),
+        lambda: m.submits.consumed(
+            verl.global_step(instance),
             verl.consumed_samples(getattr(batch, "tags", None) or ()),
-            TRACER.innermost_span(sc.SPAN_STEP),
+            m.steps.innermost_span(sc.SPAN_STEP),
         )
     )
     return batch

@@ -13,44 +13,16 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 
-from verl_otel import semconv as sc
 from verl_otel._log import logger
 from verl_otel.hooks import registry
 from verl_otel.hooks.registry import HookTarget
 
-#: the process each target runs in, by its class (or module-level function): the first part of ``attr``
-ROLE_OF: dict[str, str] = {
-    **dict.fromkeys(
-        (
-            "_timer",
-            "RayPPOTrainer",
-            "PPOTrainer",
-            "FullyAsyncTrainer",
-            "extract_reward",
-            "Tracking",
-            "ValidationGenerationsLogger",
-            "AgentLoopManager",
-            "AgentLoopManagerTQ",
-            "func_generator",
-            "RewardLoopManager",
-            "assemble_batch_from_rollout_samples",
-            "MessageQueueClient",
-        ),
-        sc.ROLE_TRAINER,
-    ),
-    **dict.fromkeys(("AgentLoopWorker", "AgentLoopWorkerTQ"), sc.ROLE_AGENT_LOOP),
-    **dict.fromkeys(("TrainingWorker", "ActorRolloutRefWorker"), sc.ROLE_WORKER),
-    "RewardLoopWorker": sc.ROLE_REWARD,
-    "FullyAsyncRollouter": sc.ROLE_ROLLOUTER,
-    "LLMServerClient": sc.ROLE_AGENT_LOOP,  # the agent loop's requests to the rollout server
-    **dict.fromkeys(("vLLMHttpServer", "init_tracer", "AsyncLLM", "CheckpointEngineWorker"), sc.ROLE_ROLLOUT_SERVER),
-    "init": sc.ROLE_DRIVER,  # ray.init, where the job starts
-}
 MAX_LINE = 1500  # characters: a verl far from ours must not flood the log
 
 
 def role_of(target: HookTarget) -> str | None:
-    return ROLE_OF.get(target.attr.split(".", 1)[0])
+    """The process role a target runs in: a field of its row (hooks/targets.py)."""
+    return target.role
 
 
 def module_exists(name: str) -> bool:
@@ -121,7 +93,7 @@ def line(role: str) -> tuple[str, bool]:
 
 
 def report(role: str) -> None:
-    """Log the role's start-up line (the runtime calls this once per role and process)."""
+    """Log the role's start-up line (the runtime calls this once per role and process: hooks/targets.py)."""
     text, bad = line(role)
     (logger.warning if bad else logger.info)(text)
     registry.reported()

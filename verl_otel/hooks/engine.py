@@ -27,7 +27,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from verl_otel import runtime
+from verl_otel import model
 from verl_otel import semconv as sc
 from verl_otel._log import warn_once
 from verl_otel.hooks._safe import safe
@@ -54,7 +54,7 @@ def _talks_to_vllm(client: Any) -> bool:
 
 
 def _carried(client: Any, kwargs: dict[str, Any]) -> dict[str, Any] | None:
-    if not runtime.current().settings.engine_spans:
+    if not model.current().services.settings.engine_spans:
         return None
     from verl_otel.hooks.rollout import engine_traceparent
 
@@ -75,8 +75,9 @@ def client_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any,
 
 # -- server side -----------------------------------------------------------------------------------
 def _switch_tracing_on(server: Any, ns: Any) -> None:
-    rt = runtime.current()
-    rt.wire(sc.ROLE_ROLLOUT_SERVER, worker_index=_replica(server))
+    m = model.current()
+    m.wire(sc.ROLE_ROLLOUT_SERVER, worker_index=_replica(server))
+    rt = m.runtime
     replica = _replica(server)
     attrs = {} if replica is None else {sc.ATTR_ENGINE_REPLICA: replica}
     if (
@@ -105,7 +106,7 @@ def _list_metrics_page(server: Any) -> None:
     replica, node_rank, host, port = rollout_server(server)
     if host is None or port is None or node_rank not in (0, None):  # one page per replica: its first node's
         return
-    rt = runtime.current()
+    rt = model.current().runtime
     labels = {**rt.run_labels(), sc.LABEL_PROCESS_ROLE: sc.ROLE_ROLLOUT_SERVER}
     if replica is not None:
         labels[sc.LABEL_REPLICA] = str(replica)
@@ -133,7 +134,7 @@ def init_tracer(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...
 def _engine_tracer(name: str) -> Any:
     from opentelemetry import trace
 
-    provider = runtime.current().engine_provider()
+    provider = model.current().runtime.engine_provider()
     if provider is None:
         return None
     # vLLM makes its request spans on the global tracer provider (vllm.tracing.instrument_manual)
@@ -188,7 +189,7 @@ async def _flushed_after(outputs: Any, traceparent: str | None = None) -> Any:
             yield output
     finally:
         safe(unwatch, token)
-        safe(runtime.current().flush_soon)
+        safe(model.current().services.flush_soon)
 
 
 def engine_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -42,6 +42,9 @@ class HookTarget:
     # "add": a method of ours that verl's class lacks (a Ray actor's methods are fixed when it is made
     # remote: ours must be on the class by then), removed again by uninstall
     how: str = "wrapt"
+    # the process role it runs in (semconv's ROLE_*): its start-up line counts it (hooks/coverage.py); every row
+    # of hooks/targets.py names one (tests/test_version_drift.py)
+    role: str | None = None
 
     @property
     def key(self) -> str:
@@ -80,7 +83,7 @@ def plain_method(original: Any, wrapper: Wrapper) -> Any:
 
 _lock = threading.RLock()  # re-entered when resolving a wrapper imports a module with hooks of its own
 _active: dict[str, HookTarget] = {}  # registered and wanted
-_installed: dict[str, tuple[Any, str, Any]] = {}  # key -> (owner, attribute name, original)
+_originals: dict[str, tuple[Any, str, Any]] = {}  # key -> (owner, attribute name, original)
 _off: dict[str, str] = {}  # key -> why it could not be hooked (for the start-up line, hooks/coverage.py)
 _late = False  # a start-up line was printed: later failures get a line of their own
 _registered_hooks: set[str] = set()  # post-import hooks cannot be removed: remember which exist
@@ -154,7 +157,7 @@ def _resolve_new(module: ModuleType, attr: str) -> tuple[Any, str] | None:
 def _apply(key: str, module: ModuleType) -> None:
     with _lock:
         target = _active.get(key)
-        if target is None or key in _installed:
+        if target is None or key in _originals:
             return
         version = verl_version()
         if not _in_range(target, version):
@@ -190,7 +193,7 @@ def _apply(key: str, module: ModuleType) -> None:
                 _record_off(key, f"{target.attr} has an unexpected shape in verl {version}", target.feature)
                 return
             setattr(owner, name, new)
-        _installed[key] = (owner, name, original)
+        _originals[key] = (owner, name, original)
         logger.debug("hooked %s in pid %s", key, os.getpid())
 
 
@@ -216,7 +219,7 @@ def uninstall(targets: Iterable[HookTarget]) -> None:
         with _lock:
             _active.pop(target.key, None)
             _off.pop(target.key, None)
-            found = _installed.pop(target.key, None)
+            found = _originals.pop(target.key, None)
         if found is None:
             continue
         owner, name, original = found
@@ -228,7 +231,7 @@ def uninstall(targets: Iterable[HookTarget]) -> None:
 
 def installed() -> list[str]:
     with _lock:
-        return sorted(_installed)
+        return sorted(_originals)
 
 
 def registered() -> list[HookTarget]:

@@ -8,34 +8,24 @@ worker takes it out before verl's reward manager runs."""
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from verl_otel import runtime
+from verl_otel import model
 from verl_otel import semconv as sc
 from verl_otel.hooks._safe import on_exit, safe
 from verl_otel.hooks.stall_watch import unwatch, watch
 from verl_otel.hooks.verl_objects import reward_call_attributes, run_names
 from verl_otel.telemetry.propagation import inject
-from verl_otel.telemetry.reward_spans import RewardSpans
-from verl_otel.telemetry.steps import TRACER
-
-_SPANS: list[RewardSpans] = []
-
-
-def _wire_reward(rt: runtime.Runtime) -> None:
-    spans = RewardSpans(rt.settings.sample_spans)
-    _SPANS.append(spans)
-    atexit.register(safe, spans.flush, False)  # the last groups, where the process gets to exit
 
 
 def _wire(worker: Any) -> None:
-    rt = runtime.current()
-    if not rt.wired(sc.ROLE_REWARD):  # per reward call: the config is read once
-        rt.wire(sc.ROLE_REWARD, setup=_wire_reward, **run_names(worker))
+    """A reward-loop worker (the model's row: its spans, flushed at exit)."""
+    m = model.current()
+    if not m.wired(sc.ROLE_REWARD):  # per reward call: the config is read once
+        m.wire(sc.ROLE_REWARD, **run_names(worker))
 
 
 def _take_parent(worker: Any, data: Any) -> str | None:
@@ -49,7 +39,7 @@ def _take_parent(worker: Any, data: Any) -> str | None:
 
 def _record(parent: str, data: Any, start_ns: int, results: list[Any], error: BaseException | None) -> None:
     attrs = reward_call_attributes(data, results[0] if results else None)
-    _SPANS[0].record(parent, start_ns, time.time_ns(), attrs, error)
+    model.current().reward_spans.record(parent, start_ns, time.time_ns(), attrs, error)
 
 
 async def _timed(coro: Coroutine[Any, Any, Any], parent: str, data: Any) -> Any:
@@ -64,13 +54,13 @@ def compute_score(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, .
     data = args[0] if args else kwargs.get("data")
     parent = safe(_take_parent, instance, data)
     coro = wrapped(*args, **kwargs)
-    return _timed(coro, parent, data) if parent and _SPANS else coro
+    return _timed(coro, parent, data) if parent and model.current().wired(sc.ROLE_REWARD) else coro
 
 
 def _context_column(data: Any) -> Callable[[], None] | None:
     """Add the trainer's context as a non-tensor column of ``data``; returns the undo."""
     non_tensor = getattr(data, "non_tensor_batch", None)
-    traceparent = inject(TRACER.current_context())
+    traceparent = inject(model.current().steps.current_context())
     if traceparent is None or not isinstance(non_tensor, dict) or sc.TRACEPARENT_KEY in non_tensor:
         return None
     import numpy as np
@@ -81,7 +71,7 @@ def _context_column(data: Any) -> Callable[[], None] | None:
 
 def compute_rm_score(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     data = args[0] if args else kwargs.get("data")
-    undo = safe(_context_column, data) if TRACER.active else None
+    undo = safe(_context_column, data) if model.current().steps.active else None
     try:
         return wrapped(*args, **kwargs)
     finally:
@@ -95,22 +85,26 @@ def _trace_id(traceparent: str) -> str:
 
 
 def _emit_groups(trace_id: str | None) -> int:
-    if not _SPANS:
+    m = model.current()
+    if not m.wired(sc.ROLE_REWARD):
         return 0
     match = None if trace_id is None else (lambda parent: _trace_id(parent) == trace_id)
-    return _SPANS[0].flush(idle_only=False, parents=match)
+    return m.reward_spans.flush(idle_only=False, parents=match)
 
 
 async def verl_otel_flush(self: Any, trace_id: str | None = None, wait_s: float = 0.0) -> int:
     """Added to verl's ``RewardLoopWorker`` (a Ray actor; hooks/targets.py). The trainer calls it when a
     step ended, when every reward call of that step's trace has returned: its groups are emitted now, not
     after the idle time, which the last step never gets (Ray ends this process without ``atexit``). At
-    fit end (``trace_id`` None: every group) it also waits up to ``wait_s`` for the export, on a thread:
-    this runs on the actor's event loop. Never raises; returns the groups emitted."""
+    fit end (``trace_id`` None: every group) it also waits up to ``wait_s`` for the export, on a thread (this
+    runs on the actor's event loop), then writes what is left to unsent/. Never raises; returns the groups
+    emitted."""
     emitted = safe(_emit_groups, trace_id) or 0
-    if wait_s > 0:
+    if trace_id is None:  # fit end: what the collector did not take in time goes to unsent/ (no atexit here)
         import asyncio
 
+        from verl_otel.hooks.worker_flush import flush_or_spill
+
         with contextlib.suppress(Exception):  # the trainer waits with its own deadline
-            await asyncio.to_thread(runtime.current().flush_wait, min(wait_s, 60.0))
+            await asyncio.to_thread(flush_or_spill, self, min(wait_s, 60.0))
     return emitted

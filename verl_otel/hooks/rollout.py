@@ -19,12 +19,21 @@ import re
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from verl_otel import runtime
+from verl_otel import model
 from verl_otel import semconv as sc
 from verl_otel.hooks._safe import on_exit, safe
 from verl_otel.hooks.stall_watch import unwatch, watch
-from verl_otel.hooks.verl_objects import run_names, sample_attributes
-from verl_otel.telemetry.rollout import TRACKER
+from verl_otel.hooks.verl_objects import (
+    meta_step,
+    rollout_n,
+    run_names,
+    sample_attributes,
+    sample_validates,
+    tensordict_step,
+    with_session,
+)
+from verl_otel.progress.total import TotalBar
+from verl_otel.telemetry.rollout import RolloutTracker
 
 
 def _worker_index() -> int | None:
@@ -39,51 +48,22 @@ def _worker_index() -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _wire_agent_loop(rt: runtime.Runtime) -> None:
-    """First batch in this process: it is an agent-loop worker (gauges, sample spans, the [VERL_PROGRESS] bar)."""
-    import time
-
-    from verl_otel import config
-    from verl_otel.telemetry.progress_console import rollout_line
-    from verl_otel.telemetry.rollout_spans import BatchSpans
-
-    rt.state.add_source(TRACKER.readings)
-    spans = BatchSpans(rt.settings.sample_spans, describe=sample_attributes)
-    TRACKER.keep = rt.settings.sample_spans  # only the slowest are held until the batch is done
-    TRACKER.on_batch_done.append(spans.done)
-    TRACKER.on_dispatch.append(spans.adopt)
-    rt.every_tick(spans.expire)
-    progress = config.load_progress()
-    mine = progress.rollout_worker_index in (-1, TRACKER.worker if TRACKER.worker is not None else 0)
-    if progress.enabled and mine:
-
-        def _bar(worker: int | None, batch: Any) -> None:
-            if (batch.completed % progress.rollout_interval == 0 or batch.done) and progress.step_selected(
-                batch.step if batch.version is None else batch.version
-            ):
-                print(
-                    rollout_line(
-                        batch.step,
-                        worker,
-                        batch.mode,
-                        batch.completed,
-                        batch.expected,
-                        time.monotonic() - batch.start,
-                        progress.rollout_bar_width,
-                        batch.version,
-                    ),
-                    flush=True,
-                )
-
-        TRACKER.on_progress.append(_bar)
-
-
 def _wire(worker: Any = None) -> None:
-    rt = runtime.current()
-    if rt.wired(sc.ROLE_AGENT_LOOP):
+    """First batch in this process: an agent-loop worker (the model's row: gauges, sample spans, the bar)."""
+    m = model.current()
+    if m.wired(sc.ROLE_AGENT_LOOP):
         return
-    TRACKER.worker = _worker_index()
-    rt.wire(sc.ROLE_AGENT_LOOP, worker_index=TRACKER.worker, setup=_wire_agent_loop, **run_names(worker))
+    m.rollout.worker = _worker_index()
+    m.wire(
+        sc.ROLE_AGENT_LOOP,
+        worker_index=m.rollout.worker,
+        describe=sample_attributes,
+        **run_names(worker),
+    )
+
+
+def _tracker() -> RolloutTracker:
+    return model.current().rollout
 
 
 def _mode(validate: Any) -> str:
@@ -93,76 +73,100 @@ def _mode(validate: Any) -> str:
 def _current_traceparent() -> str | None:
     """The trainer's open span; in fully_async's rollouter (no trainer there), its open validation."""
     from verl_otel.telemetry.propagation import inject
-    from verl_otel.telemetry.rollouter import WINDOWS
-    from verl_otel.telemetry.steps import TRACER
 
-    return inject(TRACER.current_context() or WINDOWS.validate_context())
+    m = model.current()
+    return inject(m.steps.current_context() or m.windows.validate_context())
 
 
 # -- trainer side ------------------------------------------------------------------------------
+RPC_TIMEOUT_S = 10.0  # the total bar's ask of the agent-loop workers
+
+
+def worker_counts(actor: Any, mode: str) -> tuple[int, int]:
+    """In an agent-loop worker (through Ray's ``__ray_call__``): (step, finished samples) of its rollout of ``mode``."""
+    batch = _tracker().snapshot(mode)
+    return (-1, 0) if batch is None else (batch.step, batch.completed)
+
+
+class RayTotalBar(TotalBar):
+    """The manager's [VERL_PROGRESS] bar, asking each agent-loop worker actor for its counts."""
+
+    def ask(self, workers: Any, mode: str) -> list[tuple[int, int]]:
+        import ray
+
+        return list(ray.get([w.__ray_call__.remote(worker_counts, mode) for w in workers], timeout=RPC_TIMEOUT_S))
+
+    def late(self, exc: BaseException) -> bool:
+        return type(exc).__name__ == "GetTimeoutError"  # busy workers (their first call, a loaded machine)
+
+
 def _dispatched(
     manager: Any, mode: str, step: int, prompts: int, samples: int, shape: tuple[int, ...], meta_keys: list[Any]
 ) -> None:
-    """The [VERL_PROGRESS] lines of a dispatch in the fit() process: the rollout start details and the total bar."""
-    from verl_otel.hooks.rollout_total import bar_for
-    from verl_otel.telemetry import progress_console as pc
-    from verl_otel.telemetry.steps import TRACER
-
-    console = pc.active()
-    if console is None or not TRACER.active:  # fully_async's rollouter dispatches sample by sample: no bar
+    """A dispatch in the fit() process, for the [VERL_PROGRESS] rollout start details and the total bar."""
+    m = model.current()
+    if not m.steps.active:  # fully_async's rollouter dispatches sample by sample: no bar
         return
-    n = samples // max(1, prompts)
+    progress = m.progress
     if mode == sc.MODE_TRAIN:
-        pc.note(
-            sc.PHASE_ROLLOUT,
-            step,
-            pc.rollout_details((prompts, *shape[1:]), n, meta_keys, console.settings.meta_preview),
-        )
-    bar_for(console.settings).dispatched(list(getattr(manager, "agent_loop_workers", None) or ()), mode, step, samples)
-
-
-def _rollout_n(manager: Any, validate: bool) -> int:
-    rollout = manager.config.actor_rollout_ref.rollout
-    return int(rollout.val_kwargs.n if validate else rollout.n)
+        progress.rollout_dispatched(step, prompts, samples, shape, meta_keys)
+    bar = progress.total_bar(RayTotalBar)
+    if bar is not None:
+        bar.dispatched(list(getattr(manager, "agent_loop_workers", None) or ()), mode, step, samples)
 
 
 def _returned(mode: str, step: int) -> None:
-    from verl_otel.hooks.rollout_total import bar_for
-    from verl_otel.telemetry import progress_console as pc
-
-    console = pc.active()
-    if console is not None:
-        bar_for(console.settings).returned(mode, step)
+    bar = model.current().progress.total
+    if bar is not None:
+        bar.returned(mode, step)
 
 
 def _on_legacy_dispatch(manager: Any, prompts: Any) -> tuple[str, int]:
-    from verl_otel.telemetry.rollouter import WINDOWS
-
     tp = _current_traceparent()
     meta = getattr(prompts, "meta_info", None)
     if tp and isinstance(meta, dict):
         meta[sc.TRACEPARENT_KEY] = tp
-    if WINDOWS.active and isinstance(meta, dict):  # fully_async rollouter: lines by version
-        meta[sc.PARAM_VERSION_KEY] = WINDOWS.version
+    windows = model.current().windows
+    if windows.active and isinstance(meta, dict):  # fully_async rollouter: lines by version
+        meta[sc.PARAM_VERSION_KEY] = windows.version
     meta = meta if isinstance(meta, dict) else {}
-    validate = bool(meta.get("validate", False))
+    validate, step = meta_step(meta)
     rows = len(prompts)
-    n = _rollout_n(manager, validate)  # verl's legacy trainer repeats each prompt n times before the call
+    n = rollout_n(manager, validate)  # verl's legacy trainer repeats each prompt n times before the call
     ids = prompts.batch["input_ids"] if prompts.batch is not None and "input_ids" in prompts.batch.keys() else None
     shape = tuple(ids.shape) if ids is not None else (rows,)
-    step = int(meta.get("global_steps", -1))
     _dispatched(manager, _mode(validate), step, rows // max(1, n), rows, shape, list(meta))
     return _mode(validate), step
 
 
-def _count_tokens(out: Any) -> None:
-    """The training batch's tokens, once a step, for the step and its phases (telemetry/step_tokens.py)."""
+def count_tokens(out: Any) -> None:
+    """A generated training batch's tokens (a DataProto: the legacy manager's output, fully_async's assembled
+    batch), for the step and its phases (telemetry/step_tokens.py)."""
     from verl_otel.hooks.verl_batches import token_counts
-    from verl_otel.telemetry.steps import TRACER
 
     counts = token_counts(out)
-    if counts is not None and TRACER.active:
-        TRACER.tokens_seen(*counts)
+    steps = model.current().steps
+    if counts is not None and steps.active:
+        steps.tokens_seen(*counts)
+
+
+def v1_sampled(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """v1's ``ReplayBuffer._materialize_batch(partition_id, ...)``, the training batch taken in the gen phase (by the
+    sync and the async replay buffers alike): its tokens, as the legacy manager's output counts them."""
+    batch = wrapped(*args, **kwargs)
+    partition = args[0] if args else kwargs.get("partition_id")
+    if partition == "train":
+        safe(_count_sampled_tokens, batch)
+    return batch
+
+
+def _count_sampled_tokens(batch: Any) -> None:
+    from verl_otel.hooks.verl_objects import sampled_tokens
+
+    counts = sampled_tokens(getattr(batch, "tags", None) or ())
+    steps = model.current().steps
+    if counts is not None and steps.active:  # each of a step's parameter_sync_step mini-batches is trained alone
+        steps.tokens_seen(*counts, separate=True)
 
 
 def patch_legacy_manager(original: Callable[..., Any]) -> Callable[..., Any] | None:
@@ -180,7 +184,7 @@ def patch_legacy_manager(original: Callable[..., Any]) -> Callable[..., Any] | N
         if dispatch is not None:
             safe(_returned, *dispatch)
             if dispatch[0] == sc.MODE_TRAIN:
-                safe(_count_tokens, out)
+                safe(count_tokens, out)
         return out
 
     return auto_await(generate_sequences)
@@ -201,27 +205,25 @@ def _on_tq_dispatch(manager: Any, batch: Any) -> None:
     """v1: a TensorDict of prompts (each runs n sessions in the worker); its non-tensor entries are the meta."""
     from tensordict import NonTensorData
 
-    from verl_otel.hooks.verl_batches import nontensor
-
     keys = list(batch.keys())
-    validate = bool(nontensor(batch["validate"])) if "validate" in keys else False
-    step = int(nontensor(batch["global_steps"])) if "global_steps" in keys else -1
+    validate, step = tensordict_step(batch)
     rows = len(batch)
     ids: Any = batch["input_ids"] if "input_ids" in keys else None
     shape = tuple(ids.shape) if hasattr(ids, "shape") else (rows,)
     meta = [k for k in keys if isinstance(batch.get(k), NonTensorData)]
-    _dispatched(manager, _mode(validate), step, rows, rows * _rollout_n(manager, validate), shape, meta)
+    _dispatched(manager, _mode(validate), step, rows, rows * rollout_n(manager, validate), shape, meta)
 
 
 # -- worker side -------------------------------------------------------------------------------
 def _on_legacy_batch(worker: Any, batch: Any) -> str:
     _wire(worker)
     meta = getattr(batch, "meta_info", None) or {}
-    mode = _mode(meta.get("validate", False))
+    validate, step = meta_step(meta)
+    mode = _mode(validate)
     version = meta.get(sc.PARAM_VERSION_KEY)
-    TRACKER.batch_started(
+    _tracker().batch_started(
         mode,
-        int(meta.get("global_steps", -1)),
+        step,
         len(batch),
         meta.get(sc.TRACEPARENT_KEY),
         None if version is None else int(version),
@@ -234,7 +236,7 @@ async def _finish_after(coro: Coroutine[Any, Any, Any], mode: str | None) -> Any
         return await coro
     finally:
         if mode is not None:
-            safe(TRACKER.finish, mode)
+            safe(lambda: _tracker().finish(mode))
 
 
 def legacy_worker_generate(
@@ -275,7 +277,7 @@ def engine_traceparent() -> str | None:
 
 
 def _batch_parent(mode: str) -> str | None:
-    batch = TRACKER.snapshot(mode)
+    batch = _tracker().snapshot(mode)
     return batch.parent if batch is not None else None
 
 
@@ -302,7 +304,7 @@ def _sample_done(
     if ctx.engine is not None and ctx.engine[1]:  # its span, if it gets one, takes the id its requests named
         trajectory = {**trajectory, sc.SAMPLE_SPAN_ID_KEY: ctx.engine[1]}
     # the call's result, or (when it raised) the last object verl was filling in
-    TRACKER.sample_finished(mode, token, trajectory, ctx.outputs[-1] if ctx.outputs else None, err)
+    _tracker().sample_finished(mode, token, trajectory, ctx.outputs[-1] if ctx.outputs else None, err)
 
 
 def tq_postprocess(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -331,11 +333,11 @@ def run_agent_loop(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, 
     trajectory = args[1] if len(args) > 1 else kwargs.get("trajectory")
     if not isinstance(trajectory, dict):
         return wrapped(*args, **kwargs)
-    mode = _mode(trajectory.get("validate"))
-    token = TRACKER.sample_started(mode)
+    mode = _mode(sample_validates(trajectory))
+    token = _tracker().sample_started(mode)
     coro = wrapped(*args, **kwargs)
     if isinstance(kwargs.get("session_id"), int):  # v1 shares one trajectory dict among the n sessions
-        trajectory = {**trajectory, "rollout_n": kwargs["session_id"]}
+        trajectory = with_session(trajectory, kwargs["session_id"])
     return _timed_sample(coro, mode, token, trajectory)
 
 
@@ -346,11 +348,8 @@ def _on_tq_batch(instance: Any, batch: Any) -> None:
     tp = None
     if sc.TRACEPARENT_KEY in batch.keys():
         tp = nontensor(batch.pop(sc.TRACEPARENT_KEY))
-    validate = bool(nontensor(batch["validate"])) if "validate" in batch.keys() else False
-    step = int(nontensor(batch["global_steps"])) if "global_steps" in batch.keys() else -1
-    rollout = instance.config.actor_rollout_ref.rollout
-    n = int(rollout.val_kwargs.n if validate else rollout.n)
-    TRACKER.batch_started(_mode(validate), step, len(batch) * n, tp)
+    validate, step = tensordict_step(batch)
+    _tracker().batch_started(_mode(validate), step, len(batch) * rollout_n(instance, validate), tp)
 
 
 def tq_worker_generate(

@@ -13,8 +13,9 @@ as a new method (for a Ray actor: before the class is made remote).
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
-from verl_otel.hooks import registry
+from verl_otel.hooks import import_hooks, registry
 from verl_otel.hooks.registry import HookTarget
 
 _H = "verl_otel.hooks."
@@ -40,197 +41,314 @@ def _m(module: str, attr: str, wrapper: str, feature: str, min_verl: str = "0.0"
     return _t(module, attr, wrapper, feature, min_verl, how="method")
 
 
+def _in(role: str, *targets: HookTarget) -> tuple[HookTarget, ...]:
+    """``targets`` run in processes of ``role``, one of semconv's ROLE_* values (written out: every Python start-up
+    of the venv imports this module, which must not load semconv; tests/test_version_drift.py checks each is one);
+    that role's start-up line counts them."""
+    return tuple(replace(t, role=role) for t in targets)
+
+
 RAY_TARGETS: tuple[HookTarget, ...] = (
-    _t("ray", "init", "ray_env:init_wrapper", "settings propagation to Ray workers"),
+    *_in(
+        "driver",
+        _t("ray", "init", "ray_env:init_wrapper", "settings propagation to Ray workers"),
+    ),
 )
 
 TRAINER_TARGETS: tuple[HookTarget, ...] = (
-    _t("verl.utils.profiler.performance", "_timer", "trainer:timer_wrapper", "phase spans"),
-    _t(_LEGACY, "RayPPOTrainer.fit", "trainer:fit_legacy", "legacy trainer step traces"),
-    _t(_LEGACY, "RayPPOTrainer._validate", "trainer:validate_wrapper", "legacy validation spans"),
-    _t(_V1, "PPOTrainer.fit", "trainer:fit_v1", "v1 trainer step traces", "0.9.0"),
-    _t(_V1, "PPOTrainer._validate", "trainer:validate_wrapper", "v1 validation spans", "0.9.0"),
-    _m(_TRAINER, _T + "fit", "trainer:fit_fully_async", "fully_async trainer step traces", "0.8.0"),
-    _m(
-        _TRAINER,
-        _T + "fit_step",
-        "trainer:fit_step_fully_async",
-        "fully_async step spans ending after validation",
-        "0.8.0",
-    ),
-    _m(_TRAINER, _T + "_fit_validate", "trainer:fit_validate_fully_async", "fully_async validate phase", "0.8.0"),
-    _t(_LEGACY, "extract_reward", "trainer:extract_reward_wrapper", "reward extra keys on the console", "0.8.0"),
-    _t("verl.utils.tracking", "Tracking.log", "trainer:log_wrapper", "step ends and training curves"),
-    _t(
-        "verl.utils.tracking",
-        "ValidationGenerationsLogger.log",
-        "trainer:val_generations_wrapper",
-        "validation generations on the validate span",
+    *_in(
+        "trainer",
+        _t("verl.utils.profiler.performance", "_timer", "trainer:timer_wrapper", "phase spans"),
+        _t(_LEGACY, "RayPPOTrainer.fit", "trainer:fit_legacy", "legacy trainer step traces"),
+        _t(_LEGACY, "RayPPOTrainer._validate", "trainer:validate_wrapper", "legacy validation spans"),
+        _t(_V1, "PPOTrainer.fit", "trainer:fit_v1", "v1 trainer step traces", "0.9.0"),
+        _t(_V1, "PPOTrainer._validate", "trainer:validate_wrapper", "v1 validation spans", "0.9.0"),
+        _m(_TRAINER, _T + "fit", "trainer:fit_fully_async", "fully_async trainer step traces", "0.8.0"),
+        _m(
+            _TRAINER,
+            _T + "fit_step",
+            "trainer:fit_step_fully_async",
+            "fully_async step spans ending after validation",
+            "0.8.0",
+        ),
+        _m(_TRAINER, _T + "_fit_validate", "trainer:fit_validate_fully_async", "fully_async validate phase", "0.8.0"),
+        _t(_LEGACY, "extract_reward", "trainer:extract_reward_wrapper", "reward extra keys on the console", "0.8.0"),
+        _t("verl.utils.tracking", "Tracking.log", "trainer:log_wrapper", "step ends and training curves"),
+        _t(
+            "verl.utils.tracking",
+            "ValidationGenerationsLogger.log",
+            "trainer:val_generations_wrapper",
+            "validation generations on the validate span",
+        ),
     ),
 )
 
 ROLLOUT_TARGETS: tuple[HookTarget, ...] = (
-    _m(
-        _AL,
-        "AgentLoopWorker.generate_sequences",
-        "rollout:legacy_worker_generate",
-        "rollout progress (legacy)",
-        "0.7.1",
+    *_in(
+        "agent_loop_worker",
+        _m(
+            _AL,
+            "AgentLoopWorker.generate_sequences",
+            "rollout:legacy_worker_generate",
+            "rollout progress (legacy)",
+            "0.7.1",
+        ),
+        _m(_AL, "AgentLoopWorker._run_agent_loop", "rollout:run_agent_loop", "per-sample rollout progress", "0.7.1"),
+        _m(
+            _AL,
+            "AgentLoopWorker._compute_score",
+            "rollout:compute_score",
+            "reward-loop spans in the step trace",
+            "0.7.1",
+        ),
     ),
-    _m(_AL, "AgentLoopWorker._run_agent_loop", "rollout:run_agent_loop", "per-sample rollout progress", "0.7.1"),
-    _m(_AL, "AgentLoopWorker._compute_score", "rollout:compute_score", "reward-loop spans in the step trace", "0.7.1"),
-    _t(
-        _AL,
-        "AgentLoopManager.generate_sequences",
-        "rollout:patch_legacy_manager",
-        "trace context to agent-loop workers",
-        "0.7.1",
-        how="replace",
+    *_in(
+        "trainer",
+        _t(
+            _AL,
+            "AgentLoopManager.generate_sequences",
+            "rollout:patch_legacy_manager",
+            "trace context to agent-loop workers",
+            "0.7.1",
+            how="replace",
+        ),
+        _t(
+            _TQ,
+            "AgentLoopManagerTQ.generate_sequences",
+            "rollout:tq_manager_generate",
+            "trace context to v1 agent-loop workers",
+            "0.9.0",
+        ),
     ),
-    _t(
-        _TQ,
-        "AgentLoopManagerTQ.generate_sequences",
-        "rollout:tq_manager_generate",
-        "trace context to v1 agent-loop workers",
-        "0.9.0",
+    *_in(
+        "agent_loop_worker",
+        _m(
+            _TQ,
+            "AgentLoopWorkerTQ.__ray_metadata__.modified_class.generate_sequences",
+            "rollout:tq_worker_generate",
+            "rollout progress (v1)",
+            "0.9.0",
+        ),
+        _m(
+            _TQ,
+            "AgentLoopWorkerTQ.__ray_metadata__.modified_class._agent_loop_postprocess",
+            "rollout:tq_postprocess",
+            "token counts and scores of v1 sample spans",
+            "0.9.0",
+        ),
     ),
-    _m(
-        _TQ,
-        "AgentLoopWorkerTQ.__ray_metadata__.modified_class.generate_sequences",
-        "rollout:tq_worker_generate",
-        "rollout progress (v1)",
-        "0.9.0",
-    ),
-    _m(
-        _TQ,
-        "AgentLoopWorkerTQ.__ray_metadata__.modified_class._agent_loop_postprocess",
-        "rollout:tq_postprocess",
-        "token counts and scores of v1 sample spans",
-        "0.9.0",
+    *_in(
+        "trainer",
+        _t(
+            "verl.trainer.ppo.v1.replay_buffer",
+            "ReplayBuffer._materialize_batch",
+            "rollout:v1_sampled",
+            "token counts of v1 steps and phases",
+            "0.9.0",
+        ),
     ),
 )
 
 UPDATE_TARGETS: tuple[HookTarget, ...] = (
-    _m(_EW, "TrainingWorker.train_mini_batch", "update:train_mini_batch", "actor/critic update progress", "0.8.0"),
-    _m(_EW, "TrainingWorker.train_batch", "update:train_batch", "actor/critic update progress", "0.8.0"),
-    _m(_EW, "TrainingWorker.infer_batch", "update:infer_batch", "critic values span", "0.8.0"),
-    _m(_EW, "ActorRolloutRefWorker.update_actor", "update:update_actor", "update_actor span and peak memory", "0.8.0"),
-    _m(
-        _EW,
-        "ActorRolloutRefWorker.compute_log_prob",
-        "update:compute_log_prob",
-        "old_log_prob span and peak memory",
-        "0.8.0",
-    ),
-    _m(
-        _EW,
-        "ActorRolloutRefWorker.compute_ref_log_prob",
-        "update:compute_ref_log_prob",
-        "ref span and peak memory",
-        "0.8.0",
+    *_in(
+        "train_worker",
+        _m(_EW, "TrainingWorker.train_mini_batch", "update:train_mini_batch", "actor/critic update progress", "0.8.0"),
+        _m(_EW, "TrainingWorker.train_batch", "update:train_batch", "actor/critic update progress", "0.8.0"),
+        _m(_EW, "TrainingWorker.infer_batch", "update:infer_batch", "critic values span", "0.8.0"),
+        _m(
+            _EW,
+            "ActorRolloutRefWorker.update_actor",
+            "update:update_actor",
+            "update_actor span and peak memory",
+            "0.8.0",
+        ),
+        _m(
+            _EW,
+            "ActorRolloutRefWorker.compute_log_prob",
+            "update:compute_log_prob",
+            "old_log_prob span and peak memory",
+            "0.8.0",
+        ),
+        _m(
+            _EW,
+            "ActorRolloutRefWorker.compute_ref_log_prob",
+            "update:compute_ref_log_prob",
+            "ref span and peak memory",
+            "0.8.0",
+        ),
     ),
 )
 
 WEIGHT_SYNC_TARGETS: tuple[HookTarget, ...] = (
     # written against 0.9.1's worker-side update_weights (not checked on older releases)
-    _m(_EW, "ActorRolloutRefWorker.update_weights", "weight_sync:actor_update_weights", "weight-sync stalls", "0.9.1"),
-    _m(
-        "verl.checkpoint_engine.base",
-        "CheckpointEngineWorker.update_weights",
-        "weight_sync:replica_update_weights",
-        "weight-sync stalls in rollout replicas",
-        "0.9.1",
+    *_in(
+        "train_worker",
+        _m(
+            _EW,
+            "ActorRolloutRefWorker.update_weights",
+            "weight_sync:actor_update_weights",
+            "weight-sync stalls and parts",
+            "0.9.1",
+        ),
+        # the export a weight sync consumes (verl's FSDP engine; Megatron's is not timed: the sync still has its span)
+        _t(
+            "verl.workers.engine.fsdp.transformer_impl",
+            "FSDPEngine.get_per_tensor_param",
+            "weight_sync:per_tensor_param",
+            "weight-sync gather and bucket times",
+            "0.9.1",
+        ),
+    ),
+    *_in(
+        "rollout_server",
+        _m(
+            "verl.checkpoint_engine.base",
+            "CheckpointEngineWorker.update_weights",
+            "weight_sync:replica_update_weights",
+            "weight-sync stalls and receive spans in rollout replicas",
+            "0.9.1",
+        ),
+    ),
+    # the trainer's side: tells the replica workers the step trace their next receive goes under
+    *_in(
+        "trainer",
+        _t(
+            "verl.checkpoint_engine.base",
+            "CheckpointEngineManager.build_process_group",
+            "weight_sync:manager_build_process_group",
+            "weight-sync receive spans in rollout replicas",
+            "0.9.1",
+        ),
     ),
 )
 
 WORKER_GROUP_TARGETS: tuple[HookTarget, ...] = (
-    _t(
-        "verl.single_controller.ray.base",
-        "func_generator",
-        "worker_group:func_generator",
-        "worker spans in the step trace",
-        "0.7.1",
+    *_in(
+        "trainer",
+        _t(
+            "verl.single_controller.ray.base",
+            "func_generator",
+            "worker_group:func_generator",
+            "worker spans in the step trace",
+            "0.7.1",
+        ),
     ),
 )
 
 REWARD_TARGETS: tuple[HookTarget, ...] = (
-    _t(
-        _RL,
-        "RewardLoopManager.compute_rm_score",
-        "reward:compute_rm_score",
-        "reward-model (batch) calls in the step trace",
-        "0.8.0",
+    *_in(
+        "trainer",
+        _t(
+            _RL,
+            "RewardLoopManager.compute_rm_score",
+            "reward:compute_rm_score",
+            "reward-model (batch) calls in the step trace",
+            "0.8.0",
+        ),
     ),
-    _m(_RL, "RewardLoopWorker.compute_score", "reward:compute_score", "reward-loop spans in the step trace", "0.7.1"),
-    _t(
-        _RL,
-        "RewardLoopWorker.verl_otel_flush",
-        "reward:verl_otel_flush",
-        "reward spans at the step's end (the last step's included)",
-        "0.7.1",
-        how="add",
+    *_in(
+        "reward_worker",
+        _m(
+            _RL,
+            "RewardLoopWorker.compute_score",
+            "reward:compute_score",
+            "reward-loop spans in the step trace",
+            "0.7.1",
+        ),
+        _t(
+            _RL,
+            "RewardLoopWorker.verl_otel_flush",
+            "reward:verl_otel_flush",
+            "reward spans at the step's end (the last step's included)",
+            "0.7.1",
+            how="add",
+        ),
     ),
 )
 
 ASYNC_ROLLOUT_TARGETS: tuple[HookTarget, ...] = (
-    _m(_ROLLOUTER, _R + "fit", "async_rollout:rollouter_fit", "rollouter generation spans", _ASYNC),
-    _m(
-        _ROLLOUTER,
-        _R + "_process_single_sample_streaming",
-        "async_rollout:process_sample",
-        "rollouter -> trainer step links",
-        _ASYNC,
+    *_in(
+        "rollouter",
+        _m(_ROLLOUTER, _R + "fit", "async_rollout:rollouter_fit", "rollouter generation spans", _ASYNC),
+        _m(
+            _ROLLOUTER,
+            _R + "_process_single_sample_streaming",
+            "async_rollout:process_sample",
+            "rollouter -> trainer step links",
+            _ASYNC,
+        ),
+        _m(
+            _ROLLOUTER,
+            _R + "reset_staleness",
+            "async_rollout:reset_staleness",
+            "rollouter parameter-version windows",
+            _ASYNC,
+        ),
+        _m(_ROLLOUTER, _R + "get_statistics", "async_rollout:statistics", "rollouter queue depth", _ASYNC),
+        _m(
+            _ROLLOUTER,
+            _R + "load_checkpoint",
+            "async_rollout:load_checkpoint",
+            "rollouter parameter version after resume",
+            _ASYNC,
+        ),
+        _m(_ROLLOUTER, _R + "do_validate", "async_rollout:do_validate", "rollouter validation spans", _ASYNC),
     ),
-    _m(
-        _ROLLOUTER,
-        _R + "reset_staleness",
-        "async_rollout:reset_staleness",
-        "rollouter parameter-version windows",
-        _ASYNC,
+    *_in(
+        "trainer",
+        _m(_TRAINER, _T + "_get_samples_from_queue", "async_rollout:get_samples", "trainer idle ratio", _ASYNC),
+        _m(
+            _TRAINER,
+            _T + "_collect_metrics_from_samples",
+            "async_rollout:collect_metrics",
+            "staleness gauges and step links",
+            _ASYNC,
+        ),
+        _t(
+            _TRAINER,
+            "assemble_batch_from_rollout_samples",
+            "async_rollout:replace_assemble",
+            "step links to rollouter windows",
+            _ASYNC,
+            how="replace",
+        ),
+        _t(
+            _QUEUE,
+            "MessageQueueClient.get_sample",
+            "async_rollout:queue_get",
+            "queue depth seen by the trainer",
+            _ASYNC,
+        ),
+        _t(
+            _V1,
+            "PPOTrainer._submit_batch_to_rollout",
+            "async_rollout:submit",
+            "v1 step links to submitting steps",
+            _ASYNC,
+        ),
+        _t(_V1, "PPOTrainer.step", "async_rollout:v1_step", "v1 step links to submitting steps", _ASYNC),
     ),
-    _m(_ROLLOUTER, _R + "get_statistics", "async_rollout:statistics", "rollouter queue depth", _ASYNC),
-    _m(
-        _ROLLOUTER,
-        _R + "load_checkpoint",
-        "async_rollout:load_checkpoint",
-        "rollouter parameter version after resume",
-        _ASYNC,
-    ),
-    _m(_ROLLOUTER, _R + "do_validate", "async_rollout:do_validate", "rollouter validation spans", _ASYNC),
-    _m(_TRAINER, _T + "_get_samples_from_queue", "async_rollout:get_samples", "trainer idle ratio", _ASYNC),
-    _m(
-        _TRAINER,
-        _T + "_collect_metrics_from_samples",
-        "async_rollout:collect_metrics",
-        "staleness gauges and step links",
-        _ASYNC,
-    ),
-    _t(
-        _TRAINER,
-        "assemble_batch_from_rollout_samples",
-        "async_rollout:replace_assemble",
-        "step links to rollouter windows",
-        _ASYNC,
-        how="replace",
-    ),
-    _t(_QUEUE, "MessageQueueClient.get_sample", "async_rollout:queue_get", "queue depth seen by the trainer", _ASYNC),
-    _t(_V1, "PPOTrainer._submit_batch_to_rollout", "async_rollout:submit", "v1 step links to submitting steps", _ASYNC),
-    _t(_V1, "PPOTrainer.step", "async_rollout:v1_step", "v1 step links to submitting steps", _ASYNC),
 )
 
 _VS = "verl.workers.rollout.vllm_rollout.vllm_async_server"
 _VLLM = "vllm.v1.engine.async_llm"  # vLLM's own module (its version is checked in the wrapper)
 ENGINE_TARGETS: tuple[HookTarget, ...] = (
-    _t(
-        "verl.workers.rollout.llm_server",
-        "LLMServerClient.generate",
-        "engine:client_generate",
-        "engine request spans under the samples",
-        "0.9.1",
+    *_in(
+        "agent_loop_worker",
+        _t(
+            "verl.workers.rollout.llm_server",
+            "LLMServerClient.generate",
+            "engine:client_generate",
+            "engine request spans under the samples",
+            "0.9.1",
+        ),
     ),
-    _m(_VS, "vLLMHttpServer.run_server", "engine:run_server", "vLLM tracing and its /metrics in file_sd", "0.9.1"),
-    _t(_VLLM, "init_tracer", "engine:init_tracer", "vLLM's request spans in verl-otel's export", "0.9.1"),
-    _t(_VLLM, "AsyncLLM.generate", "engine:engine_generate", "engine request spans under the samples", "0.9.1"),
+    *_in(
+        "rollout_server",
+        _m(_VS, "vLLMHttpServer.run_server", "engine:run_server", "vLLM tracing and its /metrics in file_sd", "0.9.1"),
+        _t(_VLLM, "init_tracer", "engine:init_tracer", "vLLM's request spans in verl-otel's export", "0.9.1"),
+        _t(_VLLM, "AsyncLLM.generate", "engine:engine_generate", "engine request spans under the samples", "0.9.1"),
+    ),
 )
 
 ALL_TARGETS: tuple[HookTarget, ...] = (
@@ -245,22 +363,31 @@ ALL_TARGETS: tuple[HookTarget, ...] = (
 )
 
 _lock = threading.Lock()
-_installed = False
+_all_installed = False  # install_all ran (registry._originals holds what is hooked now)
 
 
 def install_all() -> None:
     """Register every target (idempotent): the start-up hook, ``instrument()`` and the instrumentor."""
-    global _installed
+    global _all_installed
     with _lock:
-        if _installed:
+        if _all_installed:
             return
-        _installed = True
+        _all_installed = True
     registry.install((*RAY_TARGETS, *ALL_TARGETS))
+    # the start-up line of each role the runtime wires; attached when a hook module first imports the runtime
+    # (the runtime never imports the hooks, and a process that never imports verl loads no runtime)
+    import_hooks.register("verl_otel.runtime", lambda module: module.on_role(_start_up_line))
+
+
+def _start_up_line(role: str) -> None:
+    from verl_otel.hooks import coverage  # here: start-up loads no more than it must
+
+    coverage.report(role)
 
 
 def uninstall_all() -> None:
     """Restore every wrapped function exactly."""
-    global _installed
+    global _all_installed
     registry.uninstall((*RAY_TARGETS, *ALL_TARGETS))
     with _lock:
-        _installed = False
+        _all_installed = False

@@ -11,55 +11,55 @@ import inspect
 from collections.abc import Callable, Generator
 from typing import Any
 
-from verl_otel import runtime
+from verl_otel import model
 from verl_otel import semconv as sc
 from verl_otel.hooks import verl_objects as verl
 from verl_otel.hooks._safe import on_exit, safe
-from verl_otel.hooks.reward_flush import REWARD_FLUSH
-from verl_otel.telemetry.steps import TRACER
+from verl_otel.hooks.reward_flush import RayRewardWorkers
+from verl_otel.hooks.worker_flush import WorkerFlush
+from verl_otel.telemetry.steps import StepTracer
 
 
-def _wire_trainer(rt: runtime.Runtime) -> None:
-    """The process where fit() runs: the metrics, console and progress observers, once."""
-    from verl_otel import config
-    from verl_otel.telemetry import progress_console
-    from verl_otel.telemetry.console import StepConsole
-    from verl_otel.telemetry.trainer_metrics import TrainerMetrics
-
-    TRACER.observers.append(TrainerMetrics(rt.state))
-    TRACER.observers.append(REWARD_FLUSH)  # the reward workers' spans at each step's end
-    if rt.settings.console:
-        TRACER.observers.append(StepConsole())
-    progress = config.load_progress()
-    if progress.enabled:
-        console = progress_console.ProgressConsole(progress)
-        progress_console.install(console)
-        TRACER.observers.append(console)
+def _steps() -> StepTracer:
+    return model.current().steps
 
 
 def declare_run(trainer: Any) -> None:
+    """The process where fit() runs (the model's trainer row: metrics, reward flush, console lines)."""
     info = verl.run_info(trainer, "")
-    runtime.current().wire(sc.ROLE_TRAINER, project=info.project, experiment=info.experiment, setup=_wire_trainer)
+    model.current().wire(sc.ROLE_TRAINER, project=info.project, experiment=info.experiment)
 
 
 def start_fit(trainer: Any, kind: str) -> None:
     """verl's trainer ``trainer`` (a ``kind`` trainer) entered fit()."""
-    TRACER.fit_started(verl.run_info(trainer, kind), verl.global_step_reader(trainer))
-    REWARD_FLUSH.attach(verl.reward_workers(trainer))
+    m = model.current()
+    m.steps.fit_started(verl.run_info(trainer, kind), verl.global_step_reader(trainer))
+    m.reward_flush.attach(RayRewardWorkers(verl.reward_workers(trainer)))
 
 
-def _end_fit(exc: BaseException | None) -> None:
-    """A sync fit() ended: the trainer's own exports, then the reward workers' within what is left of the
-    budget (fully_async's coroutine fit() has no reward-loop workers of its own)."""
-    safe(TRACER.fit_ended, exc)
-    safe(REWARD_FLUSH.fit_end)
+def _worker_flush(trainer: Any) -> WorkerFlush:
+    m = model.current()
+    return WorkerFlush(lambda: verl.worker_processes(trainer), m.runtime.budget, m.reward_flush)
+
+
+def _end_fit(workers: WorkerFlush | None, exc: BaseException | None) -> None:
+    """A sync fit() ended: the workers (reward-loop workers included) are asked to flush or spill, the
+    trainer's own exports run meanwhile, then their answers are waited for, all within the budget
+    (fully_async's coroutine fit() has no reward-loop workers of its own)."""
+    m = model.current()
+    if workers is not None:
+        safe(workers.start)
+    safe(m.steps.fit_ended, exc)
+    safe(m.reward_flush.fit_end)  # when the workers could not be asked above
+    if workers is not None:
+        safe(workers.wait)
 
 
 _WATCHED_TIMERS = frozenset((sc.VERL_TIMER_STEP, *sc.VERL_TIMER_TO_PHASE))
 
 
-def _phase_generator(gen: Generator[Any, Any, Any], name: str) -> Generator[Any, Any, Any]:
-    with on_exit(TRACER.phase_exit, safe(TRACER.phase_enter, name)):
+def _phase_generator(gen: Generator[Any, Any, Any], name: str, steps: StepTracer) -> Generator[Any, Any, Any]:
+    with on_exit(steps.phase_exit, safe(steps.phase_enter, name)):
         return (yield from gen)
 
 
@@ -67,9 +67,10 @@ def timer_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, .
     gen = wrapped(*args, **kwargs)
     name = args[0] if args else kwargs.get("name")
     # agent loops time every sample through the same function: only whitelisted names cost a span
-    if name not in _WATCHED_TIMERS or not TRACER.active:
+    if name not in _WATCHED_TIMERS:
         return gen
-    return _phase_generator(gen, name)
+    steps = _steps()
+    return _phase_generator(gen, name, steps) if steps.active else gen
 
 
 def _fit_wrapper(kind: str) -> Callable[..., Any]:
@@ -80,31 +81,32 @@ def _fit_wrapper(kind: str) -> Callable[..., Any]:
         safe(start_fit, instance, kind)
         if inspect.iscoroutinefunction(wrapped):
             return _fit_async(wrapped(*args, **kwargs))
-        with on_exit(_end_fit):
+        with on_exit(_end_fit, safe(_worker_flush, instance)):
             return wrapped(*args, **kwargs)
 
     return wrapper
 
 
 async def _fit_async(coro: Any) -> Any:
-    with on_exit(TRACER.fit_ended):
+    with on_exit(_steps().fit_ended):
         return await coro
 
 
 def validate_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    token = safe(TRACER.validate_enter) if TRACER.active else None
-    with on_exit(_validate_exit, token):
+    m = model.current()
+    token = safe(m.steps.validate_enter) if m.steps.active else None
+    with on_exit(_validate_exit, m.steps, token):
         result = wrapped(*args, **kwargs)
-        if TRACER.active:  # the validation's metric keys name its data sources (its samples do not)
+        if m.steps.active:  # the validation's metric keys name its data sources (its samples do not)
             from verl_otel.telemetry import val_generations
 
-            safe(val_generations.record_data_sources, result)
+            safe(lambda: val_generations.record_data_sources(m.validation_span(), result))
         return result
 
 
-def _validate_exit(token: Any, exc: BaseException | None) -> None:
+def _validate_exit(steps: StepTracer, token: Any, exc: BaseException | None) -> None:
     if token is not None:
-        TRACER.validate_exit(token, exc)
+        steps.validate_exit(token, exc)
 
 
 def log_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -114,7 +116,7 @@ def log_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...
         data = args[0] if args else kwargs.get("data")
         step = args[1] if len(args) > 1 else kwargs.get("step")
         if isinstance(data, dict):
-            safe(TRACER.metrics_logged, data, step)
+            safe(_steps().metrics_logged, data, step)
 
 
 def extract_reward_wrapper(
@@ -128,18 +130,10 @@ def extract_reward_wrapper(
 
 
 def _note_reward_keys(result: Any) -> None:
-    from verl_otel.telemetry import progress_console as pc
-
-    console = pc.active()
-    in_reward = TRACER.innermost_span(sc.PHASE_REWARD) is not None  # not validation's call
-    if (
-        console is not None
-        and in_reward
-        and isinstance(result, tuple)
-        and len(result) == 2
-        and isinstance(result[1], dict)
-    ):
-        pc.note(sc.PHASE_REWARD, TRACER.step_number, pc.key_preview(result[1], console.settings.meta_preview))
+    m = model.current()
+    in_reward = m.steps.innermost_span(sc.PHASE_REWARD) is not None  # not validation's call
+    if in_reward and isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict):
+        m.progress.reward_keys(m.steps.step_number, result[1])
 
 
 def val_generations_wrapper(
@@ -153,12 +147,13 @@ def val_generations_wrapper(
         if isinstance(samples, (list, tuple)):
             from verl_otel.telemetry import val_generations
 
-            safe(val_generations.record, samples, step)
+            m = model.current()
+            safe(lambda: val_generations.record(m.services, m.validation_span(), samples, step))
 
 
 def fit_fully_async(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """A module-level function (Ray pickles the actor class by value; this is pickled by reference, a
-    closure would drag TRACER and its lock along)."""
+    closure would drag the model and its locks along)."""
     return _FULLY_ASYNC_FIT(wrapped, instance, args, kwargs)
 
 
@@ -173,12 +168,13 @@ def fit_step_fully_async(
     """fully_async's ``fit_step()`` is one step: it logs inside its ``step`` timer and validates and
     checkpoints after it, so the step trace spans the call, not the timer."""
     coro = wrapped(*args, **kwargs)
-    return _scoped_step(coro) if TRACER.active else coro
+    steps = _steps()
+    return _scoped_step(coro, steps) if steps.active else coro
 
 
-async def _scoped_step(coro: Any) -> Any:
-    safe(TRACER.step_scope_enter)
-    with on_exit(TRACER.step_scope_exit):
+async def _scoped_step(coro: Any, steps: StepTracer) -> Any:
+    safe(steps.step_scope_enter)
+    with on_exit(steps.step_scope_exit):
         return await coro
 
 
@@ -188,13 +184,14 @@ def fit_validate_fully_async(
     """fully_async's ``_fit_validate()`` asks the rollouter to validate (no timer, mostly a no-op):
     a ``validate`` phase is added when validation metrics came back during the call."""
     coro = wrapped(*args, **kwargs)
-    return _validation_window(coro) if TRACER.active else coro
+    steps = _steps()
+    return _validation_window(coro, steps) if steps.active else coro
 
 
-async def _validation_window(coro: Any) -> Any:
-    start = safe(TRACER.validation_window_start)
+async def _validation_window(coro: Any, steps: StepTracer) -> Any:
+    start = safe(steps.validation_window_start)
     try:
         return await coro
     finally:
         if start is not None:
-            safe(TRACER.validation_window_end, start)
+            safe(steps.validation_window_end, start)

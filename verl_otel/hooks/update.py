@@ -6,30 +6,14 @@ per-phase peak accelerator memory (telemetry/memory.py)."""
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable
 from typing import Any
 
-from verl_otel import runtime
+from verl_otel import model
 from verl_otel import semconv as sc
 from verl_otel.hooks._safe import safe
+from verl_otel.hooks.weight_sync import remember_trace
 from verl_otel.telemetry.memory import PeakMemory
-from verl_otel.telemetry.update import TRACKER, UpdateBar
-
-
-def _wire_worker(rt: runtime.Runtime) -> None:
-    """A training worker: update-progress gauges and the [VERL_PROGRESS] actor/critic bar."""
-    from verl_otel import config
-
-    rt.state.add_source(TRACKER.readings)
-    progress = config.load_progress()
-    if progress.enabled:
-        _PROGRESS[:] = [progress]
-        TRACKER.on_progress.append(UpdateBar(progress))
-
-
-_PROGRESS: list[Any] = []  # the [VERL_PROGRESS] settings, in a worker where VERL_PROGRESS_LOG is on
-_CALLS: dict[str, int] = {}  # calls per role/method in this worker: the step when the batch does not say it
 
 
 def _step(data: Any, role: str) -> tuple[int, bool]:
@@ -42,11 +26,11 @@ def _step(data: Any, role: str) -> tuple[int, bool]:
             return int(step), True
     except Exception:  # noqa: BLE001 - a batch without it
         pass
-    return _CALLS.get(role, 0), False
+    return model.current().worker_calls.get(role, 0), False
 
 
 def _strategy(worker: Any, section: str) -> str:
-    from verl_otel.telemetry.progress_console import strategy_label
+    from verl_otel.progress.console import strategy_label
 
     engine = getattr(worker, "engine_config", None)  # TrainingWorker; ActorRolloutRefWorker has config.<role>
     strategy = getattr(engine, "strategy", None) or getattr(
@@ -55,8 +39,11 @@ def _strategy(worker: Any, section: str) -> str:
     return strategy_label(strategy)
 
 
-def _wire() -> None:
-    runtime.current().wire(sc.ROLE_WORKER, setup=_wire_worker)
+def _wire() -> model.Model:
+    """A training worker (the model's row: update-progress gauges, the [VERL_PROGRESS] actor/critic bar)."""
+    m = model.current()
+    m.wire(sc.ROLE_WORKER)
+    return m
 
 
 def _role(worker: Any) -> str:
@@ -71,7 +58,7 @@ def _is_rank0(worker: Any) -> bool:
 def _begin(worker: Any, data: Any) -> None:
     from verl.utils import tensordict_utils as tu
 
-    _wire()
+    m = _wire()
     dp = int(worker.engine.get_data_parallel_size())
     mini = tu.get(data, "mini_batch_size", None)
     num_mini = tu.get(data, "num_mini_batch", None)
@@ -79,8 +66,8 @@ def _begin(worker: Any, data: Any) -> None:
     per_dp = int(data.shape[0])
     per_gpu = per_dp // int(num_mini) if mini is None and num_mini else int(mini) // dp
     role = _role(worker)
-    _CALLS[role] = _CALLS.get(role, 0) + 1
-    TRACKER.begin(role, per_dp // max(1, per_gpu) * epochs, epochs, _step(data, role)[0], _strategy(worker, role))
+    m.worker_calls[role] = m.worker_calls.get(role, 0) + 1
+    m.update.begin(role, per_dp // max(1, per_gpu) * epochs, epochs, _step(data, role)[0], _strategy(worker, role))
 
 
 def _data(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -92,14 +79,15 @@ def _span(method: str, role: str, worker: Any, data: Any) -> contextlib.Abstract
     from verl_otel.hooks.verl_batches import batch_size, take
     from verl_otel.telemetry.worker_spans import WorkerSpan
 
-    _wire()
+    m = _wire()
     rank = int(getattr(worker, "rank", 0) or 0)
     traceparent = safe(take, data) if data is not None else None  # out of the batch before verl's code sees it
     if traceparent is None:
         return contextlib.nullcontext()
     step, known = safe(_step, data, role) or (-1, False)
+    safe(remember_trace, worker, traceparent, step if known else -1)  # the step its next weight sync is of
     return (
-        safe(WorkerSpan, method, role, rank, traceparent, safe(batch_size, data), step if known else -1)
+        safe(WorkerSpan, m.services, method, role, rank, traceparent, safe(batch_size, data), step if known else -1)
         or contextlib.nullcontext()
     )
 
@@ -111,7 +99,7 @@ def train_mini_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any
     with _span("train_mini_batch", role, instance, data):
         if rank0:  # read the totals before verl pops them from the batch
             safe(_begin, instance, data)
-        with PeakMemory(sc.PHASE_UPDATE_CRITIC if role == "critic" else None, "critic"):
+        with PeakMemory(model.current().services.state, sc.PHASE_UPDATE_CRITIC if role == "critic" else None, "critic"):
             return wrapped(*args, **kwargs)
 
 
@@ -123,42 +111,34 @@ def infer_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...
 def train_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     out = wrapped(*args, **kwargs)
     if _is_rank0(instance):
-        safe(TRACKER.minibatch_done, _role(instance))
+        safe(model.current().update.minibatch_done, _role(instance))
     return out
 
 
-class _rank0_lines:  # noqa: N801 - used as a context manager
-    """The [VERL_PROGRESS] rank-0 start/done lines of a training worker's call (VERL_PROGRESS_LOG=1)."""
+def _rank0_lines(method: str, role: str, worker: Any, data: Any) -> contextlib.AbstractContextManager[Any]:
+    """The [VERL_PROGRESS] rank-0 start/done lines of a training worker's call (VERL_PROGRESS_LOG=1), printed by
+    the progress package; a no-op elsewhere."""
+    lines = safe(_call_lines, method, role, worker, data) if _is_rank0(worker) else None
+    return lines or contextlib.nullcontext()
 
-    def __init__(self, method: str, role: str, worker: Any, data: Any) -> None:
-        self.line: Callable[[float | None], str] | None = None
-        if _PROGRESS and _is_rank0(worker):
-            safe(self._prepare, method, role, worker, data)
 
-    def _prepare(self, method: str, role: str, worker: Any, data: Any) -> None:
-        from verl_otel.telemetry.progress_console import worker_line
-
-        step, known = _step(data, role)
-        _CALLS[method] = calls = _CALLS.get(method, 0) + 1  # this method's calls: the step when the batch lacks it
-        if not _PROGRESS[0].step_selected(step if known else calls):
-            return
-        strategy = _strategy(worker, role)
-        self.line = lambda seconds: worker_line(step if known else None, role, strategy, 0, method, seconds)
-        self.t0 = time.monotonic()
-
-    def __enter__(self) -> None:
-        if self.line is not None:
-            print(self.line(None), flush=True)
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.line is not None and exc[0] is None:
-            print(self.line(time.monotonic() - self.t0), flush=True)
+def _call_lines(method: str, role: str, worker: Any, data: Any) -> Any:
+    progress = model.current().progress
+    if not progress.enabled:
+        return None
+    step, known = _step(data, role)
+    return progress.worker_call(method, role, _strategy(worker, role), step, known)
 
 
 def _phase_method(method: str, phase: str, role: str) -> Callable[..., Any]:
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         data = _data(args, kwargs)
-        with _span(method, role, instance, data), PeakMemory(phase, role), _rank0_lines(method, role, instance, data):
+        state = model.current().services.state
+        with (
+            _span(method, role, instance, data),
+            PeakMemory(state, phase, role),
+            _rank0_lines(method, role, instance, data),
+        ):
             return wrapped(*args, **kwargs)
 
     return wrapper

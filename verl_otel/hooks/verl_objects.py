@@ -17,6 +17,10 @@ from verl_otel.telemetry.values import to_scalar
 #: verl's keys, read off the dicts it returns
 ROLLOUTER_IDLE_RATIO_KEY = "fully_async/rollouter/idle_ratio"  # reset_staleness()'s timing dict
 ROLLOUTER_QUEUE_SIZE_KEY = "monitor/queue/mq_queue_size"  # get_statistics()'s dict
+#: a rollout batch's (the legacy DataProto's meta_info, the v1 TensorDict's non-tensor entries); global_steps is
+#: also the trainer's (and rollouter's) attribute
+VALIDATE_KEY, GLOBAL_STEPS_KEY = "validate", "global_steps"
+ROLLOUT_N_KEY = "rollout_n"  # an agent-loop trajectory's: the sample's session (its index among the prompt's n)
 
 
 # -- numbers ----------------------------------------------------------------------------------------
@@ -99,14 +103,50 @@ def run_info(trainer: Any, kind: str) -> RunInfo:
     )
 
 
+def global_step(trainer: Any) -> int:
+    """The trainer's ``global_steps`` now (-1 when it has none)."""
+    value = _int(getattr(trainer, GLOBAL_STEPS_KEY, -1))
+    return -1 if value is None else value
+
+
 def global_step_reader(trainer: Any) -> Callable[[], int]:
     """Reads the trainer's ``global_steps`` when called (-1 when it has none)."""
+    return lambda: global_step(trainer)
 
-    def read() -> int:
-        value = _int(getattr(trainer, "global_steps", -1))
-        return -1 if value is None else value
 
-    return read
+# -- rollout batches -------------------------------------------------------------------------------
+
+
+def meta_step(meta: Mapping[str, Any]) -> tuple[bool, int]:
+    """(validating?, the trainer's global step) of a legacy rollout batch, from its ``meta_info``; (False, -1)
+    for what is absent."""
+    return bool(meta.get(VALIDATE_KEY, False)), int(meta.get(GLOBAL_STEPS_KEY, -1))
+
+
+def tensordict_step(batch: Any) -> tuple[bool, int]:
+    """The same of a v1 rollout batch (a TensorDict), from its non-tensor entries."""
+    from verl_otel.hooks.verl_batches import nontensor
+
+    keys = batch.keys()
+    validate = bool(nontensor(batch[VALIDATE_KEY])) if VALIDATE_KEY in keys else False
+    return validate, int(nontensor(batch[GLOBAL_STEPS_KEY])) if GLOBAL_STEPS_KEY in keys else -1
+
+
+def rollout_n(owner: Any, validate: bool) -> int:
+    """Samples per prompt: verl's ``rollout.n`` (``rollout.val_kwargs.n`` when validating), from the config of
+    ``owner`` (an agent-loop manager or worker)."""
+    rollout = owner.config.actor_rollout_ref.rollout
+    return int(rollout.val_kwargs.n if validate else rollout.n)
+
+
+def sample_validates(trajectory: Mapping[str, Any]) -> bool:
+    """Whether an agent-loop sample's trajectory is a validation sample's."""
+    return bool(trajectory.get(VALIDATE_KEY))
+
+
+def with_session(trajectory: Mapping[str, Any], session_id: int) -> dict[str, Any]:
+    """v1 shares one trajectory dict among a prompt's n sessions: a copy naming this one's (as the legacy's)."""
+    return {**trajectory, ROLLOUT_N_KEY: session_id}
 
 
 # -- agent-loop samples -----------------------------------------------------------------------------
@@ -114,6 +154,35 @@ def reward_workers(trainer: Any) -> list[Any]:
     """The reward-loop worker actor handles of a legacy or v1 trainer (``reward_loop_manager``), or none."""
     workers = getattr(getattr(trainer, "reward_loop_manager", None), "reward_loop_workers", None)
     return list(workers) if isinstance(workers, (list, tuple)) else []
+
+
+_WORKER_GROUPS = ("actor_rollout_wg", "critic_wg", "ref_policy_wg", "rm_wg")  # RayWorkerGroup attributes
+_AGENT_LOOP_MANAGERS = ("async_rollout_manager", "agent_loop_manager")  # legacy; v1 (set in fit())
+
+
+def _list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else []
+
+
+def worker_processes(trainer: Any) -> list[Any]:
+    """The actor handles of a legacy or v1 trainer's worker processes, each once: its worker groups'
+    workers, the agent-loop workers, the rollout replicas' servers and workers (reward-loop workers have
+    their own fit-end flush: :func:`reward_workers`)."""
+    handles: list[Any] = []
+    for name in _WORKER_GROUPS:
+        handles += _list(getattr(getattr(trainer, name, None), "workers", None))
+    for name in _AGENT_LOOP_MANAGERS:
+        handles += _list(getattr(getattr(trainer, name, None), "agent_loop_workers", None))
+    for replica in _list(getattr(getattr(trainer, "llm_server_manager", None), "rollout_replicas", None)):
+        handles += _list(getattr(replica, "servers", None)) + _list(getattr(replica, "workers", None))
+    seen: set[Any] = set()
+    unique = []
+    for handle in handles:
+        key = getattr(handle, "_actor_id", None) or id(handle)  # colocated groups share their actors
+        if key not in seen:
+            seen.add(key)
+            unique.append(handle)
+    return unique
 
 
 def _tokens(output: Any) -> tuple[int | None, int | None]:
@@ -137,7 +206,7 @@ def sample_attributes(trajectory: Mapping[str, Any] | None, output: Any) -> dict
     for key, attr in (
         ("step", sc.ATTR_GLOBAL_STEP),
         ("sample_index", sc.ATTR_SAMPLE_INDEX),
-        ("rollout_n", sc.ATTR_SAMPLE_ROLLOUT_N),
+        (ROLLOUT_N_KEY, sc.ATTR_SAMPLE_ROLLOUT_N),
     ):
         if traj.get(key) is not None:
             value = _int(traj[key])
@@ -186,7 +255,7 @@ def reward_call_attributes(data: Any, result: Any) -> dict[str, Any]:
     source = _first(non_tensor, "data_source")
     if source is not None:
         attrs[sc.ATTR_REWARD_DATA_SOURCE] = str(source)[:256]
-    for key, attr in (("global_steps", sc.ATTR_GLOBAL_STEP), ("index", sc.ATTR_SAMPLE_INDEX)):
+    for key, attr in ((GLOBAL_STEPS_KEY, sc.ATTR_GLOBAL_STEP), ("index", sc.ATTR_SAMPLE_INDEX)):
         value, _ = to_scalar(_first(non_tensor, key))
         if value is not None:
             attrs[attr] = int(value)
@@ -226,7 +295,7 @@ def resumed_version(rollouter: Any) -> int | None:
         as_float(getattr(getattr(rollouter, "config", None), "async_training", None), "trigger_parameter_sync_step")
         or 1
     )
-    steps = as_float(rollouter, "global_steps") or 1
+    steps = as_float(rollouter, GLOBAL_STEPS_KEY) or 1
     return int((steps - 1) // (per_sync * trigger)) if per_sync > 0 and steps > 1 else None
 
 
@@ -294,10 +363,22 @@ def consumed_samples(tags: Sequence[Any]) -> list[tuple[int, int | None]]:
     out = []
     for tag in tags:
         if isinstance(tag, Mapping) and not tag.get("is_padding", False):
-            submit = as_int(tag.get("global_steps"))
+            submit = as_int(tag.get(GLOBAL_STEPS_KEY))
             if submit is not None:
                 out.append((submit, as_int(tag.get("max_global_steps"))))
     return out
+
+
+def sampled_tokens(tags: Sequence[Any]) -> tuple[int, int] | None:
+    """(prompt, response) tokens of the batch v1's replay buffer sampled, from the TransferQueue tags verl put with
+    each sample (``prompt_len``, ``response_len``), padding left out; None when no tag says."""
+    prompt = response = counted = 0
+    for tag in tags:
+        if isinstance(tag, Mapping) and not tag.get("is_padding", False):
+            p, r = as_int(tag.get("prompt_len")), as_int(tag.get("response_len"))
+            if p is not None and r is not None:
+                prompt, response, counted = prompt + p, response + r, counted + 1
+    return (prompt, response) if counted else None
 
 
 # -- the rollout engine (verl's LLM server client and vLLM server) -----------------------------------

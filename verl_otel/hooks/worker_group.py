@@ -13,11 +13,11 @@ from verl_otel.hooks._safe import safe
 
 
 def _attach(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], None] | None:
+    from verl_otel import model
     from verl_otel.hooks.verl_batches import find_batch, put
     from verl_otel.telemetry.propagation import inject
-    from verl_otel.telemetry.steps import TRACER
 
-    traceparent = inject(TRACER.current_context())
+    traceparent = inject(model.current().steps.current_context())
     if traceparent is None:
         return None
     batch = find_batch(args, kwargs)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from verl_otel import semconv as sc
 from verl_otel.analysis import stalls
+from verl_otel.live.replicas import Replica, replicas_of
 from verl_otel.live.sources import Scrape, Series
 
 #: verl's step-time metric keys: ``timing_s/<verl timer>``
@@ -66,6 +67,7 @@ class RunView:
     phase_mean_s: dict[str, float] = field(default_factory=dict)  # from the duration histograms
     step_mean_s: float | None = None
     dropped: float = 0.0
+    replicas: list[Replica] = field(default_factory=list)  # rollout servers (vLLM's pages); see ReplicaWatch
 
     def totals(self, mode: str) -> tuple[float, float]:
         """Completed and expected samples of ``mode`` over all workers (the manager's total)."""
@@ -143,6 +145,7 @@ def build_view(scrape: Scrape, run: str | None = None) -> RunView:
         if s.value >= 1:
             view.stalls[(s.labels.get(sc.LABEL_PROCESS_ROLE, "?"), s.labels.get(sc.LABEL_PHASE, ""))] = ""
     view.workers = _workers(by_name)
+    view.replicas = replicas_of(rows)
     view.updates = _updates(by_name)
     # verl's scalars: the trainer's process logs them; take the freshest step's if several processes do
     for s in by_name.get(sc.TRAINING_METRIC.name, []):

@@ -133,7 +133,10 @@ class PrometheusQuery:
         self.timeout_s = timeout_s
 
     def selector(self) -> str:
-        sel = '__name__=~"verl_.+"'
+        # and the rollout servers' vLLM series `top` shows (live/replicas.py): unlabelled unless the run put its
+        # names there, so an experiment filter leaves them out
+        engine = "|".join((sc.VLLM_REQUESTS_RUNNING, sc.VLLM_REQUESTS_WAITING, sc.VLLM_GENERATION_TOKENS))
+        sel = f'__name__=~"verl_.+|{engine}"'
         if self.experiment:
             sel += f',{sc.LABEL_EXPERIMENT}="{self.experiment}"'
         return "{" + sel + "}"

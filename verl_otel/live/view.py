@@ -99,6 +99,10 @@ def header(view: RunView, now: float) -> RenderableType:
             for (role, phase), where in sorted(view.stalls.items())
         )
         lines.append(Text.assemble(("STALLED: ", "bold red"), (stuck, "red"), ("  (verl-otel doctor)", "dim")))
+    hung = [r for r in view.replicas if r.stuck]
+    if hung:
+        what = "; ".join(f"replica {r.replica} ({_n(r.running)} running, no token for {dur(r.quiet_s)})" for r in hung)
+        lines.append(Text.assemble(("STUCK rollout: ", "bold red"), (what, "red")))
     return Group(*lines)
 
 
@@ -144,6 +148,26 @@ def rollout_table(view: RunView, limit: int = MAX_WORKERS) -> RenderableType | N
             dur(max(etas)) if etas else "-",
             style="bold",
         )
+    return table
+
+
+def replica_table(view: RunView) -> RenderableType | None:
+    """The rollout servers (vLLM's pages): requests, tokens, and STUCK beside a replica with requests running
+    and no new token for the alert rule's window."""
+    if not view.replicas:
+        return None
+    table = Table(title="rollout replicas (vLLM)", title_justify="left", box=None, padding=(0, 1))
+    for col in ("replica", "state", "running", "waiting", "tokens", "no token for", "instance"):
+        table.add_column(col, justify="left" if col in ("replica", "state", "instance") else "right")
+    for r in view.replicas:
+        state = (
+            Text("STUCK", "bold red")
+            if r.stuck
+            else Text("ok" if r.running else "idle", "green" if r.running else "dim")
+        )
+        quiet = dur(r.quiet_s) if r.running and r.quiet_s else "-"
+        tokens = "-" if r.tokens is None else _n(r.tokens)
+        table.add_row(r.replica or "?", state, _n(r.running), _n(r.waiting), tokens, quiet, r.instance)
     return table
 
 
@@ -222,6 +246,7 @@ def frame(
             _spaced,
             (
                 rollout_table(view, workers_shown),
+                replica_table(view),
                 update_table(view),
                 steps_table(history, view, steps_shown),
                 health_table(signals),

@@ -23,6 +23,10 @@ PHASE_UPDATE_ACTOR: Final = "update_actor"
 PHASE_SAVE_CHECKPOINT: Final = "save_checkpoint"
 PHASE_UPDATE_WEIGHTS: Final = "update_weights"
 PHASE_VALIDATE: Final = "validate"
+#: fully_async's weight sync (verl's ``timing_s/param_sync`` timer), its ``update_weights``
+PHASE_PARAM_SYNC: Final = "param_sync"
+#: the phases a trainer syncs weights in: the first of them in a step gets the span id its workers derive
+WEIGHT_SYNC_PHASES: Final[frozenset[str]] = frozenset((PHASE_UPDATE_WEIGHTS, PHASE_PARAM_SYNC))
 
 PHASES: Final[tuple[str, ...]] = (
     PHASE_ROLLOUT,
@@ -117,6 +121,33 @@ ATTR_WORKER_METHOD: Final = "verl.worker.method"
 ATTR_WORKER_ROLE: Final = "verl.worker.role"
 ATTR_WORKER_RANK: Final = "verl.worker.rank"
 ATTR_WORKER_BATCH: Final = "verl.worker.batch_size"
+#: A training worker's side of a weight sync (verl's ``ActorRolloutRefWorker.update_weights``), under the trainer's
+#: ``update_weights`` phase span, with its parts under it (attributes: semconv/why.py, "weight sync parts")
+SPAN_WEIGHT_SYNC: Final = "weights.sync"
+#: the model engine's per-tensor export (gather, dtype cast): the time spent pulling the weights out of it
+SPAN_WEIGHT_GATHER: Final = "weights.gather"
+#: what consumed the export: the checkpoint engine's bucket sends, or the colocated rollout's load (naive)
+SPAN_WEIGHT_TRANSFER: Final = "weights.transfer"
+#: one bucket of the transfer (only the slowest few of a sync get a span; the counts are on weights.sync)
+SPAN_WEIGHT_BUCKET: Final = "weights.bucket"
+#: A rollout replica's side (verl's ``CheckpointEngineWorker.update_weights``), under the same phase span: the
+#: checkpoint engine's receive stream pulled, and the rollout engine loading what it yields (buckets: weights.bucket)
+SPAN_WEIGHT_RECEIVE: Final = "weights.receive"
+#: the time spent pulling the weights out of the checkpoint engine's receive stream (waiting for the sender's bytes)
+SPAN_WEIGHT_RECEIVE_PULL: Final = "weights.receive_pull"
+#: what consumed the stream: the server adapter loading the weights into the rollout engine
+SPAN_WEIGHT_LOAD: Final = "weights.load"
+WEIGHT_SYNC_SPANS: Final[frozenset[str]] = frozenset(
+    (
+        SPAN_WEIGHT_SYNC,
+        SPAN_WEIGHT_GATHER,
+        SPAN_WEIGHT_TRANSFER,
+        SPAN_WEIGHT_BUCKET,
+        SPAN_WEIGHT_RECEIVE,
+        SPAN_WEIGHT_RECEIVE_PULL,
+        SPAN_WEIGHT_LOAD,
+    )
+)
 #: spans of a step's trace that are not phases
 NON_PHASE_SPANS: Final[frozenset[str]] = frozenset(
     {
@@ -128,6 +159,7 @@ NON_PHASE_SPANS: Final[frozenset[str]] = frozenset(
         SPAN_REWARD_SCORE,
         SPAN_STALL,
         *WORKER_SPAN_NAMES.values(),
+        *WEIGHT_SYNC_SPANS,
     }
 )
 

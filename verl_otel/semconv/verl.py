@@ -8,6 +8,7 @@ from typing import Final
 from verl_otel.semconv.spans import (
     PHASE_ADV,
     PHASE_OLD_LOG_PROB,
+    PHASE_PARAM_SYNC,
     PHASE_REF,
     PHASE_REWARD,
     PHASE_ROLLOUT,
@@ -40,7 +41,7 @@ VERL_TIMER_TO_PHASE: Final[dict[str, str]] = {
     "dump_rollout_generations": "dump_rollout_generations",
     # fully_async's trainer
     "wait_for_enough_samples": "wait_for_enough_samples",
-    "timing_s/param_sync": "param_sync",
+    "timing_s/param_sync": PHASE_PARAM_SYNC,
 }
 #: verl's timer around the whole step (the root span is opened by our fit/step hook instead).
 VERL_TIMER_STEP: Final = "step"

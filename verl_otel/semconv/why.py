@@ -68,6 +68,34 @@ WORKER_CALL_SECONDS: Final = MetricDef(
 RECORD_RANK_SLOWDOWN: Final = "verl:worker_rank_slowdown:ratio"
 RECORDED: Final[tuple[str, ...]] = (RECORD_RANK_SLOWDOWN,)
 
+# -- weight sync parts -------------------------------------------------------------------------
+#: On ``weights.sync``: verl's effective checkpoint-engine backend (naive: the colocated rollout loads the export)
+ATTR_WSYNC_MODE: Final = "verl.weight_sync.mode"
+#: On ``weights.sync`` and ``weights.gather``: the bytes and tensors the model engine exported
+ATTR_WSYNC_BYTES: Final = "verl.weight_sync.bytes"
+ATTR_WSYNC_TENSORS: Final = "verl.weight_sync.tensors"
+#: On ``weights.sync``: buckets (verl's rule: tensors fill update_weights_bucket_megabytes, a larger one goes in
+#: chunks), how many got a span, the bucket size
+ATTR_WSYNC_BUCKETS: Final = "verl.weight_sync.buckets"
+ATTR_WSYNC_BUCKETS_SPANNED: Final = "verl.weight_sync.buckets_spanned"
+ATTR_WSYNC_BUCKET_SIZE: Final = "verl.weight_sync.bucket_size_bytes"
+#: On ``weights.sync``: seconds of each part (the gather and the transfer interleave: a span's length is not its
+#: part's time) and of the sync
+ATTR_WSYNC_GATHER_S: Final = "verl.weight_sync.gather_s"
+ATTR_WSYNC_TRANSFER_S: Final = "verl.weight_sync.transfer_s"
+#: On ``weights.receive`` (a replica's side; its bytes, tensors and buckets are the keys above): seconds pulling
+#: from the checkpoint engine's receive stream, and seconds the rollout engine spent loading what it yielded
+ATTR_WSYNC_RECEIVE_S: Final = "verl.weight_sync.receive_s"
+ATTR_WSYNC_LOAD_S: Final = "verl.weight_sync.load_s"
+#: On each part span: its own seconds; on ``weights.bucket``: its index and bytes too
+ATTR_WSYNC_SECONDS: Final = "verl.weight_sync.seconds"
+ATTR_WSYNC_BUCKET_INDEX: Final = "verl.weight_sync.bucket"
+#: At most this many ``weights.bucket`` spans per sync: the slowest (a 70B model has thousands of buckets)
+WSYNC_BUCKET_SPANS: Final = 4
+#: Attribute set on verl's training-worker object: (traceparent, global step) of the last traced call it ran, the
+#: step trace its next weight sync belongs to (verl's update_weights call carries no context)
+WORKER_STEP_TRACE_ATTR: Final = "_verl_otel_step_trace"
+
 # -- memory --------------------------------------------------------------------------------------
 #: every instrumented process that exports metrics; its role is the target's verl_process_role label
 PROCESS_RESIDENT_MEMORY: Final = MetricDef(

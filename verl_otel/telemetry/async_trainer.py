@@ -18,7 +18,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanContext
 
 from verl_otel import semconv as sc
-from verl_otel.telemetry.metrics import Reading
+from verl_otel.process.metrics import Reading
 from verl_otel.telemetry.propagation import extract
 
 _TRAINER = (sc.ROLE_TRAINER,)
@@ -174,8 +174,3 @@ class SubmitLinks:
 def _span_context(traceparent: str) -> SpanContext | None:
     ctx = trace.get_current_span(extract(traceparent)).get_span_context()
     return ctx if ctx.is_valid else None
-
-
-#: One of each per process (the trainer process of an async run).
-TRAINER_SIDE = TrainerSide()
-SUBMITS = SubmitLinks()

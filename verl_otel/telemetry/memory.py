@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from verl_otel import runtime
 from verl_otel import semconv as sc
+from verl_otel.process.metrics import MetricsState
 
 
 def _safe(fn: Any) -> Any:
@@ -17,13 +17,13 @@ def _safe(fn: Any) -> Any:
 
 
 class PeakMemory:
-    """``with PeakMemory(phase, role):`` resets torch.cuda's peak counter and records the peak at exit.
+    """``with PeakMemory(state, phase, role):`` resets torch.cuda's peak counter and records the peak at exit.
     ``phase=None`` records nothing (a call that is not a phase of its own)."""
 
-    __slots__ = ("cuda", "phase", "role")
+    __slots__ = ("cuda", "phase", "role", "state")
 
-    def __init__(self, phase: str | None, role: str) -> None:
-        self.phase, self.role = phase, role
+    def __init__(self, state: MetricsState, phase: str | None, role: str) -> None:
+        self.state, self.phase, self.role = state, phase, role
         self.cuda: Any = None
         if phase is not None:
             try:
@@ -44,4 +44,4 @@ class PeakMemory:
 
     def _record(self) -> None:
         peak = self.cuda.max_memory_allocated()
-        runtime.current().state.set(sc.PHASE_PEAK_MEMORY, (self.phase or "", self.role), float(peak))
+        self.state.set(sc.PHASE_PEAK_MEMORY, (self.phase or "", self.role), float(peak))

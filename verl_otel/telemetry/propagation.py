@@ -3,7 +3,10 @@ verl's batches, hooks/verl_batches.py; in RolloutSample tags) and back into an O
 
 from __future__ import annotations
 
+import hashlib
+
 from opentelemetry import context as otel_context
+from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -22,3 +25,23 @@ def extract(traceparent: str | None) -> otel_context.Context:
     if not traceparent:
         return otel_context.Context()
     return _PROPAGATOR.extract({"traceparent": str(traceparent)}, context=otel_context.Context())
+
+
+def phase_span_id(trace_id: int, phase: str) -> int:
+    """The span id the trainer gives ``phase``'s span in the step trace ``trace_id`` (its first run of it), so a
+    worker that knows only the step's trace (a traced call's context) can put its part of the phase under it:
+    verl's weight sync call carries no context of its own."""
+    digest = hashlib.blake2b(f"{trace_id:032x}/{phase}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") or 1
+
+
+def phase_context(traceparent: str | None, phase: str) -> otel_context.Context | None:
+    """The context of ``phase``'s span (see :func:`phase_span_id`) in the trace of ``traceparent``; None without
+    a valid one."""
+    parent = trace.get_current_span(extract(traceparent)).get_span_context()
+    if not parent.is_valid:
+        return None
+    ctx = trace.SpanContext(
+        parent.trace_id, phase_span_id(parent.trace_id, phase), is_remote=True, trace_flags=parent.trace_flags
+    )
+    return trace.set_span_in_context(trace.NonRecordingSpan(ctx))

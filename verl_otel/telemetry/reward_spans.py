@@ -25,6 +25,7 @@ class RewardSpans(SlowestCalls):
             sc.ATTR_REWARD_ERRORS: group.errors,
         }
         emit_group(
+            self.services,
             sc.SPAN_REWARD_WORKER,
             extract(parent),
             attrs,

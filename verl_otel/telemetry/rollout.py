@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl_otel import semconv as sc
+from verl_otel.process.metrics import Reading
 from verl_otel.telemetry.eta import rate_eta
-from verl_otel.telemetry.metrics import Reading
 
 DURATIONS_KEPT = 4096  # samples' seconds a batch keeps for its median (a uniform sample past that)
 
@@ -198,6 +198,3 @@ class RolloutTracker:
     def snapshot(self, mode: str) -> Batch | None:
         with self._lock:
             return self._batches.get(mode)
-
-
-TRACKER = RolloutTracker()

@@ -12,10 +12,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from verl_otel import runtime
 from verl_otel import semconv as sc
 from verl_otel.telemetry.propagation import extract
 from verl_otel.telemetry.rollout import Batch
+from verl_otel.telemetry.services import Services
 from verl_otel.telemetry.slowest_calls import Call, emit_group
 
 #: turns a finished sample's opaque (trajectory, output) into span attributes (the hooks supply verl's reader)
@@ -38,7 +38,9 @@ def tail_attributes(seconds: list[float], slowest: float | None = None) -> dict[
     return attrs
 
 
-def emit_batch(worker: int | None, batch: Batch, max_sample_spans: int, describe: Describe = _no_attributes) -> None:
+def emit_batch(
+    services: Services, worker: int | None, batch: Batch, max_sample_spans: int, describe: Describe = _no_attributes
+) -> None:
     # the K slowest in O(N log K): the batch end's cost stays per sample what it is at 1k samples
     slowest = heapq.nlargest(max(0, max_sample_spans), batch.finished, key=lambda s: s.seconds)
     attrs: dict[str, Any] = {
@@ -52,7 +54,7 @@ def emit_batch(worker: int | None, batch: Batch, max_sample_spans: int, describe
     attrs.update(tail)
     ratio = tail.get(sc.ATTR_WORKER_TAIL_RATIO)
     if ratio is not None and batch.mode == sc.MODE_TRAIN:
-        runtime.current().state.set(sc.ROLLOUT_TAIL_RATIO, ("" if worker is None else str(worker),), ratio)
+        services.state.set(sc.ROLLOUT_TAIL_RATIO, ("" if worker is None else str(worker),), ratio)
     if worker is not None:
         attrs[sc.ATTR_WORKER_INDEX] = worker
     # a sample whose engine requests named its span id up front gets that id (telemetry/engine_context.py)
@@ -68,6 +70,7 @@ def emit_batch(worker: int | None, batch: Batch, max_sample_spans: int, describe
     ]
     errors = batch.failed if batch.handed else sum(1 for s in batch.finished if s.error is not None)
     emit_group(
+        services,
         sc.SPAN_ROLLOUT_WORKER,
         extract(batch.parent),
         attrs,
@@ -78,7 +81,7 @@ def emit_batch(worker: int | None, batch: Batch, max_sample_spans: int, describe
         errors,
         "samples",
     )
-    runtime.current().flush_soon()
+    services.flush_soon()
 
 
 class BatchSpans:
@@ -89,8 +92,13 @@ class BatchSpans:
     reaches within ``orphan_wait_s`` is emitted as a root of its own."""
 
     def __init__(
-        self, max_sample_spans: int, orphan_wait_s: float = 120.0, describe: Describe = _no_attributes
+        self,
+        services: Services,
+        max_sample_spans: int,
+        orphan_wait_s: float = 120.0,
+        describe: Describe = _no_attributes,
     ) -> None:
+        self.services = services
         self.max_sample_spans, self.orphan_wait_s, self.describe = max_sample_spans, orphan_wait_s, describe
         self._lock = threading.Lock()
         self._orphans: list[tuple[float, int | None, Batch]] = []
@@ -101,7 +109,7 @@ class BatchSpans:
                 self._orphans.append((time.monotonic(), worker, batch))
             return
         self.adopt(batch.mode, batch.parent)
-        emit_batch(worker, batch, self.max_sample_spans, self.describe)
+        emit_batch(self.services, worker, batch, self.max_sample_spans, self.describe)
 
     def adopt(self, mode: str, parent: str) -> None:
         """A batch of ``mode`` with a parent arrived: the waiting batches of that mode join its trace."""
@@ -110,7 +118,7 @@ class BatchSpans:
             self._orphans = [o for o in self._orphans if o[2].mode != mode]
         for _, worker, batch in orphans:
             batch.parent = parent
-            emit_batch(worker, batch, self.max_sample_spans, self.describe)
+            emit_batch(self.services, worker, batch, self.max_sample_spans, self.describe)
 
     def expire(self) -> None:
         """On the flusher's tick: orphans that waited too long become roots."""
@@ -119,4 +127,4 @@ class BatchSpans:
             old = [o for o in self._orphans if now - o[0] >= self.orphan_wait_s]
             self._orphans = [o for o in self._orphans if now - o[0] < self.orphan_wait_s]
         for _, worker, batch in old:
-            emit_batch(worker, batch, self.max_sample_spans, self.describe)
+            emit_batch(self.services, worker, batch, self.max_sample_spans, self.describe)

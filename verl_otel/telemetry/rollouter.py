@@ -21,10 +21,10 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span
 
-from verl_otel import runtime
 from verl_otel import semconv as sc
-from verl_otel.telemetry.metrics import Reading
+from verl_otel.process.metrics import Reading
 from verl_otel.telemetry.propagation import extract, inject
+from verl_otel.telemetry.services import Services
 from verl_otel.telemetry.slowest_calls import Group, SlowestCalls, emit_calls
 from verl_otel.telemetry.text import mark_failed
 
@@ -67,13 +67,14 @@ class WindowSamples(SlowestCalls):
     """The K slowest samples of a window, as ``rollout.sample`` spans under its ``rollouter.generate`` span."""
 
     def _emit(self, parent: str, group: Group) -> None:
-        emit_calls(sc.SPAN_ROLLOUT_SAMPLE, extract(parent), (call for _, _, call in group.slowest))
+        emit_calls(self.services, sc.SPAN_ROLLOUT_SAMPLE, extract(parent), (call for _, _, call in group.slowest))
 
 
 class RolloutWindows:
     """Rollouter-process state; ``read`` (set at fit start) reads the rollouter's counters."""
 
-    def __init__(self) -> None:
+    def __init__(self, services: Services) -> None:
+        self._svc = services
         self._lock = threading.Lock()
         self.read: Callable[[], RollouterReadings] | None = None
         self.base_version = 0  # version of the first parameter sync (a resumed run starts later)
@@ -82,6 +83,8 @@ class RolloutWindows:
         self._window: _Window | None = None
         self.sample_spans: WindowSamples | None = None
         self.validating: Span | None = None  # the open rollouter.validate span (validation generations go there)
+        #: (version, samples queued, dropped, idle ratio) of each window that closed (the console line)
+        self.on_window_closed: list[Callable[[int, int, int, float | None], None]] = []
 
     @property
     def version(self) -> int:
@@ -105,7 +108,7 @@ class RolloutWindows:
         with self._lock:
             self.read = read
             if self.sample_spans is None:
-                self.sample_spans = WindowSamples(runtime.current().settings.sample_spans)
+                self.sample_spans = WindowSamples(self._svc, self._svc.settings.sample_spans)
             if self._window is None:
                 self._open_locked()
 
@@ -114,15 +117,25 @@ class RolloutWindows:
             self._close_locked(None, exc)
         if self.sample_spans is not None:
             self.sample_spans.flush(idle_only=False)
-        runtime.current().flush_wait()
+        self._svc.flush_wait()
 
     def sample_finished(
-        self, tag: tuple[str, int] | None, start_ns: int, attributes: dict[str, Any], error: BaseException | None
+        self,
+        tag: tuple[str, int] | None,
+        start_ns: int,
+        attributes: dict[str, Any],
+        error: BaseException | None,
+        end_ns: int | None = None,
     ) -> None:
         """A sample of the window ``tag`` went through generation into the queue (or failed)."""
         spans = self.sample_spans
         if spans is not None and tag and tag[0]:
-            spans.record(tag[0], start_ns, time.time_ns(), attributes, error)
+            spans.record(tag[0], start_ns, time.time_ns() if end_ns is None else end_ns, attributes, error)
+
+    def keeps(self, tag: tuple[str, int] | None, duration_ns: int) -> bool:
+        """Whether a sample of the window ``tag`` this long would get a span (is among its slowest so far)."""
+        spans = self.sample_spans
+        return spans is not None and bool(tag and tag[0]) and spans.would_keep(tag[0] if tag else "", duration_ns)
 
     def param_synced(self, idle_ratio: float | None) -> None:
         """``reset_staleness`` returned: the weights changed. Close the window (with verl's idle ratio of
@@ -132,7 +145,7 @@ class RolloutWindows:
             if self._window is not None:
                 self._close_locked(idle_ratio, None)
                 self._open_locked()
-        runtime.current().flush_soon()
+        self._svc.flush_soon()
 
     def sample_tag(self) -> tuple[str, int] | None:
         """(traceparent, version) of the open window, for a sample starting now."""
@@ -142,7 +155,7 @@ class RolloutWindows:
     # -- spans ------------------------------------------------------------------------------------
     def _open_locked(self) -> None:
         version, now = self.version, self._readings()
-        span = runtime.current().tracer.start_span(
+        span = self._svc.tracer().start_span(
             sc.SPAN_ROLLOUTER_GENERATE, context=otel_context.Context(), attributes={sc.ATTR_PARAM_VERSION: version}
         )
         tp = inject(trace.set_span_in_context(span))
@@ -160,18 +173,15 @@ class RolloutWindows:
         if idle is not None:
             span.set_attribute(sc.ATTR_ASYNC_IDLE_RATIO, idle)
         if exc is not None:
-            mark_failed(span, exc, runtime.current().settings.max_text)
+            mark_failed(span, exc, self._svc.settings.max_text)
         span.end()
-        if runtime.current().settings.console and now.produced is not None:
-            idle_text = f", idle {idle:.0%}" if idle is not None else ""
-            print(
-                f"[verl-otel] rollouter param version {window.version}: {int(now.produced - window.produced0)} "
-                f"samples queued, {int((now.dropped or 0) - window.dropped0)} dropped{idle_text}",
-                flush=True,
-            )
+        if now.produced is not None:
+            queued, dropped = int(now.produced - window.produced0), int((now.dropped or 0) - window.dropped0)
+            for cb in self.on_window_closed:
+                cb(window.version, queued, dropped, idle)
 
     def validate_span(self) -> Span:
-        self.validating = runtime.current().tracer.start_span(
+        self.validating = self._svc.tracer().start_span(
             sc.SPAN_ROLLOUTER_VALIDATE,
             context=otel_context.Context(),
             attributes={sc.ATTR_PARAM_VERSION: self.version, sc.ATTR_PHASE: sc.PHASE_VALIDATE},
@@ -188,9 +198,9 @@ class RolloutWindows:
             return
         self.validating = None
         if exc is not None:
-            mark_failed(span, exc, runtime.current().settings.max_text)
+            mark_failed(span, exc, self._svc.settings.max_text)
         span.end()
-        runtime.current().flush_soon()
+        self._svc.flush_soon()
 
     # -- gauges (read at scrape time) ---------------------------------------------------------------
     def readings(self) -> Iterable[Reading]:
@@ -213,7 +223,3 @@ class RolloutWindows:
         idle = now.idle_ratio(time.time())
         if idle is not None:
             yield sc.ASYNC_IDLE_RATIO, _ROLLOUTER, idle
-
-
-#: One per process (fully_async's rollouter is its own process).
-WINDOWS = RolloutWindows()

@@ -16,7 +16,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, Status, StatusCode
 
-from verl_otel import runtime
+from verl_otel.telemetry.services import Services
 from verl_otel.telemetry.text import mark_failed
 
 
@@ -43,7 +43,8 @@ class SlowestCalls:
     """Per parent span (a traceparent): the count of calls and the K slowest, handed to :meth:`_emit` once
     no call for that parent came for ``idle_s`` (the recording side cannot know when the parent ends)."""
 
-    def __init__(self, max_spans: int, idle_s: float = 2.0, background: bool = True) -> None:
+    def __init__(self, services: Services, max_spans: int, idle_s: float = 2.0, background: bool = True) -> None:
+        self.services = services
         self.max_spans, self.idle_s, self.background = max_spans, idle_s, background
         self._lock = threading.Lock()
         self._groups: dict[str, Group] = {}
@@ -72,7 +73,16 @@ class SlowestCalls:
             start_ticking = self.background and not self._ticking
             self._ticking = self._ticking or start_ticking
         if start_ticking:  # idle groups are emitted on the runtime's flusher thread (no thread of our own)
-            runtime.current().every_tick(self.flush)
+            self.services.every_tick(self.flush)
+
+    def would_keep(self, parent: str, duration_ns: int) -> bool:
+        """Whether a call this long would be among ``parent``'s K slowest now: a caller reads what only a kept
+        call's span shows (its attributes) for those alone."""
+        with self._lock:
+            group = self._groups.get(parent)
+            if group is None or len(group.slowest) < self.max_spans:
+                return self.max_spans > 0
+            return duration_ns > group.slowest[0][0]
 
     def flush(self, idle_only: bool = True, parents: Callable[[str], bool] | None = None) -> int:
         """Emit the groups idle for ``idle_s`` (all of them with ``idle_only=False``; of those only the
@@ -88,7 +98,7 @@ class SlowestCalls:
         for parent, group in groups:
             self._emit(parent, group)
         if groups:
-            runtime.current().flush_soon()
+            self.services.flush_soon()
         return len(groups)
 
     def _emit(self, parent: str, group: Group) -> None:
@@ -96,19 +106,20 @@ class SlowestCalls:
         raise NotImplementedError
 
 
-def emit_calls(name: str, parent: Context, calls: Iterable[Call]) -> None:
+def emit_calls(services: Services, name: str, parent: Context, calls: Iterable[Call]) -> None:
     """One ``name`` span per call under ``parent``, in start order; a failed call's span is marked failed.
     The one way the K slowest calls of a group (reward calls, rollout samples) become spans."""
-    tel = runtime.current()
+    tracer = services.tracer()
     for call in sorted(calls, key=lambda c: c.start_ns):
-        with runtime.preset_span_id(call.span_id):
-            span = tel.tracer.start_span(name, context=parent, attributes=call.attributes, start_time=call.start_ns)
+        with services.preset_span_id(call.span_id):
+            span = tracer.start_span(name, context=parent, attributes=call.attributes, start_time=call.start_ns)
         if call.error is not None:
-            mark_failed(span, call.error, tel.settings.max_text)
+            mark_failed(span, call.error, services.settings.max_text)
         span.end(end_time=call.end_ns)
 
 
 def emit_group(
+    services: Services,
     name: str,
     parent: Context,
     attributes: dict[str, Any],
@@ -121,8 +132,8 @@ def emit_group(
 ) -> None:
     """A group span from ``start_ns`` to ``end_ns`` with its calls as ``child`` spans under it; ERROR with
     "N <what> failed" when any call of the group failed (spanned or not)."""
-    group: Span = runtime.current().tracer.start_span(name, context=parent, attributes=attributes, start_time=start_ns)
-    emit_calls(child, trace.set_span_in_context(group), calls)
+    group: Span = services.tracer().start_span(name, context=parent, attributes=attributes, start_time=start_ns)
+    emit_calls(services, child, trace.set_span_in_context(group), calls)
     if errors:
         group.set_status(Status(StatusCode.ERROR, f"{errors} {what} failed"))
     group.end(end_time=end_ns)

@@ -18,10 +18,14 @@ def per_1k(seconds: float, tokens: int) -> float | None:
 class StepTokens:
     prompt: int
     response: int
+    #: (prompt, response) of the mini-batch the phases handle now, when a step trains several in turn (v1's
+    #: parameter_sync_step); None: the phases handle the whole step's batch
+    batch: tuple[int, int] | None = None
 
-    def plus(self, prompt: int, response: int) -> StepTokens:
-        """Another generated batch in the same step (a rollout that ran more than once)."""
-        return StepTokens(self.prompt + prompt, self.response + response)
+    def plus(self, prompt: int, response: int, separate: bool = False) -> StepTokens:
+        """Another generated batch in the same step: a rollout that ran more than once (its phases handle the
+        sum), or, ``separate``, a mini-batch trained on its own (its phases handle it alone)."""
+        return StepTokens(self.prompt + prompt, self.response + response, (prompt, response) if separate else None)
 
     def of_phase(self, phase: str) -> int | None:
         """The tokens ``phase`` handled: rollout generated the responses, the others read the whole batch;
@@ -31,7 +35,7 @@ class StepTokens:
         return self.response if phase in sc.GENERATING_PHASES else self.prompt + self.response
 
     def phase_attributes(self, phase: str, seconds: float) -> dict[str, Any]:
-        tokens = self.of_phase(phase)
+        tokens = (self if self.batch is None else StepTokens(*self.batch)).of_phase(phase)
         if tokens is None:
             return {}
         attrs: dict[str, Any] = {sc.ATTR_PHASE_TOKENS: tokens}

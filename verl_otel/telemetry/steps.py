@@ -12,6 +12,7 @@ its last step (weight sync, validation, final checkpoint) goes under a ``fit.end
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -22,9 +23,10 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
-from verl_otel import runtime
 from verl_otel import semconv as sc
 from verl_otel._log import logger
+from verl_otel.telemetry.propagation import phase_span_id
+from verl_otel.telemetry.services import Services
 from verl_otel.telemetry.step_events import RunInfo, StepObserver, StepResult
 from verl_otel.telemetry.step_tokens import StepTokens
 from verl_otel.telemetry.text import mark_failed
@@ -53,6 +55,16 @@ class _Step:
     val_logged: bool = False  # validation metrics logged since the last validation window opened
     tail: bool = False  # fit.end: the work after a scoped run's last step, not a step
     tokens: StepTokens | None = None  # the training batch's (rollout's output), once the hooks counted them
+    sync_id_given: bool = False  # a weight-sync phase span of this step has the derivable id (phase_span_id)
+
+
+def _known_id(step: _Step, phase: str) -> int | None:
+    """The step's first weight-sync phase span (update_weights; fully_async: param_sync) gets the id its workers
+    derive from the step's trace (their ``weights.sync`` goes under it: verl's call carries no context)."""
+    if phase not in sc.WEIGHT_SYNC_PHASES or step.sync_id_given:
+        return None
+    step.sync_id_given = True
+    return phase_span_id(step.span.get_span_context().trace_id, sc.PHASE_UPDATE_WEIGHTS)
 
 
 def is_stop(exc: BaseException | None) -> bool:
@@ -63,7 +75,8 @@ def is_stop(exc: BaseException | None) -> bool:
 class StepTracer:
     """State machine of the fit() process. Thread-safe; never raises into the caller."""
 
-    def __init__(self) -> None:
+    def __init__(self, services: Services) -> None:
+        self._svc = services
         self._lock = threading.RLock()
         self._global_step: Callable[[], int] | None = None  # reads verl's trainer.global_steps while fit() runs
         self._run: RunInfo | None = None
@@ -79,7 +92,7 @@ class StepTracer:
             self._global_step = global_step
             self._run = run
             self._scoped_run, self._last_number = False, -1
-            runtime.current().declare(sc.ROLE_TRAINER)
+            self._svc.declare(sc.ROLE_TRAINER)
         self._notify("on_fit_start", self._run)
 
     def fit_ended(self, exc: BaseException | None) -> None:
@@ -91,7 +104,7 @@ class StepTracer:
                     self._fail(self._step, exc)
                 self._end_step(metrics=self._step.metrics or None)
             self._global_step = None
-        runtime.current().flush_wait()
+        self._svc.flush_wait()
 
     def phase_enter(self, verl_name: str) -> _Open | None:
         """verl's timer opened ``verl_name``; returns a token for :meth:`phase_exit`."""
@@ -115,13 +128,13 @@ class StepTracer:
                 if step is not None:
                     step.stopped = True
             elif exc is not None:
-                mark_failed(token.span, exc, runtime.current().settings.max_text)
+                mark_failed(token.span, exc, self._svc.settings.max_text)
                 if step is not None:
                     self._fail(step, exc, record=False)
             if step is not None and step.tokens is not None:
                 token.span.set_attributes(step.tokens.phase_attributes(token.name, seconds))
             token.span.end()
-            _unwatch(token)
+            self._unwatch(token)
             number = -1
             trace_id = format(token.span.get_span_context().trace_id, "032x")
             if step is not None:
@@ -131,14 +144,15 @@ class StepTracer:
                     step.open.remove(token)
         self._notify("on_phase_end", token.name, number, seconds, trace_id)
 
-    def tokens_seen(self, prompt: int, response: int) -> None:
+    def tokens_seen(self, prompt: int, response: int, separate: bool = False) -> None:
         """The open step's training batch came out of the rollout with these token counts (summed when the
-        rollout runs more than once in a step); phases that end after this carry their tokens."""
+        rollout runs more than once in a step); phases that end after this carry their tokens (``separate``: a
+        mini-batch the step trains on its own, whose phases carry its tokens only)."""
         with self._lock:
             step = self._step
             if step is not None:
                 old = step.tokens
-                step.tokens = StepTokens(prompt, response) if old is None else old.plus(prompt, response)
+                step.tokens = (StepTokens(0, 0) if old is None else old).plus(prompt, response, separate)
 
     def validate_enter(self) -> _Open | None:
         """verl's ``_validate`` started. Inside a step the ``testing`` timer already made the
@@ -202,7 +216,7 @@ class StepTracer:
                 return
             step.val_logged = False
             parent = step.open[-1].span if step.open else step.span
-            span = runtime.current().tracer.start_span(
+            span = self._svc.tracer().start_span(
                 sc.PHASE_VALIDATE,
                 context=trace.set_span_in_context(parent),
                 start_time=start_ns,
@@ -255,7 +269,6 @@ class StepTracer:
     def _ensure_step(self, scope: bool = False) -> _Step:
         if self._step is not None:
             return self._step
-        tel = runtime.current()
         number = self._step_counter()
         # a phase outside fit_step() in a scoped run: verl's work after the last step (ended by fit_ended)
         tail = self._scoped_run and not scope
@@ -277,7 +290,7 @@ class StepTracer:
                     attrs[key] = val
         # a fresh root: each step is its own trace whatever context the caller runs in
         name = sc.SPAN_FIT_END if tail else sc.SPAN_STEP
-        span = tel.tracer.start_span(name, context=otel_context.Context(), attributes=attrs)
+        span = self._svc.tracer().start_span(name, context=otel_context.Context(), attributes=attrs)
         self._step = _Step(number=number, span=span, start=time.monotonic(), scoped=scope or tail, tail=tail)
         return self._step
 
@@ -285,13 +298,15 @@ class StepTracer:
         with self._lock:
             step = self._ensure_step()
             parent = step.open[-1].span if step.open else step.span
-            span = runtime.current().tracer.start_span(
-                phase,
-                context=trace.set_span_in_context(parent),
-                attributes={sc.ATTR_PHASE: phase, sc.ATTR_GLOBAL_STEP: step.number},
-            )
+            known = _known_id(step, phase) if phase in sc.WEIGHT_SYNC_PHASES else None
+            with self._svc.preset_span_id(known) if known else contextlib.nullcontext():
+                span = self._svc.tracer().start_span(
+                    phase,
+                    context=trace.set_span_in_context(parent),
+                    attributes={sc.ATTR_PHASE: phase, sc.ATTR_GLOBAL_STEP: step.number},
+                )
             token = _Open(phase, span, time.monotonic())
-            stalls = runtime.current().stalls
+            stalls = self._svc.stalls()
             if stalls is not None:
                 token.watch = stalls.enter(phase, step=step.number, parent=span)
             step.open.append(token)
@@ -301,7 +316,7 @@ class StepTracer:
 
     def _fail(self, step: _Step, exc: BaseException, record: bool = True) -> None:
         step.error = True
-        mark_failed(step.span, exc, runtime.current().settings.max_text, record=record)
+        mark_failed(step.span, exc, self._svc.settings.max_text, record=record)
 
     def _end_step(self, metrics: Mapping[str, Any] | None) -> None:
         step = self._step
@@ -311,9 +326,9 @@ class StepTracer:
         for token in reversed(step.open):  # phases left open by an exception path
             token.span.set_status(Status(StatusCode.ERROR, "phase did not finish"))
             token.span.end()
-            _unwatch(token)
+            self._unwatch(token)
         span = step.span
-        stalls = runtime.current().stalls
+        stalls = self._svc.stalls()
         if stalls is not None:
             span.set_attribute(sc.ATTR_STEP_STALLS, stalls.stalls_in(step.number))
         if metrics:
@@ -337,7 +352,7 @@ class StepTracer:
             if step.stopped:
                 span.set_attribute(sc.ATTR_STOPPED, True)
             span.end()
-            runtime.current().flush_soon()
+            self._svc.flush_soon()
             return
         span.end()
         self._last_number = step.number
@@ -350,7 +365,7 @@ class StepTracer:
             step.tokens,
         )
         self._notify("on_step_end", result)
-        runtime.current().flush_soon()
+        self._svc.flush_soon()
 
     def _notify(self, method: str, *args: Any) -> None:
         for obs in list(self.observers):
@@ -359,17 +374,12 @@ class StepTracer:
             except Exception as exc:  # noqa: BLE001 - an observer bug must not reach training
                 logger.debug("observer %s.%s failed: %s", type(obs).__name__, method, exc)
 
-
-def _unwatch(token: _Open) -> None:
-    if token.watch is not None:
-        stalls = runtime.current().stalls
-        if stalls is not None:
-            stalls.exit(token.watch)
-        token.watch = None
-
-
-#: The fit() process has one trainer at a time.
-TRACER = StepTracer()
+    def _unwatch(self, token: _Open) -> None:
+        if token.watch is not None:
+            stalls = self._svc.stalls()
+            if stalls is not None:
+                stalls.exit(token.watch)
+            token.watch = None
 
 
-__all__ = ["TRACER", "RunInfo", "StepObserver", "StepResult", "StepTracer", "is_stop"]
+__all__ = ["RunInfo", "StepObserver", "StepResult", "StepTracer", "is_stop"]

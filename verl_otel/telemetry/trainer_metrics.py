@@ -10,11 +10,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from verl_otel import semconv as sc
+from verl_otel.process.metrics import MetricsState, Reading
+from verl_otel.process.text import as_text
 from verl_otel.telemetry.eta import RunEta
-from verl_otel.telemetry.metrics import MetricsState, Reading
 from verl_otel.telemetry.step_tokens import per_1k
 from verl_otel.telemetry.steps import RunInfo, StepObserver, StepResult
-from verl_otel.telemetry.text import as_text
 from verl_otel.telemetry.values import to_scalar
 
 MAX_KEY_CHARS = 200

@@ -7,11 +7,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from verl_otel import semconv as sc
+from verl_otel.process.metrics import Reading
 from verl_otel.telemetry.eta import rate_eta
-from verl_otel.telemetry.metrics import Reading
 
 
 @dataclass
@@ -43,36 +42,6 @@ def position(index: int, per_epoch: int, epochs: int) -> tuple[int, int]:
     update of ``epochs`` PPO epochs with ``per_epoch`` mini-batches each: the one formula for both."""
     per_epoch = max(1, per_epoch)
     return min(max(1, epochs), (index - 1) // per_epoch + 1), (index - 1) % per_epoch + 1
-
-
-class UpdateBar:
-    """The [VERL_PROGRESS] actor/critic bar (VERL_PROGRESS_LOG): a line every ``bar_interval`` mini-batches and at
-    the end, for the selected steps. An ``UpdateTracker.on_progress`` callback."""
-
-    def __init__(self, progress: Any) -> None:
-        self.progress = progress
-
-    def __call__(self, role: str, upd: Update) -> None:
-        from verl_otel.telemetry.progress_console import update_line
-
-        if not self.progress.step_selected(upd.step):
-            return
-        if upd.completed % self.progress.bar_interval == 0 or upd.completed >= upd.expected:
-            epoch, mini = upd.last_done()
-            print(
-                update_line(
-                    role,
-                    upd.label,
-                    upd.completed,
-                    upd.expected,
-                    time.monotonic() - upd.start,
-                    epoch,
-                    upd.epochs,
-                    mini,
-                    upd.per_epoch,
-                ),
-                flush=True,
-            )
 
 
 class UpdateTracker:
@@ -107,6 +76,3 @@ class UpdateTracker:
             eta = rate_eta(elapsed, completed, expected)
             if eta is not None:
                 yield sc.UPDATE_ETA, (role,), eta
-
-
-TRACKER = UpdateTracker()

@@ -14,9 +14,8 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry.trace import Span
 
-from verl_otel import runtime
 from verl_otel import semconv as sc
-from verl_otel.telemetry.steps import TRACER
+from verl_otel.telemetry.services import Services
 from verl_otel.telemetry.values import to_scalar
 
 #: verl's validation metric keys: ``val-core/<data source>/<variable>/<metric>`` with metrics such as
@@ -52,24 +51,16 @@ def event_attributes(sample: Sequence[Any], capture_text: bool, max_text: int) -
     return attrs
 
 
-def _rollouter_validation() -> Span | None:
-    from verl_otel.telemetry.rollouter import WINDOWS
-
-    return WINDOWS.validating
-
-
-def record_data_sources(metrics: Any) -> None:
-    """Note the data sources a validation scored on its open validate span (``_validate``'s result)."""
-    span = TRACER.innermost_span(sc.PHASE_VALIDATE) or _rollouter_validation()
+def record_data_sources(span: Span | None, metrics: Any) -> None:
+    """Note the data sources a validation scored on its open validate span ``span`` (``_validate``'s result)."""
     sources = data_sources(metrics) if isinstance(metrics, Mapping) else []
     if span is not None and sources:
         span.set_attribute(sc.ATTR_VAL_DATA_SOURCES, sources)
 
 
-def record(samples: Sequence[Sequence[Any]], step: Any) -> None:
-    tel = runtime.current()
-    settings = tel.settings
-    found: Span | None = TRACER.innermost_span(sc.PHASE_VALIDATE) or _rollouter_validation()
+def record(services: Services, found: Span | None, samples: Sequence[Sequence[Any]], step: Any) -> None:
+    """The samples go onto ``found`` (the open validate span), else onto a ``validate`` span of their own."""
+    settings = services.settings
     own = found is None
     if found is not None:
         span = found
@@ -78,7 +69,7 @@ def record(samples: Sequence[Sequence[Any]], step: Any) -> None:
             number = int(step)
         except (TypeError, ValueError):
             number = -1
-        span = tel.tracer.start_span(
+        span = services.tracer().start_span(
             sc.PHASE_VALIDATE,
             context=otel_context.Context(),
             attributes={sc.ATTR_PHASE: sc.PHASE_VALIDATE, sc.ATTR_GLOBAL_STEP: number},
@@ -89,4 +80,4 @@ def record(samples: Sequence[Sequence[Any]], step: Any) -> None:
             span.add_event(sc.EVENT_VAL_GENERATION, event_attributes(sample, settings.capture_text, settings.max_text))
     if own:
         span.end()
-        tel.flush_soon()
+        services.flush_soon()

@@ -13,9 +13,9 @@ from typing import Any
 
 from opentelemetry.trace import Span
 
-from verl_otel import runtime
 from verl_otel import semconv as sc
 from verl_otel.telemetry.propagation import extract
+from verl_otel.telemetry.services import Services
 from verl_otel.telemetry.text import mark_failed
 
 
@@ -24,8 +24,16 @@ class WorkerSpan:
     the trainer's ``traceparent`` (the hooks take it out of verl's batch, with the batch's ``size``)."""
 
     def __init__(
-        self, method: str, role: str, rank: int, traceparent: str | None, size: int | None, step: int = -1
+        self,
+        services: Services,
+        method: str,
+        role: str,
+        rank: int,
+        traceparent: str | None,
+        size: int | None,
+        step: int = -1,
     ) -> None:
+        self.services = services
         self.span: Span | None = None
         self.watch: int | None = None
         self.labels = (method, role, str(rank))
@@ -36,9 +44,8 @@ class WorkerSpan:
         attrs: dict[str, Any] = {sc.ATTR_WORKER_METHOD: method, sc.ATTR_WORKER_ROLE: role, sc.ATTR_WORKER_RANK: rank}
         if size is not None:
             attrs[sc.ATTR_WORKER_BATCH] = size
-        rt = runtime.current()
-        self.span = rt.tracer.start_span(name, context=extract(traceparent), attributes=attrs)
-        stalls = rt.stalls
+        self.span = services.tracer().start_span(name, context=extract(traceparent), attributes=attrs)
+        stalls = services.stalls()
         if stalls is not None:
             phase = sc.WORKER_METHOD_PHASES.get(method, method)
             self.watch = stalls.enter(phase, call=name, step=step, parent=self.span)
@@ -51,14 +58,14 @@ class WorkerSpan:
             return
         try:
             if self.watch is not None:
-                stalls = runtime.current().stalls
+                stalls = self.services.stalls()
                 if stalls is not None:
                     stalls.exit(self.watch)
             if exc is not None:
-                mark_failed(self.span, exc, runtime.current().settings.max_text)
+                mark_failed(self.span, exc, self.services.settings.max_text)
             self.span.end()
             if exc is None:  # each rank's last call: the straggler rule compares the ranks (dashboards/)
-                runtime.current().state.set(sc.WORKER_CALL_SECONDS, self.labels, time.monotonic() - self.start)
-            runtime.current().flush_soon()
+                self.services.state.set(sc.WORKER_CALL_SECONDS, self.labels, time.monotonic() - self.start)
+            self.services.flush_soon()
         except Exception:  # noqa: BLE001 - telemetry never raises into training
             pass

@@ -33,8 +33,8 @@ from opentelemetry.trace import Span
 from verl_otel import semconv as sc
 from verl_otel._log import warn_once
 from verl_otel.config import StallSettings
-from verl_otel.telemetry import stall_frames as frames
-from verl_otel.telemetry.metrics import MetricsState, Reading
+from verl_otel.process import stall_frames as frames
+from verl_otel.process.metrics import MetricsState, Reading
 
 MAX_STALLS = 32  # stalls a process reports in a run (each: a file, a span)
 MAX_DUMPS = 4  # stack dumps per stall (the first and the repeats), per phase and step

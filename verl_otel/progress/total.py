@@ -1,9 +1,9 @@
 """The [VERL_PROGRESS] manager-level rollout bar: the samples finished by all agent-loop workers of one dispatch.
 
-The dispatching process (the trainer) asks each worker actor for its counts through Ray's own
-``__ray_call__`` with :func:`worker_counts` (a module function, pickled by reference): no port of ours, so
-it works in console-only mode, and verl's dispatch is unchanged. One daemon thread polls while a dispatch
-is unfinished; the training thread only registers the dispatch.
+The dispatching process (the trainer) asks the workers for their counts with :meth:`TotalBar.ask` (the hooks'
+subclass asks each worker actor through Ray's own ``__ray_call__``: no port of ours, so it works in
+console-only mode, and verl's dispatch is unchanged). One daemon thread polls while a dispatch is
+unfinished; the training thread only registers the dispatch.
 """
 
 from __future__ import annotations
@@ -16,18 +16,10 @@ from typing import Any
 
 from verl_otel._log import warn_once
 from verl_otel.config import ProgressSettings
+from verl_otel.progress.console import rollout_line
 
 POLL_S = 1.0
-RPC_TIMEOUT_S = 10.0
 MAX_TIMEOUTS = 5
-
-
-def worker_counts(actor: Any, mode: str) -> tuple[int, int]:
-    """In an agent-loop worker: (step, finished samples) of its current rollout of ``mode``."""
-    from verl_otel.telemetry.rollout import TRACKER
-
-    batch = TRACKER.snapshot(mode)
-    return (-1, 0) if batch is None else (batch.step, batch.completed)
 
 
 @dataclass
@@ -42,6 +34,8 @@ class _Dispatch:
 
 
 class TotalBar:
+    """The bar of one process; :meth:`ask` is how it reads the workers' counts."""
+
     def __init__(self, progress: ProgressSettings, poll_s: float = POLL_S) -> None:
         self._s = progress
         self._poll_s = poll_s
@@ -86,7 +80,7 @@ class TotalBar:
                     dispatch.timeouts = 0
                 except Exception as exc:  # noqa: BLE001 - the bar is off, training goes on
                     # busy workers (their first call, a loaded machine) answer late: asked again next time
-                    if type(exc).__name__ == "GetTimeoutError" and dispatch.timeouts < MAX_TIMEOUTS:
+                    if self.late(exc) and dispatch.timeouts < MAX_TIMEOUTS:
                         dispatch.timeouts += 1
                         continue
                     warn_once("rollout-total", f"cannot read the agent-loop workers' progress ({exc!r})")
@@ -94,16 +88,24 @@ class TotalBar:
                         self._active.pop((dispatch.mode, dispatch.step), None)
             time.sleep(self._poll_s)
 
-    def _poll(self, d: _Dispatch) -> None:
-        import ray
+    def ask(self, workers: Sequence[Any], mode: str) -> list[tuple[int, int]]:
+        """Each worker's (step, finished samples) of its current rollout of ``mode``."""
+        return []
 
-        refs = [w.__ray_call__.remote(worker_counts, d.mode) for w in d.workers]
-        counts = ray.get(refs, timeout=RPC_TIMEOUT_S)
+    def late(self, exc: BaseException) -> bool:
+        """``exc`` says the workers answered too late (asked again, up to MAX_TIMEOUTS times in a row)."""
+        return False
+
+    def stop(self) -> None:
+        """Forget every dispatch (its thread then waits for none)."""
+        with self._lock:
+            self._active.clear()
+
+    def _poll(self, d: _Dispatch) -> None:
+        counts = self.ask(d.workers, d.mode)
         self._report(d, sum(n for step, n in counts if step == d.step))
 
     def _report(self, d: _Dispatch, done: int) -> None:
-        from verl_otel.telemetry.progress_console import rollout_line
-
         done = min(d.total, done)
         finished = done >= d.total
         every = self._s.rollout_interval
@@ -117,13 +119,3 @@ class TotalBar:
             rollout_line(d.step, None, d.mode, done, d.total, time.monotonic() - d.start, self._s.rollout_bar_width),
             flush=True,
         )
-
-
-_BARS: list[TotalBar] = []
-
-
-def bar_for(progress: ProgressSettings) -> TotalBar:
-    """This process' one bar (one thread at most)."""
-    if not _BARS:
-        _BARS.append(TotalBar(progress))
-    return _BARS[0]

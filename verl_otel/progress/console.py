@@ -10,7 +10,8 @@ formats the worker-side hooks print with:
     [VERL_PROGRESS][actor=dp][phase=update_policy] [##########------------] 6/12 (epoch 2/3, mini 2/4) ...
     [VERL_PROGRESS][step=8][actor=dp][rank=0] update_actor start
 
-The same lines whether telemetry is on or not: the step model feeds this observer in both modes.
+The same lines whether telemetry is on or not: the step model feeds this observer in both modes. The other
+observers of this package (bars.py, total.py) print with these formats; hooks/ prints nothing.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any, TextIO
 from verl_otel import semconv as sc
 from verl_otel.config import ProgressSettings
 from verl_otel.telemetry.eta import bar, fmt_s, rate_eta
-from verl_otel.telemetry.steps import StepObserver
+from verl_otel.telemetry.step_events import StepObserver
 
 PREFIX = "[VERL_PROGRESS]"
 #: the [VERL_PROGRESS] heartbeat names the rollout wait "rollout gen" (verl's timer is "gen")
@@ -131,6 +132,7 @@ class ProgressConsole(StepObserver):
         self._details: dict[tuple[str, int], str] = {}  # (phase, step) -> what the start/done line adds
         self._wake = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
+        self._stopped = False
 
     # -- details from the hooks ---------------------------------------------------------------------
     def note(self, phase: str, step: int, details: str) -> None:
@@ -150,6 +152,8 @@ class ProgressConsole(StepObserver):
     def on_phase_start(self, phase: str, global_step: int) -> None:
         now = time.monotonic()
         with self._lock:
+            if self._stopped:
+                return
             self._running[phase] = _Running(global_step, now, now + self._s.heartbeat_s)
             self._ensure_thread_locked()
             self._wake.notify()
@@ -198,13 +202,22 @@ class ProgressConsole(StepObserver):
             self._thread = threading.Thread(target=self._heartbeat, name="verl-otel-heartbeat", daemon=True)
             self._thread.start()
 
+    def stop(self) -> None:
+        """The heartbeat thread ends (a test's reset, a forked child's old model)."""
+        with self._lock:
+            self._stopped = True
+            self._running.clear()
+            self._wake.notify()
+
     def _heartbeat(self) -> None:
-        while True:
+        while not self._stopped:
             with self._lock:
                 now = time.monotonic()
                 due = [(p, r) for p, r in self._running.items() if r.due <= now]
                 for _, run in due:
                     run.due += self._s.heartbeat_s
+                if self._stopped:
+                    return
                 if not due:
                     nxt = min((r.due for r in self._running.values()), default=now + 3600.0)
                     self._wake.wait(max(0.01, nxt - now))
@@ -213,20 +226,3 @@ class ProgressConsole(StepObserver):
                 if self._s.step_selected(run.step):
                     label = HEARTBEAT_LABEL.get(phase, phase)
                     self._print(f"{step_tag(run.step)} {label} running: elapsed={now - run.start:.1f}s")
-
-
-_CONSOLE: list[ProgressConsole] = []  # the fit() process' console, when VERL_PROGRESS_LOG is on
-
-
-def install(console: ProgressConsole) -> None:
-    _CONSOLE[:] = [console]
-
-
-def note(phase: str, step: int, details: str) -> None:
-    """Hooks hand a phase's details here; nothing happens without a console in this process."""
-    for console in _CONSOLE:
-        console.note(phase, step, details)
-
-
-def active() -> ProgressConsole | None:
-    return _CONSOLE[0] if _CONSOLE else None

@@ -1,0 +1,99 @@
+"""Which part of a weight sync took its time: a training worker's ``weights.sync`` span says how long it gathered
+the weights out of the model engine and how long the transfer (the checkpoint engine's bucket sends, or the
+colocated rollout's load) took, with the bytes and buckets."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from verl_otel import semconv as sc
+
+
+def _num(value: Any) -> float:
+    if isinstance(value, bool):
+        return 0.0
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} B"
+
+
+@dataclass(frozen=True, slots=True)
+class SyncParts:
+    """One worker's side of a weight sync (its ``weights.sync`` span)."""
+
+    seconds: float
+    gather_s: float
+    transfer_s: float
+    nbytes: int
+    tensors: int
+    buckets: int
+    mode: str | None = None
+
+    @property
+    def part(self) -> tuple[str, float]:
+        """The part that took longer: the bucket transfer or the gather."""
+        if self.gather_s > self.transfer_s:
+            return "gather", self.gather_s
+        return "bucket transfer", self.transfer_s
+
+    def text(self) -> str:
+        name, seconds = self.part
+        other = f"gather {self.gather_s:.2f}s" if name != "gather" else f"transfer {self.transfer_s:.2f}s"
+        mode = f", {self.mode}" if self.mode else ""
+        return (
+            f"weight sync: {name} took {seconds:.2f}s of {self.seconds:.2f}s ({other}; {self.buckets} "
+            f"bucket{'s' * (self.buckets != 1)}, {_size(self.nbytes)} in {self.tensors} tensors{mode})"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        name, seconds = self.part
+        return {
+            "part": name,
+            "part_s": round(seconds, 3),
+            "duration_s": round(self.seconds, 3),
+            "gather_s": round(self.gather_s, 3),
+            "transfer_s": round(self.transfer_s, 3),
+            "bytes": self.nbytes,
+            "tensors": self.tensors,
+            "buckets": self.buckets,
+            "mode": self.mode,
+        }
+
+
+def from_span(attributes: Mapping[str, Any], seconds: float) -> SyncParts:
+    mode = attributes.get(sc.ATTR_WSYNC_MODE)
+    return SyncParts(
+        seconds,
+        _num(attributes.get(sc.ATTR_WSYNC_GATHER_S)),
+        _num(attributes.get(sc.ATTR_WSYNC_TRANSFER_S)),
+        int(_num(attributes.get(sc.ATTR_WSYNC_BYTES))),
+        int(_num(attributes.get(sc.ATTR_WSYNC_TENSORS))),
+        int(_num(attributes.get(sc.ATTR_WSYNC_BUCKETS))),
+        None if mode is None else str(mode),
+    )
+
+
+def slowest(syncs: list[SyncParts]) -> SyncParts | None:
+    """The sync the phase waited for: the longest (each actor rank has one; LoRA syncs twice)."""
+    return max(syncs, key=lambda s: s.seconds, default=None)
+
+
+#: what the streaming reader keeps of a ``weights.sync`` span
+ATTRS: tuple[str, ...] = (
+    sc.ATTR_WSYNC_MODE,
+    sc.ATTR_WSYNC_GATHER_S,
+    sc.ATTR_WSYNC_TRANSFER_S,
+    sc.ATTR_WSYNC_BYTES,
+    sc.ATTR_WSYNC_TENSORS,
+    sc.ATTR_WSYNC_BUCKETS,
+)
