@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 
 import pytest
 import yaml
@@ -104,3 +105,16 @@ def test_native_prometheus_takes_composes_flags(tmp_path):
     own = ("--config.file=", "--storage.tsdb.path=", "--web.listen-address=")
     part = configs.prometheus(tmp_path / "prometheus", ROOT, tmp_path, Ports(), Binds(), None)
     assert {f for f in flags if not f.startswith(own)} <= set(part.argv), part.argv
+
+
+def test_free_ports_stay_out_of_the_ephemeral_range_so_a_restart_finds_them_free():
+    """A stack the tests restart (the outage run) must get its ports back: bind(0) ports come from the kernel's
+    ephemeral range, where an outgoing connection may take one as soon as its server stops."""
+    low, high = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    picked = Ports.free().items()
+    ports = [p for _, p in picked]
+    assert len(set(ports)) == len(ports) == len(Ports().items())
+    assert not [p for p in ports if low <= p <= high], (low, high, picked)
+    for port in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))  # free now

@@ -4,7 +4,6 @@ response shapes (shared/fixtures/jaeger), and synthetic step traces in the v3 (O
 from __future__ import annotations
 
 import json
-import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,6 +12,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from verl_otel import semconv as sc
+from verl_otel.native import ports
 
 FIXTURES = Path("/work/shared/fixtures/jaeger")
 if not FIXTURES.is_dir():  # ../shared beside the checkout
@@ -70,10 +70,8 @@ class FakeJaeger:
 
 
 def closed_port() -> int:
-    """A port nobody listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port nobody listens on (free now, outside the ephemeral range, so no outgoing connection takes it)."""
+    return ports.free_port()
 
 
 # -- synthetic step traces, the shape verl-otel writes, in both Jaeger shapes --------------------------

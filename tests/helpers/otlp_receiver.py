@@ -8,7 +8,6 @@ can answer slowly (a collector under load). Spans arrive as the tests' span read
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from concurrent import futures
@@ -23,12 +22,12 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from helpers.traces import spans_of_request
 
 from verl_otel.analysis.step_traces import Span
+from verl_otel.native import ports
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """Outside the ephemeral range: a receiver restarted on it (the outage tests) finds it still free."""
+    return ports.free_port()
 
 
 @dataclass

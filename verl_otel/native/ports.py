@@ -4,8 +4,13 @@ metrics), and Jaeger's OTLP receiver cannot share 4317/4318 with the Collector's
 
 from __future__ import annotations
 
+import random
 import socket
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+_EPHEMERAL_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_EPHEMERAL_DEFAULT = (32768, 60999)  # Linux's default, when the file cannot be read
 
 
 @dataclass(frozen=True)
@@ -28,17 +33,8 @@ class Ports:
 
     @classmethod
     def free(cls) -> Ports:
-        """Every port one the OS picks (tests; several stacks on one machine)."""
-        socks = []
-        try:
-            for _ in fields(cls):
-                s = socket.socket()
-                s.bind(("127.0.0.1", 0))
-                socks.append(s)
-            return cls(*(s.getsockname()[1] for s in socks))
-        finally:
-            for s in socks:
-                s.close()
+        """Every port free now and outside the ephemeral range (tests; several stacks on one machine)."""
+        return cls(*free_ports(len(fields(cls))))
 
     def with_(self, **changes: int) -> Ports:
         return replace(self, **changes)
@@ -64,3 +60,34 @@ def in_use(host: str, port: int) -> bool:
         except OSError:
             return True
     return False
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = (int(x) for x in _EPHEMERAL_FILE.read_text().split())
+    except (OSError, ValueError):
+        return _EPHEMERAL_DEFAULT
+    return low, high
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct ports free now, outside the kernel's ephemeral range. A port the OS hands out for
+    bind(0) comes from that range, so once its server stops (a restart in a test) an outgoing connection's
+    local end may take it and the restarted server finds it in use; ports below the range are only taken
+    by an explicit bind."""
+    low, high = _ephemeral_range()
+    pool = range(20000, low) if low - 20000 >= 1000 else range(high + 1, 65536)
+    picked: list[int] = []
+    rng = random.SystemRandom()
+    for _ in range(100 * count):
+        port = rng.choice(pool)
+        if port not in picked and not in_use(host, port):
+            picked.append(port)
+            if len(picked) == count:
+                return picked
+    raise OSError(f"no {count} free ports in {pool.start}..{pool.stop - 1} on {host}")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """One port free now, outside the ephemeral range (see ``free_ports``)."""
+    return free_ports(1, host)[0]
