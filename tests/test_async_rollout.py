@@ -109,8 +109,8 @@ def test_gauges_on_the_metrics_page(run):
         return v
 
     assert value(sc.ASYNC_SAMPLES_PRODUCED.name) == record["produced"]
-    assert value(sc.ASYNC_PARAM_VERSION.name, role=sc.ROLE_ROLLOUTER) == record["syncs"][-1]["version"]
-    assert value(sc.ASYNC_PARAM_VERSION.name, role=sc.ROLE_TRAINER) == record["syncs"][-1]["version"]
+    assert value(sc.ASYNC_PARAM_VERSION.name, side=sc.ROLE_ROLLOUTER) == record["syncs"][-1]["version"]
+    assert value(sc.ASYNC_PARAM_VERSION.name, side=sc.ROLE_TRAINER) == record["syncs"][-1]["version"]
     assert value(sc.ASYNC_QUEUE_CAPACITY.name) == 4
     assert value(sc.ASYNC_STALENESS.name) == record["final_gauges"][sc.ASYNC_STALENESS.name]
     # Prometheus adds the process' labels from the targets file: the rollouter's wiring named the run and role

@@ -166,7 +166,7 @@ def test_prometheus_counts_every_phase_run_and_the_weight_sync_payload(separate_
     payload = prom.scalar_by('max(verl_training_metric{key="checkpoint_engine/payload_mbytes"})')
     assert payload == {(): pytest.approx(_model_bytes(run.out / "assets" / "tiny_model") / (1 << 20))}, payload
     done = {
-        (r["metric"]["worker"], r["metric"]["mode"])
+        (r["metric"][sc.LABEL_ROLLOUT_WORKER], r["metric"]["mode"])
         for r in prom.query("verl_rollout_samples_completed", at)
         if float(r["value"][1]) > 0
     }

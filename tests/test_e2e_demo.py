@@ -181,17 +181,17 @@ def test_prometheus_sees_progress_of_every_process(v1_run):
     assert {"trainer", "agent_loop_worker", "train_worker"} <= roles, roles
     done = prom.query("verl_rollout_samples_completed", at)
     expected = {
-        (r["metric"]["worker"], r["metric"]["mode"]): float(r["value"][1])
+        (r["metric"][sc.LABEL_ROLLOUT_WORKER], r["metric"]["mode"]): float(r["value"][1])
         for r in prom.query("verl_rollout_samples_expected", at)
     }
-    assert {(r["metric"]["worker"], r["metric"]["mode"]) for r in done} == {
+    assert {(r["metric"][sc.LABEL_ROLLOUT_WORKER], r["metric"]["mode"]) for r in done} == {
         ("0", "train"),
         ("1", "train"),
         ("0", "validate"),
         ("1", "validate"),
     }
     for r in done:
-        key = (r["metric"]["worker"], r["metric"]["mode"])
+        key = (r["metric"][sc.LABEL_ROLLOUT_WORKER], r["metric"]["mode"])
         assert float(r["value"][1]) == expected[key] > 0, key
     assert prom.scalar_by("sum(verl_rollout_samples_inflight)") == {(): 0.0}
     assert prom.scalar_by("max(verl_training_step)") == {(): 3.0}

@@ -173,7 +173,7 @@ def test_async_gauges_and_panels_on_real_prometheus(fully_async_run):
     exprs = [(where, expr) for where, expr, why in all_expressions() if why == _ASYNC_ONLY]
     assert len(exprs) >= 9
     assert [where for where, expr in exprs if not prom.query(concrete(expr))] == []
-    versions = prom.scalar_by(f"max by (role) ({sc.ASYNC_PARAM_VERSION.name})", "role")
+    versions = prom.scalar_by(f"max by ({sc.LABEL_SIDE}) ({sc.ASYNC_PARAM_VERSION.name})", sc.LABEL_SIDE)
     # the trainer trained at versions 0..2 and synced 3; the rollouter's last window is the one the
     # post-loop sync opened (fit.end), as in its traces
     last_window = max(s.attributes[sc.ATTR_PARAM_VERSION] for s in _spans(run) if s.name == sc.SPAN_ROLLOUTER_GENERATE)

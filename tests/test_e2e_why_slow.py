@@ -56,7 +56,7 @@ def test_the_gauges(run):
     per_1k = run.prom.scalar_by(sc.PHASE_S_PER_1K_TOKENS.name, "phase")
     assert {sc.PHASE_ROLLOUT, sc.PHASE_OLD_LOG_PROB, sc.PHASE_REF, sc.PHASE_UPDATE_ACTOR} <= set(per_1k)
     assert all(v > 0 for v in per_1k.values())
-    tail = run.prom.scalar_by(sc.ROLLOUT_TAIL_RATIO.name, "worker")
+    tail = run.prom.scalar_by(sc.ROLLOUT_TAIL_RATIO.name, sc.LABEL_ROLLOUT_WORKER)
     assert tail and all(v >= 1.0 for v in tail.values())  # the last (normal) step's batches
 
 

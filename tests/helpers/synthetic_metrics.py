@@ -42,9 +42,10 @@ VERL_KEYS = (
 
 _LABEL_VALUES: dict[str, tuple[str, ...]] = {
     sc.LABEL_PHASE: (sc.PHASE_ROLLOUT, sc.PHASE_UPDATE_ACTOR, sc.PHASE_VALIDATE),
-    sc.LABEL_WORKER: ("0", "1"),
+    sc.LABEL_ROLLOUT_WORKER: ("0", "1"),
     sc.LABEL_MODE: (sc.MODE_TRAIN, sc.MODE_VALIDATE),
     sc.LABEL_ROLE: ("actor", "critic"),
+    sc.LABEL_SIDE: (sc.ROLE_TRAINER, sc.ROLE_ROLLOUTER),
     sc.LABEL_KEY: VERL_KEYS,
     sc.LABEL_REASON: sc.DROP_REASONS[:2],
     sc.LABEL_METHOD: ("update_actor", "compute_log_prob"),

@@ -22,7 +22,7 @@ ASYNC_VERSIONS = Panel(
     "async_training.staleness_threshold.",
     "timeseries",
     (
-        Target(f"max by (role) ({m(sc.ASYNC_PARAM_VERSION.name)})", "version {{role}}"),
+        Target(f"max by (side) ({m(sc.ASYNC_PARAM_VERSION.name)})", "version {{side}}"),
         Target(f"max({m(sc.ASYNC_STALENESS.name)})", "staleness max"),
         Target(f"max({m(sc.ASYNC_STALENESS_MEAN.name)})", "staleness mean"),
     ),
@@ -35,7 +35,7 @@ ASYNC_QUEUE = Panel(
     "trainer waits.",
     "timeseries",
     (
-        Target(f"max by (role) ({m(sc.ASYNC_QUEUE_DEPTH.name)})", "depth seen by {{role}}"),
+        Target(f"max by (side) ({m(sc.ASYNC_QUEUE_DEPTH.name)})", "depth seen by {{side}}"),
         Target(f"max({m(sc.ASYNC_QUEUE_CAPACITY.name)})", "limit"),
     ),
     cpu_empty=_ASYNC_ONLY,
@@ -47,7 +47,7 @@ ASYNC_IDLE = Panel(
     "rollout-bound, a rollouter near 1 is held back by the staleness limit.",
     "timeseries",
     (
-        Target(f"max by (role) ({m(sc.ASYNC_IDLE_RATIO.name)})", "idle {{role}}"),
+        Target(f"max by (side) ({m(sc.ASYNC_IDLE_RATIO.name)})", "idle {{side}}"),
         Target(f"max({m(sc.ASYNC_ROLLOUTER_PAUSED.name)})", "rollouter paused"),
     ),
     unit="percentunit",

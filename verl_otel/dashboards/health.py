@@ -25,11 +25,11 @@ MEMORY_KEY = re.compile(sc.KEY_MAX_MEMORY_RESERVED_RE.replace("reserved", "(rese
 MIN_HISTORY = 3  # steps before a "times its median" comparison means anything
 
 
-class Worker(Protocol):
+class RolloutWorker(Protocol):
     """An agent-loop worker's rollout as `top` sees it (read-only)."""
 
     @property
-    def worker(self) -> str: ...
+    def rollout_worker(self) -> str: ...
     @property
     def inflight(self) -> float: ...
     @property
@@ -50,7 +50,7 @@ class Frame(Protocol):
     @property
     def phase_mean_s(self) -> Mapping[str, float]: ...
     @property
-    def workers(self) -> Sequence[Worker]: ...
+    def rollout_workers(self) -> Sequence[RolloutWorker]: ...
     @property
     def gpu_memory_gb(self) -> float | None: ...  # the device's size when told (`top --gpu-memory-gb`)
     @property
@@ -260,7 +260,7 @@ def _hung(f: Frame, t: Thresholds) -> Verdict:
 
 
 def _stuck_alerts(t: Thresholds) -> list[Rule]:
-    by = f"{BY}, worker, mode"
+    by = f"{BY}, {sc.LABEL_ROLLOUT_WORKER}, {sc.LABEL_MODE}"
     return [
         Rule(
             "VerlRolloutStalled",
@@ -271,7 +271,7 @@ def _stuck_alerts(t: Thresholds) -> list[Rule]:
             f"({sc.ROLLOUT_ELAPSED.name}) > {duration_seconds(t.rollout_stall_window):g})",
             "2m",
             "warning",
-            "agent-loop worker {{ $labels.worker }}: no sample finished",
+            "agent-loop worker {{ $labels.rollout_worker }}: no sample finished",
             f"No rollout sample finished in the last {t.rollout_stall_window} of a longer rollout while samples are "
             "in flight: a lost request or a stuck server (see verl_rollout_oldest_inflight_seconds).",
         )
@@ -280,13 +280,13 @@ def _stuck_alerts(t: Thresholds) -> list[Rule]:
 
 def _stuck(f: Frame, t: Thresholds) -> Verdict:
     window = duration_seconds(t.rollout_stall_window)
-    flying = [w for w in f.workers if w.inflight > 0]
+    flying = [w for w in f.rollout_workers if w.inflight > 0]
     if not flying:
         return None, "no sample in flight"
     stuck = [w for w in flying if w.oldest_inflight_s > window]
-    return bool(stuck), ", ".join(f"worker {w.worker} oldest {w.oldest_inflight_s:.0f}s" for w in stuck) or (
-        f"oldest in flight {max(w.oldest_inflight_s for w in flying):.0f}s (max {window:g}s)"
-    )
+    return bool(stuck), ", ".join(
+        f"rollout worker {w.rollout_worker} oldest {w.oldest_inflight_s:.0f}s" for w in stuck
+    ) or (f"oldest in flight {max(w.oldest_inflight_s for w in flying):.0f}s (max {window:g}s)")
 
 
 def _clip_alerts(t: Thresholds) -> list[Rule]:

@@ -72,9 +72,9 @@ ROLLOUT_BARS = Panel(
     "bargauge",
     (
         Target(
-            f"sum by (worker, mode) ({m(sc.ROLLOUT_SAMPLES_COMPLETED.name)}) / "
-            f"sum by (worker, mode) ({m(sc.ROLLOUT_SAMPLES_EXPECTED.name)})",
-            "worker {{worker}} {{mode}}",
+            f"sum by (rollout_worker, mode) ({m(sc.ROLLOUT_SAMPLES_COMPLETED.name)}) / "
+            f"sum by (rollout_worker, mode) ({m(sc.ROLLOUT_SAMPLES_EXPECTED.name)})",
+            "rollout worker {{rollout_worker}} {{mode}}",
         ),
         Target(
             f"sum by (mode) ({m(sc.ROLLOUT_SAMPLES_COMPLETED.name)}) / "

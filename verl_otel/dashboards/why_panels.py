@@ -23,7 +23,11 @@ ROLLOUT_TAIL = Panel(
     "Per agent-loop worker, its last training batch's slowest sample over its median sample. High: the rollout "
     "waited for a few samples (`verl-otel slow-steps` names them). Healthy: low and steady (1 is no tail).",
     "timeseries",
-    (Target(f"max by ({sc.LABEL_WORKER}) ({m(sc.ROLLOUT_TAIL_RATIO.name)})", "worker {{worker}}"),),
+    (
+        Target(
+            f"max by ({sc.LABEL_ROLLOUT_WORKER}) ({m(sc.ROLLOUT_TAIL_RATIO.name)})", "rollout worker {{rollout_worker}}"
+        ),
+    ),
 )
 STRAGGLERS = Panel(
     "Straggling ranks (last call / median rank)",

@@ -31,7 +31,7 @@ class _Frame:
     def __init__(self, view: RunView, history: History, gpu_memory_gb: float | None) -> None:
         self.metrics, self.step, self.step_mean_s = view.metrics, view.step, view.step_mean_s
         self.active, self.phase_mean_s = view.active, view.phase_mean_s
-        self.workers = view.workers
+        self.rollout_workers = view.rollout_workers
         self.gpu_memory_gb = gpu_memory_gb
         self.steps_seen = len(history.steps)
         self._history = history

@@ -24,8 +24,8 @@ HISTORY_KEYS = "timing_s/.+|training/global_step|actor/grad_norm|critic/score/me
 
 
 @dataclass(frozen=True)
-class WorkerProgress:
-    worker: str
+class RolloutWorkerProgress:
+    rollout_worker: str
     mode: str
     completed: float
     expected: float
@@ -61,7 +61,7 @@ class RunView:
     last_step_ts: float | None = None
     active: dict[str, float] = field(default_factory=dict)  # phase -> elapsed s (running now)
     stalls: dict[tuple[str, str], str] = field(default_factory=dict)  # (process role, phase) stalled now -> frame
-    workers: list[WorkerProgress] = field(default_factory=list)
+    rollout_workers: list[RolloutWorkerProgress] = field(default_factory=list)
     updates: list[UpdateProgress] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)  # verl's last logged scalars
     phase_mean_s: dict[str, float] = field(default_factory=dict)  # from the duration histograms
@@ -71,11 +71,11 @@ class RunView:
 
     def totals(self, mode: str) -> tuple[float, float]:
         """Completed and expected samples of ``mode`` over all workers (the manager's total)."""
-        rows = [w for w in self.workers if w.mode == mode]
+        rows = [w for w in self.rollout_workers if w.mode == mode]
         return sum(w.completed for w in rows), sum(w.expected for w in rows)
 
     def modes(self) -> list[str]:
-        return sorted({w.mode for w in self.workers}, key=lambda m: (m != sc.MODE_TRAIN, m))
+        return sorted({w.mode for w in self.rollout_workers}, key=lambda m: (m != sc.MODE_TRAIN, m))
 
     def step_phases(self) -> dict[str, float]:
         """The last logged step's phase durations."""
@@ -144,7 +144,7 @@ def build_view(scrape: Scrape, run: str | None = None) -> RunView:
     for s in by_name.get(sc.STALL_ACTIVE.name, []):
         if s.value >= 1:
             view.stalls[(s.labels.get(sc.LABEL_PROCESS_ROLE, "?"), s.labels.get(sc.LABEL_PHASE, ""))] = ""
-    view.workers = _workers(by_name)
+    view.rollout_workers = _rollout_workers(by_name)
     view.replicas = replicas_of(rows)
     view.updates = _updates(by_name)
     # verl's scalars: the trainer's process logs them; take the freshest step's if several processes do
@@ -155,7 +155,7 @@ def build_view(scrape: Scrape, run: str | None = None) -> RunView:
     return view
 
 
-def _workers(by_name: dict[str, list[Series]]) -> list[WorkerProgress]:
+def _rollout_workers(by_name: dict[str, list[Series]]) -> list[RolloutWorkerProgress]:
     fields_ = {
         sc.ROLLOUT_SAMPLES_COMPLETED.name: "completed",
         sc.ROLLOUT_SAMPLES_EXPECTED.name: "expected",
@@ -167,11 +167,15 @@ def _workers(by_name: dict[str, list[Series]]) -> list[WorkerProgress]:
     rows: dict[tuple[str, str, str], dict[str, float]] = {}
     for name, attr in fields_.items():
         for s in by_name.get(name, []):
-            key = (s.labels.get("instance", ""), s.labels.get(sc.LABEL_WORKER, ""), s.labels.get(sc.LABEL_MODE, ""))
+            key = (
+                s.labels.get("instance", ""),
+                s.labels.get(sc.LABEL_ROLLOUT_WORKER, ""),
+                s.labels.get(sc.LABEL_MODE, ""),
+            )
             rows.setdefault(key, {})[attr] = s.value
     out = [
-        WorkerProgress(
-            worker=w,
+        RolloutWorkerProgress(
+            rollout_worker=w,
             mode=m,
             completed=r.get("completed", 0.0),
             expected=r.get("expected", 0.0),
@@ -182,7 +186,7 @@ def _workers(by_name: dict[str, list[Series]]) -> list[WorkerProgress]:
         )
         for (_inst, w, m), r in rows.items()
     ]
-    return sorted(out, key=lambda w: (w.mode != sc.MODE_TRAIN, w.mode, _num(w.worker)))
+    return sorted(out, key=lambda w: (w.mode != sc.MODE_TRAIN, w.mode, _num(w.rollout_worker)))
 
 
 def _num(text: str) -> tuple[int, str]:

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from verl_otel import semconv as sc
 from verl_otel.live.health import Signal
-from verl_otel.live.run_view import STEP_KEY, History, RunView, WorkerProgress, step_row
+from verl_otel.live.run_view import STEP_KEY, History, RolloutWorkerProgress, RunView, step_row
 from verl_otel.telemetry.eta import bar
 
 BAR_WIDTH = 24
@@ -106,23 +106,23 @@ def header(view: RunView, now: float) -> RenderableType:
     return Group(*lines)
 
 
-def _shown(rows: list[WorkerProgress], limit: int) -> list[WorkerProgress]:
+def _shown(rows: list[RolloutWorkerProgress], limit: int) -> list[RolloutWorkerProgress]:
     if len(rows) <= limit:
         return rows
     return sorted(rows, key=lambda w: (w.completed / w.expected if w.expected else 1.0, -w.oldest_inflight_s))[:limit]
 
 
 def rollout_table(view: RunView, limit: int = MAX_WORKERS) -> RenderableType | None:
-    if not view.workers:
+    if not view.rollout_workers:
         return None
     table = Table(title="rollout (agent-loop workers)", title_justify="left", box=None, padding=(0, 1))
     for col in ("worker", "mode", "progress", "done", "%", "in flight", "oldest", "elapsed", "ETA"):
         table.add_column(col, justify="left" if col in ("worker", "mode", "progress") else "right")
     for mode in view.modes():
-        rows = [w for w in view.workers if w.mode == mode]
+        rows = [w for w in view.rollout_workers if w.mode == mode]
         for w in _shown(rows, limit):
             table.add_row(
-                w.worker,
+                w.rollout_worker,
                 mode,
                 _bar(w.completed, w.expected),
                 f"{_n(w.completed)}/{_n(w.expected)}",

@@ -8,10 +8,13 @@ from typing import Final, Literal
 
 MetricKind = Literal["gauge", "counter", "histogram"]
 
-LABEL_WORKER: Final = "worker"
+# One word per concept: ``worker`` alone is a training worker (verl's ``Worker``, one per rank), a rollout
+# worker is an agent-loop worker (``rollout_worker``), a rollout engine is a ``replica`` (semconv/engine.py).
+LABEL_ROLLOUT_WORKER: Final = "rollout_worker"  # the agent-loop worker's index (was ``worker``)
 LABEL_MODE: Final = "mode"
 LABEL_PHASE: Final = "phase"
-LABEL_ROLE: Final = "role"
+LABEL_ROLE: Final = "role"  # verl's model role (``verl.trainer.ppo.utils.Role``): actor, critic, ref
+LABEL_SIDE: Final = "side"  # the side of fully_async's MessageQueue that saw it: trainer, rollouter (was ``role``)
 LABEL_KEY: Final = "key"
 LABEL_REASON: Final = "reason"
 LABEL_METHOD: Final = "method"  # a training-worker method (verl_worker_call_seconds)

@@ -12,7 +12,8 @@ from verl_otel.semconv.metric_def import (
     LABEL_PHASE,
     LABEL_REASON,
     LABEL_ROLE,
-    LABEL_WORKER,
+    LABEL_ROLLOUT_WORKER,
+    LABEL_SIDE,
     MetricDef,
 )
 from verl_otel.semconv.why import WHY_METRICS
@@ -43,7 +44,7 @@ DURATION_BUCKETS_S: Final[tuple[float, ...]] = (
 )
 
 
-_ROLLOUT_LABELS = (LABEL_WORKER, LABEL_MODE)
+_ROLLOUT_LABELS = (LABEL_ROLLOUT_WORKER, LABEL_MODE)
 
 ROLLOUT_SAMPLES_COMPLETED = MetricDef(
     "verl_rollout_samples_completed",
@@ -209,7 +210,7 @@ OTEL_DROPPED = MetricDef(
     unit="{item}",
 )
 
-# Async trainers (fully_async). The role label says which process observed the value.
+# Async trainers (fully_async). The side label says which process observed the value.
 ASYNC_SAMPLES_PRODUCED = MetricDef(
     "verl_async_samples_produced_total",
     "counter",
@@ -227,7 +228,7 @@ ASYNC_QUEUE_DEPTH = MetricDef(
     "gauge",
     "Samples waiting in the MessageQueue, as last seen by this process (rollouter: just before each of "
     "its puts; trainer: after each take).",
-    (LABEL_ROLE,),
+    (LABEL_SIDE,),
     unit="{sample}",
 )
 ASYNC_QUEUE_CAPACITY = MetricDef(
@@ -240,7 +241,7 @@ ASYNC_PARAM_VERSION = MetricDef(
     "verl_async_param_version",
     "gauge",
     "Parameter version: the trainer's current_param_version, or the version the rollouter generates with.",
-    (LABEL_ROLE,),
+    (LABEL_SIDE,),
     unit="{version}",
 )
 ASYNC_STALENESS = MetricDef(
@@ -260,7 +261,7 @@ ASYNC_IDLE_RATIO = MetricDef(
     "gauge",
     "Live share of the current parameter-version window spent idle: the trainer waiting for samples, "
     "the rollouter paused (verl's own fully_async/<role>/idle_ratio, evaluated now).",
-    (LABEL_ROLE,),
+    (LABEL_SIDE,),
     unit="1",
 )
 ASYNC_ROLLOUTER_PAUSED = MetricDef(

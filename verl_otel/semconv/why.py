@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from typing import Final
 
-from verl_otel.semconv.metric_def import LABEL_METHOD, LABEL_PHASE, LABEL_RANK, LABEL_ROLE, LABEL_WORKER, MetricDef
+from verl_otel.semconv.metric_def import (
+    LABEL_METHOD,
+    LABEL_PHASE,
+    LABEL_RANK,
+    LABEL_ROLE,
+    LABEL_ROLLOUT_WORKER,
+    MetricDef,
+)
 from verl_otel.semconv.spans import (
     PHASE_OLD_LOG_PROB,
     PHASE_REF,
@@ -51,7 +58,7 @@ ROLLOUT_TAIL_RATIO: Final = MetricDef(
     "verl_rollout_tail_ratio",
     "gauge",
     "The last training batch's slowest sample over its median sample, per agent-loop worker (1: no tail).",
-    (LABEL_WORKER,),
+    (LABEL_ROLLOUT_WORKER,),
     unit="",
 )
 
