@@ -152,7 +152,7 @@ def test_the_rollouter_reads_only_the_samples_that_get_a_span(tmp_path, monkeypa
     from verl_otel import model, runtime
     from verl_otel import semconv as sc
     from verl_otel.hooks import async_rollout
-    from verl_otel.telemetry.rollouter import RollouterReadings
+    from verl_otel.telemetry.rollouter import RollouterCounters
 
     mem, provider = InMemorySpanExporter(), TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(mem))
@@ -179,7 +179,7 @@ def test_the_rollouter_reads_only_the_samples_that_get_a_span(tmp_path, monkeypa
         now[0] += durations[sample.i] * 10**6
 
     try:
-        windows.fit_started(lambda: RollouterReadings())
+        windows.fit_started(lambda: RollouterCounters())
         for i in range(1000):
             _drive(async_rollout.process_sample(generate, None, (Sample(i),), {}))
         windows.fit_ended(None)

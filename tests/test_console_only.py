@@ -31,9 +31,9 @@ def test_mode(env, mode):
 
 def test_console_only_settings_have_no_port_and_no_step_line():
     s = config.load({"VERL_PROGRESS_LOG": "1", "VERL_OTEL_PROMETHEUS_PORT": "9100"}, report=False)
-    assert s.console_only and s.prometheus_port is None and not s.console
+    assert s.console_only and s.prometheus_port is None and not s.step_line
     t = config.load({"VERL_PROGRESS_LOG": "1", "VERL_OTEL_ENABLED": "1"}, report=False)
-    assert not t.console_only and t.prometheus_port == 0 and t.console
+    assert not t.console_only and t.prometheus_port == 0 and t.step_line
 
 
 def _stats(proc):

@@ -171,7 +171,7 @@ class Settings:
     capture_text: bool
     max_text: int
     max_metric_keys: int
-    console: bool
+    step_line: bool  # VERL_OTEL_CONSOLE: our one-line summary per step (per window on the rollouter)
     shutdown_timeout_s: float = 5.0
     max_file_bytes: int = 256 * 2**20
     max_files: int = 4
@@ -215,7 +215,7 @@ def load(env: Mapping[str, str] | None = None, *, report: bool = True) -> Settin
         capture_text=r.flag(sc.ENV_CAPTURE_TEXT, False),
         max_text=r.integer(sc.ENV_MAX_TEXT, 2000, 0, 10_000_000),
         max_metric_keys=r.integer(sc.ENV_MAX_METRIC_KEYS, 2000, 1, 10_000_000),
-        console=r.flag(sc.ENV_CONSOLE, not console_only),  # our step line is not one of the [VERL_PROGRESS]
+        step_line=r.flag(sc.ENV_CONSOLE, not console_only),  # our step line is not one of the [VERL_PROGRESS]
         shutdown_timeout_s=r.number(sc.ENV_SHUTDOWN_TIMEOUT, 5.0, 0.0, 3600.0),
         max_file_bytes=int(r.number(sc.ENV_MAX_FILE_MB, 256.0, 0.001, 1024.0 * 1024) * 2**20),
         max_files=r.integer(sc.ENV_MAX_FILES, 4, 1, 1000),

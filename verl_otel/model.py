@@ -190,7 +190,7 @@ def _trainer(m: Model) -> None:
     observers = m.steps.observers
     observers.append(TrainerMetrics(m.services.state))
     observers.append(m.reward_flush)  # the reward workers' spans at each step's end
-    if m.services.settings.console:
+    if m.services.settings.step_line:
         observers.append(StepConsole(m.step_notes))
     console = m.progress.trainer_console()
     if console is not None:
@@ -237,7 +237,7 @@ def _reward_worker(m: Model) -> None:
 def _rollouter(m: Model) -> None:
     """fully_async's rollouter process: its gauges, and its console line per window."""
     m.services.state.add_source(m.windows.readings)
-    if m.services.settings.console:
+    if m.services.settings.step_line:
         m.windows.on_window_closed.append(WindowConsole())
 
 

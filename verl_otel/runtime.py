@@ -234,7 +234,7 @@ class Runtime:
                 flush_soon=self.flush_soon,
                 evidence=evidence,
                 role=lambda: self.role,
-                console=s.console or s.console_only,
+                console=s.step_line or s.console_only,
             )
         except Exception as exc:  # noqa: BLE001 - no stall detection, never raise
             warn_once("stalls", f"cannot set up stall detection ({exc!r}); it is off in pid {os.getpid()}")

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from verl_otel import semconv as sc
-from verl_otel.telemetry.rollouter import RollouterReadings
+from verl_otel.telemetry.rollouter import RollouterCounters
 from verl_otel.telemetry.steps import RunInfo
 from verl_otel.telemetry.values import to_scalar
 
@@ -266,15 +266,15 @@ def reward_call_attributes(data: Any, result: Any) -> dict[str, Any]:
 
 
 # -- fully_async's rollouter ------------------------------------------------------------------------
-def rollouter_reader(rollouter: Any) -> Callable[[], RollouterReadings]:
+def rollouter_reader(rollouter: Any) -> Callable[[], RollouterCounters]:
     """Reads verl's FullyAsyncRollouter counters when called (at scrape time and at window edges)."""
 
-    def read() -> RollouterReadings:
+    def read() -> RollouterCounters:
         try:
             inflight: float | None = float(len(rollouter.active_tasks))
         except (AttributeError, TypeError):
             inflight = None
-        return RollouterReadings(
+        return RollouterCounters(
             produced=as_float(rollouter, "total_generated_samples"),
             dropped=as_float(rollouter, "dropped_stale_samples"),
             capacity=as_float(rollouter, "max_queue_size"),

@@ -5,7 +5,7 @@ parameter sync, verl's ``reset_staleness``, to the next), the K slowest samples 
 Each sample the rollouter starts in a window is tagged with the window's (traceparent, version) by the
 hooks (hooks/async_rollout.py); the tag travels with the sample to the trainer process
 (telemetry/async_trainer.py), whose step span links back to the window. The hooks read verl's objects;
-this module gets plain values: a :class:`RollouterReadings` reader for the counters (called at scrape time
+this module gets plain values: a :class:`RollouterCounters` reader for the counters (called at scrape time
 and at window edges, so nothing is counted twice) and per-sample attribute dicts.
 """
 
@@ -32,7 +32,7 @@ _ROLLOUTER = (sc.ROLE_ROLLOUTER,)
 
 
 @dataclass(frozen=True)
-class RollouterReadings:
+class RollouterCounters:
     """The rollouter's own counters, read now (None where this verl does not keep one)."""
 
     produced: float | None = None  # samples generated into the queue, all time
@@ -76,7 +76,7 @@ class RolloutWindows:
     def __init__(self, services: Services) -> None:
         self._svc = services
         self._lock = threading.Lock()
-        self.read: Callable[[], RollouterReadings] | None = None
+        self.read: Callable[[], RollouterCounters] | None = None
         self.base_version = 0  # version of the first parameter sync (a resumed run starts later)
         self.syncs = 0  # reset_staleness calls seen: the first is the sync before fit()
         self.queue_depth: float | None = None
@@ -95,16 +95,16 @@ class RolloutWindows:
         """True in the rollouter process once its fit() started."""
         return self.read is not None
 
-    def _readings(self) -> RollouterReadings:
+    def _readings(self) -> RollouterCounters:
         read = self.read
-        return read() if read is not None else RollouterReadings()
+        return read() if read is not None else RollouterCounters()
 
     # -- inputs from the hooks ------------------------------------------------------------------
     def resumed_at(self, version: int) -> None:
         """verl's ``load_checkpoint`` resumed the rollouter at parameter ``version``."""
         self.base_version = max(0, int(version))
 
-    def fit_started(self, read: Callable[[], RollouterReadings]) -> None:
+    def fit_started(self, read: Callable[[], RollouterCounters]) -> None:
         with self._lock:
             self.read = read
             if self.sample_spans is None:
