@@ -110,7 +110,7 @@ def test_batch_of_mixed_versions():
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from verl_otel.hooks import verl_objects as verl
+    from verl_otel.hooks import verl_async_objects as verl
     from verl_otel.telemetry.async_trainer import TrainerSide
     from verl_otel.telemetry.propagation import inject
 

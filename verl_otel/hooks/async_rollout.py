@@ -22,6 +22,7 @@ from typing import Any
 
 from verl_otel import model
 from verl_otel import semconv as sc
+from verl_otel.hooks import verl_async_objects as verl_async
 from verl_otel.hooks import verl_objects as verl
 from verl_otel.hooks._safe import on_exit, safe
 from verl_otel.telemetry.rollouter import RolloutWindows
@@ -35,7 +36,7 @@ def _wire_rollouter(rollouter: Any) -> None:
     """First hook in the rollouter actor: this process is the rollouter service (the model's row: its gauges)."""
     m = model.current()
     if m.windows.read is None:  # this process is the rollouter from its first hooked call on, fit() or not
-        m.windows.read = verl.rollouter_reader(rollouter)
+        m.windows.read = verl_async.rollouter_reader(rollouter)
     m.wire(sc.ROLE_ROLLOUTER, **verl.run_names(rollouter))
 
 
@@ -52,7 +53,7 @@ async def rollouter_fit(
 ) -> Any:
     safe(_wire_rollouter, instance)
     windows = _windows()
-    safe(windows.fit_started, verl.rollouter_reader(instance))
+    safe(windows.fit_started, verl_async.rollouter_reader(instance))
     with on_exit(windows.fit_ended):
         return await wrapped(*args, **kwargs)
 
@@ -82,14 +83,16 @@ async def process_sample(
 
 
 def _sample_finished(sample: Any, start_ns: int, error: BaseException | None) -> None:
-    tag = verl.window_tag(sample)
+    tag = verl_async.window_tag(sample)
     if tag is not None:
         end_ns = time.time_ns()
         # only the window's slowest samples become spans: the others' batches are not read (bench/scale.py: at
         # 10k samples per version, reading every one cost ~20 µs a sample, mostly a torch reduction)
         windows = _windows()
         keep = windows.keeps(tag, end_ns - start_ns)
-        windows.sample_finished(tag, start_ns, verl.rollouter_sample_attributes(sample) if keep else {}, error, end_ns)
+        windows.sample_finished(
+            tag, start_ns, verl_async.rollouter_sample_attributes(sample) if keep else {}, error, end_ns
+        )
 
 
 async def reset_staleness(
@@ -97,13 +100,13 @@ async def reset_staleness(
 ) -> Any:
     safe(_wire_rollouter, instance)
     result = await wrapped(*args, **kwargs)
-    safe(lambda: _windows().param_synced(verl.idle_ratio(result)))
+    safe(lambda: _windows().param_synced(verl_async.idle_ratio(result)))
     return result
 
 
 async def statistics(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     result = await wrapped(*args, **kwargs)
-    depth = safe(verl.queue_size, result)
+    depth = safe(verl_async.queue_size, result)
     if depth is not None:
         _windows().queue_depth = depth
     return result
@@ -112,7 +115,7 @@ async def statistics(wrapped: Callable[..., Any], instance: Any, args: tuple[Any
 def load_checkpoint(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     safe(_wire_rollouter, instance)
     result = wrapped(*args, **kwargs)
-    version = safe(verl.resumed_version, instance)
+    version = safe(verl_async.resumed_version, instance)
     if version is not None:
         _windows().resumed_at(version)
     return result
@@ -144,7 +147,7 @@ def assemble_batch_from_rollout_samples(rollout_samples: Any, *args: Any, **kwar
 
     if isinstance(rollout_samples, (list, tuple)):
         side = model.current().trainer_side
-        safe(lambda: side.samples_assembled([t for t in map(verl.window_tag, rollout_samples) if t]))
+        safe(lambda: side.samples_assembled([t for t in map(verl_async.window_tag, rollout_samples) if t]))
     batch = detach_utils.assemble_batch_from_rollout_samples(rollout_samples, *args, **kwargs)
     safe(count_tokens, batch)  # the step's training batch, in its gen phase (as the legacy manager's output)
     return batch
@@ -154,7 +157,7 @@ def _batch_taken(trainer: Any, batch: Any) -> None:
     m = model.current()
     reader = _param_version_reader(trainer)
     m.trainer_side.param_version = reader
-    m.trainer_side.batch_taken(reader(), verl.batch_versions(batch), m.steps.innermost_span(sc.SPAN_STEP))
+    m.trainer_side.batch_taken(reader(), verl_async.batch_versions(batch), m.steps.innermost_span(sc.SPAN_STEP))
 
 
 def _param_version_reader(trainer: Any) -> Callable[[], float | None]:
@@ -188,7 +191,7 @@ def v1_step(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], k
     safe(
         lambda: m.submits.consumed(
             verl.global_step(instance),
-            verl.consumed_samples(getattr(batch, "tags", None) or ()),
+            verl_async.consumed_samples(getattr(batch, "tags", None) or ()),
             m.steps.innermost_span(sc.SPAN_STEP),
         )
     )

@@ -12,6 +12,7 @@ from typing import Any
 from verl_otel import model
 from verl_otel import semconv as sc
 from verl_otel.hooks._safe import safe
+from verl_otel.hooks.verl_objects import worker_batch_step
 from verl_otel.hooks.weight_sync import remember_trace
 from verl_otel.telemetry.memory import PeakMemory
 
@@ -19,11 +20,9 @@ from verl_otel.telemetry.memory import PeakMemory
 def _step(data: Any, role: str) -> tuple[int, bool]:
     """(the trainer's step, True) from the batch when verl put it there, else (this role's call count, False)."""
     try:
-        from verl.utils import tensordict_utils as tu
-
-        step = tu.get(data, "global_steps", None)
+        step = worker_batch_step(data)
         if step is not None:
-            return int(step), True
+            return step, True
     except Exception:  # noqa: BLE001 - a batch without it
         pass
     return model.current().worker_calls.get(role, 0), False

@@ -23,6 +23,7 @@ from verl_otel import model
 from verl_otel import semconv as sc
 from verl_otel.hooks._safe import on_exit, safe
 from verl_otel.hooks.stall_watch import unwatch
+from verl_otel.hooks.verl_objects import weight_sync_step
 
 #: the sync the running update_weights coroutine is in (its task's context: concurrent syncs do not mix)
 _SYNC: contextvars.ContextVar[Any] = contextvars.ContextVar("verl_otel_weight_sync", default=None)
@@ -118,8 +119,7 @@ def _wrap(call: str, replica: bool) -> Callable[..., Any]:
         result = wrapped(*args, **kwargs)
         if not isinstance(result, Coroutine):  # another verl's synchronous method: nothing to watch
             return result
-        step = kwargs.get("global_steps", args[0] if args else None)
-        step = step if isinstance(step, int) else -1
+        step = weight_sync_step(args, kwargs)
         mode = None if replica else kwargs.get("mode", args[1] if len(args) > 1 else None)
         sync = safe(_begin, instance, step, mode, replica)
         return _synced(result, call, step, sync)
