@@ -312,7 +312,6 @@ def _stall_watch(root: str) -> Any:
         flush_soon=lambda: None,
         evidence=EvidenceFiles(__import__("pathlib").Path(root), py_spy=""),
         role=lambda: "bench",
-        console=False,
     )
     return watch
 

@@ -18,6 +18,7 @@ from verl_otel.export.stall_evidence import EvidenceFiles
 from verl_otel.process import stall_frames
 from verl_otel.process.metrics import MetricsState
 from verl_otel.process.stalls import MAX_DUMPS, StallWatch
+from verl_otel.progress.stall_line import print_stall
 
 
 def my_stuck_reward(release: threading.Event) -> None:  # the "user code" a stall points at
@@ -40,7 +41,7 @@ def watch(tmp_path: Path):
         flush_soon=lambda: flushes.append(1),
         evidence=EvidenceFiles(tmp_path / "stalls", py_spy=""),
         role=lambda: sc.ROLE_REWARD,
-        console=True,
+        on_stall=print_stall,
     )
     w.stop()  # the test ticks it by hand
     w.exporter, w.tracer, w.flushes, w.state_ = exporter, tracer, flushes, state

@@ -22,6 +22,7 @@ from verl_otel import config, runtime
 from verl_otel import semconv as sc
 from verl_otel.progress.bars import RolloutBar, UpdateBar
 from verl_otel.progress.process import Progress
+from verl_otel.progress.stall_line import print_stall
 from verl_otel.progress.step_line import Note, StepConsole, WindowConsole
 from verl_otel.telemetry.async_trainer import SubmitLinks, TrainerSide
 from verl_otel.telemetry.reward_flush import RewardFlush
@@ -70,6 +71,8 @@ class Model:
         self.worker_calls: dict[str, int] = {}  # a training worker's updates per role: the step a batch lacks
         self._exit_hooks: list[Callable[[], object]] = []
         self._parts: dict[str, Any] = {}
+        if rt.settings.step_line or rt.settings.console_only:
+            rt.stall_listeners.append(print_stall)  # the stall's console line, in every process role
 
     def _part(self, name: str, make: Callable[[], T]) -> T:
         """The object ``name``, made once (under the lock: two first calls on two threads get the same one)."""

@@ -4,9 +4,8 @@ the exporters and the one flusher thread.
 :func:`current` never raises: the runtime is made on first use (again in a forked child), its SDK parts
 lazily, each behind a boundary that degrades (a no-op tracer, no exporter) with one log line instead of
 raising into verl. It owns the process' telemetry model (verl_otel/model.py, which the hooks reach). A process
-says what it is with :meth:`Runtime.wire` (role, run, and the role's own set-up, once per role);
-training threads only ever *ask* for a flush (:meth:`Runtime.flush_soon`); fit end waits for it at
-most ``VERL_OTEL_SHUTDOWN_TIMEOUT`` seconds (:meth:`Runtime.flush_wait`).
+says what it is with :meth:`Runtime.wire` (role, run, the role's own set-up, once per role); training threads
+only *ask* for a flush (:meth:`Runtime.flush_soon`); fit end waits ``VERL_OTEL_SHUTDOWN_TIMEOUT`` s at most.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from verl_otel import config as cfg
 from verl_otel import semconv as sc
 from verl_otel._log import logger, warn_once
 from verl_otel.process.metrics import MetricsState
-from verl_otel.process.stalls import StallWatch
+from verl_otel.process.stalls import Stall, StallWatch
 
 _given: dict[str, Any] = {}  # providers handed to instrument() in this process
 _on_role: list[Callable[[str], None]] = []  # told each role once per process when it is wired (see on_role)
@@ -55,6 +54,7 @@ class Runtime:
         self._engine_provider: Any = None  # an inference engine's request spans (vLLM), see engine_provider
         self._extra_targets: list[Callable[[], None]] = []  # removes the file_sd entries of add_scrape_target
         self._stalls: Any = None  # the stall watch (process/stalls.py), made on first use
+        self.stall_listeners: list[Callable[[Stall], None]] = []  # told each new stall (the model's console line)
         self.model: Any = None  # the telemetry model (verl_otel/model.py), made on first use by its accessor
         from verl_otel.export.flusher import Flusher, ShutdownBudget
         from verl_otel.export.unsent import UnsentSpans
@@ -234,7 +234,7 @@ class Runtime:
                 flush_soon=self.flush_soon,
                 evidence=evidence,
                 role=lambda: self.role,
-                console=s.step_line or s.console_only,
+                on_stall=lambda stall: [tell(stall) for tell in list(self.stall_listeners)],
             )
         except Exception as exc:  # noqa: BLE001 - no stall detection, never raise
             warn_once("stalls", f"cannot set up stall detection ({exc!r}); it is off in pid {os.getpid()}")

@@ -6,18 +6,19 @@ dict, :meth:`StallWatch.exit` pops it (no lock, no I/O: a training thread never 
 thread per process looks at the calls in flight every tick; a call past its threshold,
 ``min(seconds, max(min_seconds, factor x median of the phase's earlier runs))``, is a stall: the process
 dumps its stacks to an evidence file (through the writer the runtime hands in), a ``stall`` span is ended at
-once under the call's span and a flush is asked for, the gauge and counter change and one console line is
-printed. The same stall is dumped again every ``repeat_s`` seconds (does it move?), within bounds.
+once under the call's span and a flush is asked for, the gauge and counter change and the
+``on_stall`` listener is told (the console line, verl_otel/progress/stall_line.py). The same stall is dumped
+again every ``repeat_s`` seconds (does it move?), within bounds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import socket
 import statistics
-import sys
 import threading
 import time
 from collections import deque
@@ -94,11 +95,11 @@ class StallWatch:
         flush_soon: Callable[[], None],
         evidence: Evidence | None,
         role: Callable[[], str],
-        console: bool = True,
+        on_stall: Callable[[Stall], object] | None = None,
     ) -> None:
         self.settings = settings
         self._tracer, self._state, self._flush_soon = tracer, state, flush_soon
-        self._evidence, self._role, self._console = evidence, role, console
+        self._evidence, self._role, self._on_stall = evidence, role, on_stall  # on_stall: the console line (progress/)
         self._ids = itertools.count(1)
         self._calls: dict[int, _Call] = {}
         self._history: dict[str, deque[tuple[int, float]]] = {}
@@ -251,7 +252,9 @@ class StallWatch:
                     path, "\n# native stacks (py-spy dump --native)\n" + self._evidence.native(self.pid)
                 )
         self._span(stall, c)
-        self._line(stall)
+        if self._on_stall is not None:
+            with contextlib.suppress(Exception):  # a listener never stops the watchdog
+                self._on_stall(stall)
         return stall
 
     def _dump_again(self, stall: Stall, c: _Call, elapsed: float, now: float) -> None:
@@ -305,18 +308,6 @@ class StallWatch:
         ctx = c.parent if c.parent is not None else otel_context.Context()
         self._tracer().start_span(sc.SPAN_STALL, context=ctx, attributes=attrs).end()
         self._flush_soon()
-
-    def _line(self, s: Stall) -> None:
-        if not self._console:
-            return
-        step = f" of step {s.step}" if s.step >= 0 else ""
-        where = f" at {s.frame}" if s.frame else ""
-        evidence = f"; evidence: {s.evidence}" if s.evidence else ""
-        line = (
-            f"[verl-otel] STALL: {s.call}{step} running {s.elapsed_s:.0f}s (threshold {s.threshold_s:.0f}s) in "
-            f"{s.role} pid {s.pid} on {s.host}{where} [{s.kind}]{evidence} (verl-otel doctor)"
-        )
-        print(line, file=sys.stdout, flush=True)
 
 
 def _trace_of(ctx: otel_context.Context | None) -> int:
