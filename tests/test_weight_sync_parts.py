@@ -162,7 +162,9 @@ def test_a_worker_derives_the_trainer_phase_span(sdk):
 
 
 # -- slow-steps names the part ---------------------------------------------------------------------------
-def _run(tracer, slow_step: int, transfer_s: float) -> None:
+def _run(tracer, slow_step: int, transfer_s: float, load_s: float | None = None) -> None:
+    """Five steps; ``slow_step``'s weight sync transfers for ``transfer_s``. With ``load_s``, a rollout replica's
+    weights.receive too: the slow step's replica loads for ``load_s`` and waits on the sender for the rest."""
     t = time.time_ns() - 3600 * S
     for n in range(1, 6):
         step = tracer.start_span(sc.SPAN_STEP, start_time=t, attributes={sc.ATTR_GLOBAL_STEP: n})
@@ -186,6 +188,19 @@ def _run(tracer, slow_step: int, transfer_s: float) -> None:
         )
         end = t + S + int(sync_s * S)
         sync.end(end_time=end)
+        if load_s is not None:
+            loaded = load_s if n == slow_step else 0.05
+            received = {
+                sc.ATTR_WSYNC_RECEIVE_S: sync_s - loaded,
+                sc.ATTR_WSYNC_LOAD_S: loaded,
+                sc.ATTR_WSYNC_BYTES: 3 * 2**20,
+                sc.ATTR_WSYNC_TENSORS: 12,
+                sc.ATTR_WSYNC_BUCKETS: 2,
+            }
+            receive = tracer.start_span(
+                sc.SPAN_WEIGHT_RECEIVE, trace.set_span_in_context(phase), start_time=t + S, attributes=received
+            )
+            receive.end(end_time=end)
         phase.end(end_time=end + S // 100)
         step.end(end_time=end + S // 50)
         t = end + S
@@ -220,3 +235,26 @@ def test_no_weight_sync_line_when_the_sync_did_not_make_the_step_slow(sdk):
     ranking = rank(build_steps(parse_request(otlp_json(list(exporter.get_finished_spans())))), 5)
     assert all("weight sync:" not in line for line in to_text(ranking, None).splitlines())
     assert all(v["weight_sync"]["part"] == "bucket transfer" for v in to_json(ranking, None))
+
+
+@pytest.mark.parametrize(
+    ("load_s", "part", "line"),
+    [
+        (4.0, "loading into the rollout engine", "weight receive: loading into the rollout engine 4.00s of 5.20s"),
+        (0.5, "waiting on the sender", "weight receive: waiting on the sender 4.70s of 5.20s (received 4.70s, loaded"),
+    ],
+)
+def test_slow_steps_names_the_replicas_side_of_a_slow_sync(sdk, tmp_path, load_s, part, line):
+    """The replica's weights.receive says whether it waited on the sender or its rollout engine loaded slowly."""
+    tracer, exporter = sdk
+    _run(tracer, slow_step=4, transfer_s=5.0, load_s=load_s)
+    spans = list(exporter.get_finished_spans())
+    write_lines(tmp_path / "traces.jsonl", spans)
+    streamed, _ = read_steps(tmp_path / "traces.jsonl")
+    for got in (build_steps(parse_request(otlp_json(spans))), streamed):
+        ranking = rank(got, 1)
+        first = to_json(ranking, None)[0]
+        assert first["global_step"] == 4 and first["weight_receive"]["part"] == part
+        assert first["weight_receive"]["load_s"] == pytest.approx(load_s)
+        assert sc.SPAN_WEIGHT_RECEIVE not in got[0].phases
+        assert line in to_text(ranking, None)

@@ -23,11 +23,12 @@ _WORKER_ATTRS = (sc.ATTR_MODE, sc.ATTR_WORKER_INDEX, sc.ATTR_WORKER_SAMPLE_MEDIA
 # what build_step reads of a phase (its tokens) or a worker call (its rank, for the stragglers)
 _OTHER_ATTRS = (
     *(sc.ATTR_PHASE, sc.ATTR_PHASE_TOKENS, sc.ATTR_WORKER_RANK, sc.ATTR_WORKER_METHOD, sc.ATTR_WORKER_ROLE),
-    *wsync.ATTRS,  # a worker's weights.sync: its parts
+    *wsync.ATTRS,  # a weight sync's sides (weights.sync, weights.receive): their parts
 )
 _NOT_PHASES = sc.NON_PHASE_SPANS | {sc.SPAN_ENGINE_REQUEST}
 _ENGINE_NAME = f'"name":"{sc.SPAN_ENGINE_REQUEST}"'.encode()
 _WORKER_CALLS = frozenset(sc.WORKER_SPAN_NAMES.values())  # worker.* spans: their ranks, for the stragglers
+_SYNC_SIDES = frozenset((sc.SPAN_WEIGHT_SYNC, sc.SPAN_WEIGHT_RECEIVE))  # a weight sync's two sides: their parts
 
 
 def _slim(span: Span, names: tuple[str, ...]) -> Span:
@@ -76,7 +77,7 @@ class StepFold:
             self._sample(t, span)
         elif name == sc.SPAN_ENGINE_REQUEST:
             self.engine_seen = True  # taken in the second pass, under the samples kept
-        elif name not in _NOT_PHASES or name in _WORKER_CALLS or name == sc.SPAN_WEIGHT_SYNC:
+        elif name not in _NOT_PHASES or name in _WORKER_CALLS or name in _SYNC_SIDES:
             attrs = {k: span.attributes[k] for k in _OTHER_ATTRS if k in span.attributes}
             t.others[span.span_id] = (name, span.start_ns, span.end_ns, attrs, span.parent_id, span.service)
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl_otel import semconv as sc
-from verl_otel.analysis.weight_sync import SyncParts, from_span
+from verl_otel.analysis.weight_sync import ReceiveParts, SyncParts, from_span, receive_from_span
 
 _NOT_PHASES = sc.NON_PHASE_SPANS
 
@@ -111,6 +111,7 @@ class StepTrace:
     #: (phase, worker.* span name, role) -> rank -> seconds of its calls (summed over the step)
     rank_calls: dict[tuple[str, str, str], dict[int, float]] = field(default_factory=dict)
     weight_syncs: list[SyncParts] = field(default_factory=list)  # each worker's side of the step's weight syncs
+    weight_receives: list[ReceiveParts] = field(default_factory=list)  # each rollout replica's side of them
 
 
 def as_int(value: Any) -> int | None:
@@ -177,6 +178,8 @@ def build_step(trace: list[Span]) -> StepTrace | None:
             _add_rank_call(step, s, by_id.get(s.parent_id))
         elif s.name == sc.SPAN_WEIGHT_SYNC:
             step.weight_syncs.append(from_span(s.attributes, s.seconds))
+        elif s.name == sc.SPAN_WEIGHT_RECEIVE:
+            step.weight_receives.append(receive_from_span(s.attributes, s.seconds))
         elif s.name == sc.SPAN_ROLLOUT_SAMPLE:
             worker = workers.get(s.parent_id, {})
             mode = worker.get(sc.ATTR_MODE)

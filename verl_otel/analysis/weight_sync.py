@@ -1,6 +1,7 @@
 """Which part of a weight sync took its time: a training worker's ``weights.sync`` span says how long it gathered
 the weights out of the model engine and how long the transfer (the checkpoint engine's bucket sends, or the
-colocated rollout's load) took, with the bytes and buckets."""
+colocated rollout's load) took, with the bytes and buckets; a rollout replica's ``weights.receive`` span says how
+long it waited on the sender's stream and how long its rollout engine took to load the weights."""
 
 from __future__ import annotations
 
@@ -83,16 +84,74 @@ def from_span(attributes: Mapping[str, Any], seconds: float) -> SyncParts:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class ReceiveParts:
+    """One rollout replica's side of a weight sync (its ``weights.receive`` span)."""
+
+    seconds: float
+    receive_s: float  # pulling the checkpoint engine's stream: waiting for the sender's bytes
+    load_s: float  # the rollout engine loading what the stream yielded
+    nbytes: int
+    tensors: int
+    buckets: int
+
+    @property
+    def part(self) -> tuple[str, float]:
+        """Where the replica's time went: waiting on the sender, or loading into its rollout engine."""
+        if self.load_s > self.receive_s:
+            return "loading into the rollout engine", self.load_s
+        return "waiting on the sender", self.receive_s
+
+    def text(self) -> str:
+        name, seconds = self.part
+        return (
+            f"weight receive: {name} {seconds:.2f}s of {self.seconds:.2f}s (received {self.receive_s:.2f}s, "
+            f"loaded {self.load_s:.2f}s; {self.buckets} bucket{'s' * (self.buckets != 1)}, {_size(self.nbytes)} "
+            f"in {self.tensors} tensors)"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        name, seconds = self.part
+        return {
+            "part": name,
+            "part_s": round(seconds, 3),
+            "duration_s": round(self.seconds, 3),
+            "receive_s": round(self.receive_s, 3),
+            "load_s": round(self.load_s, 3),
+            "bytes": self.nbytes,
+            "tensors": self.tensors,
+            "buckets": self.buckets,
+        }
+
+
+def receive_from_span(attributes: Mapping[str, Any], seconds: float) -> ReceiveParts:
+    return ReceiveParts(
+        seconds,
+        _num(attributes.get(sc.ATTR_WSYNC_RECEIVE_S)),
+        _num(attributes.get(sc.ATTR_WSYNC_LOAD_S)),
+        int(_num(attributes.get(sc.ATTR_WSYNC_BYTES))),
+        int(_num(attributes.get(sc.ATTR_WSYNC_TENSORS))),
+        int(_num(attributes.get(sc.ATTR_WSYNC_BUCKETS))),
+    )
+
+
+def slowest_receive(receives: list[ReceiveParts]) -> ReceiveParts | None:
+    """The replica the phase waited for: the longest receive."""
+    return max(receives, key=lambda r: r.seconds, default=None)
+
+
 def slowest(syncs: list[SyncParts]) -> SyncParts | None:
     """The sync the phase waited for: the longest (each actor rank has one; LoRA syncs twice)."""
     return max(syncs, key=lambda s: s.seconds, default=None)
 
 
-#: what the streaming reader keeps of a ``weights.sync`` span
+#: what the streaming reader keeps of a ``weights.sync`` or ``weights.receive`` span
 ATTRS: tuple[str, ...] = (
     sc.ATTR_WSYNC_MODE,
     sc.ATTR_WSYNC_GATHER_S,
     sc.ATTR_WSYNC_TRANSFER_S,
+    sc.ATTR_WSYNC_RECEIVE_S,
+    sc.ATTR_WSYNC_LOAD_S,
     sc.ATTR_WSYNC_BYTES,
     sc.ATTR_WSYNC_TENSORS,
     sc.ATTR_WSYNC_BUCKETS,
