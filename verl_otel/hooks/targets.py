@@ -200,7 +200,7 @@ WEIGHT_SYNC_TARGETS: tuple[HookTarget, ...] = (
         ),
     ),
     *_in(
-        "rollout_server",
+        "replica_worker",
         _m(
             "verl.checkpoint_engine.base",
             "CheckpointEngineWorker.update_weights",

@@ -120,6 +120,8 @@ def _wrap(call: str, replica: bool) -> Callable[..., Any]:
         if not isinstance(result, Coroutine):  # another verl's synchronous method: nothing to watch
             return result
         step = weight_sync_step(args, kwargs)
+        if replica:
+            safe(_replica_worker)
         mode = None if replica else kwargs.get("mode", args[1] if len(args) > 1 else None)
         sync = safe(_begin, instance, step, mode, replica)
         return _synced(result, call, step, sync)
@@ -131,8 +133,16 @@ actor_update_weights = _wrap(sc.CALL_WEIGHT_SEND, replica=False)
 replica_update_weights = _wrap(sc.CALL_WEIGHT_RECEIVE, replica=True)
 
 
+def _replica_worker() -> None:
+    """This process is a replica's worker, unless it already said it is something else (before its first span)."""
+    m = model.current()
+    if m.runtime.role == sc.ROLE_OTHER:
+        m.wire(sc.ROLE_REPLICA_WORKER)
+
+
 def _remember(worker: Any, traceparent: str, step: int) -> None:
     """Run in a replica's worker process (Ray's ``__ray_call__``): its next sync is of ``step``'s trace."""
+    safe(_replica_worker)
     safe(remember_trace, worker, traceparent, step)
 
 

@@ -181,6 +181,8 @@ ROLE_AGENT_LOOP: Final = "agent_loop_worker"
 ROLE_REWARD: Final = "reward_worker"
 ROLE_WORKER: Final = "train_worker"
 ROLE_OTHER: Final = "ray_worker"
+#: a standalone rollout replica's worker (verl's ``CheckpointEngineWorker``, not its LLM server): receives weights
+ROLE_REPLICA_WORKER: Final = "replica_worker"
 
 # --------------------------------------------------------------------------------------------
 # Async trainers (fully_async): the rollouter service, parameter versions, staleness
