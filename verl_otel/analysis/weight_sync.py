@@ -57,18 +57,21 @@ class SyncParts:
         )
 
     def to_json(self) -> dict[str, Any]:
-        name, seconds = self.part
-        return {
-            "part": name,
-            "part_s": round(seconds, 3),
-            "duration_s": round(self.seconds, 3),
-            "gather_s": round(self.gather_s, 3),
-            "transfer_s": round(self.transfer_s, 3),
-            "bytes": self.nbytes,
-            "tensors": self.tensors,
-            "buckets": self.buckets,
-            "mode": self.mode,
-        }
+        return {**_json(self, gather_s=self.gather_s, transfer_s=self.transfer_s), "mode": self.mode}
+
+
+def _json(side: SyncParts | ReceiveParts, **seconds: float) -> dict[str, Any]:
+    """A side's JSON: the part that took longer, its own part seconds, then the sizes."""
+    name, part_s = side.part
+    return {
+        "part": name,
+        "part_s": round(part_s, 3),
+        "duration_s": round(side.seconds, 3),
+        **{key: round(value, 3) for key, value in seconds.items()},
+        "bytes": side.nbytes,
+        "tensors": side.tensors,
+        "buckets": side.buckets,
+    }
 
 
 def from_span(attributes: Mapping[str, Any], seconds: float) -> SyncParts:
@@ -111,17 +114,7 @@ class ReceiveParts:
         )
 
     def to_json(self) -> dict[str, Any]:
-        name, seconds = self.part
-        return {
-            "part": name,
-            "part_s": round(seconds, 3),
-            "duration_s": round(self.seconds, 3),
-            "receive_s": round(self.receive_s, 3),
-            "load_s": round(self.load_s, 3),
-            "bytes": self.nbytes,
-            "tensors": self.tensors,
-            "buckets": self.buckets,
-        }
+        return _json(self, receive_s=self.receive_s, load_s=self.load_s)
 
 
 def receive_from_span(attributes: Mapping[str, Any], seconds: float) -> ReceiveParts:
