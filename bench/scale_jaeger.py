@@ -59,6 +59,18 @@ def jaeger_binary() -> Path | None:
         return None
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: Linux kills it when the bench dies, even by SIGKILL (a timed-out bench left its
+    Jaeger running); elsewhere nothing."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class MemoryJaeger:
     """A real Jaeger v2 (all-in-one) with its memory storage, its query API at :attr:`url`."""
 
@@ -78,7 +90,9 @@ class MemoryJaeger:
             )
         )
         self.log = open(self.dir / "jaeger.log", "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen([str(exe), f"--config={config}"], stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [str(exe), f"--config={config}"], stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+        )
         health = f"http://127.0.0.1:{ports.jaeger_health}/status"
         deadline = time.monotonic() + 60
         while True:
