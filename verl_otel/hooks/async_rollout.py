@@ -25,6 +25,8 @@ from verl_otel import semconv as sc
 from verl_otel.hooks import verl_async_objects as verl_async
 from verl_otel.hooks import verl_objects as verl
 from verl_otel.hooks._safe import on_exit, safe
+from verl_otel.hooks.reward_flush import RayRewardWorkers
+from verl_otel.hooks.worker_flush import WorkerFlush, for_owner
 from verl_otel.telemetry.rollouter import RolloutWindows
 
 
@@ -54,8 +56,20 @@ async def rollouter_fit(
     safe(_wire_rollouter, instance)
     windows = _windows()
     safe(windows.fit_started, verl_async.rollouter_reader(instance))
-    with on_exit(windows.fit_ended):
+    safe(lambda: model.current().reward_flush.attach(RayRewardWorkers(verl.reward_workers(instance))))
+    with on_exit(_rollouter_end, windows, safe(for_owner, instance)):
         return await wrapped(*args, **kwargs)
+
+
+def _rollouter_end(windows: RolloutWindows, workers: WorkerFlush | None, exc: BaseException | None) -> None:
+    """The rollouter's fit() ended: its agent-loop, replica and reward-loop workers are asked to flush or spill
+    (hooks/worker_flush.py) while its own window and spans are flushed, all within the budget; the wait holds its
+    event loop, as the rollouter's own fit-end flush does (generation is over)."""
+    if workers is not None:
+        safe(workers.start)
+    safe(windows.fit_ended, exc)
+    if workers is not None:
+        safe(workers.wait)
 
 
 def _tag_sample(sample: Any) -> None:

@@ -16,7 +16,7 @@ from verl_otel import semconv as sc
 from verl_otel.hooks import verl_objects as verl
 from verl_otel.hooks._safe import on_exit, safe
 from verl_otel.hooks.reward_flush import RayRewardWorkers
-from verl_otel.hooks.worker_flush import WorkerFlush
+from verl_otel.hooks.worker_flush import WorkerFlush, for_owner
 from verl_otel.telemetry.steps import StepTracer
 
 
@@ -37,15 +37,11 @@ def start_fit(trainer: Any, kind: str) -> None:
     m.reward_flush.attach(RayRewardWorkers(verl.reward_workers(trainer)))
 
 
-def _worker_flush(trainer: Any) -> WorkerFlush:
-    m = model.current()
-    return WorkerFlush(lambda: verl.worker_processes(trainer), m.runtime.budget, m.reward_flush)
-
-
 def _end_fit(workers: WorkerFlush | None, exc: BaseException | None) -> None:
-    """A sync fit() ended: the workers (reward-loop workers included) are asked to flush or spill, the
-    trainer's own exports run meanwhile, then their answers are waited for, all within the budget
-    (fully_async's coroutine fit() has no reward-loop workers of its own)."""
+    """A fit() ended: the workers (reward-loop workers included) are asked to flush or spill, the trainer's own
+    exports run meanwhile, then their answers are waited for, all within the budget (fully_async's coroutine
+    fit() has no reward-loop workers of its own: its rollouter's are asked at the rollouter's fit end). In a
+    coroutine fit() the wait holds the trainer actor's event loop, as its own fit-end flush does: training is over."""
     m = model.current()
     if workers is not None:
         safe(workers.start)
@@ -80,15 +76,15 @@ def _fit_wrapper(kind: str) -> Callable[..., Any]:
         safe(declare_run, instance)
         safe(start_fit, instance, kind)
         if inspect.iscoroutinefunction(wrapped):
-            return _fit_async(wrapped(*args, **kwargs))
-        with on_exit(_end_fit, safe(_worker_flush, instance)):
+            return _fit_async(wrapped(*args, **kwargs), instance)
+        with on_exit(_end_fit, safe(for_owner, instance)):
             return wrapped(*args, **kwargs)
 
     return wrapper
 
 
-async def _fit_async(coro: Any) -> Any:
-    with on_exit(_steps().fit_ended):
+async def _fit_async(coro: Any, trainer: Any) -> Any:
+    with on_exit(_end_fit, safe(for_owner, trainer)):
         return await coro
 
 

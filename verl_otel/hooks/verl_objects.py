@@ -157,7 +157,7 @@ def reward_workers(trainer: Any) -> list[Any]:
     return list(workers) if isinstance(workers, (list, tuple)) else []
 
 
-_WORKER_GROUPS = ("actor_rollout_wg", "critic_wg", "ref_policy_wg", "rm_wg")  # RayWorkerGroup attributes
+_WORKER_GROUPS = ("actor_rollout_wg", "actor_wg", "critic_wg", "ref_policy_wg", "rm_wg")  # actor_wg: fully_async's
 _AGENT_LOOP_MANAGERS = ("async_rollout_manager", "agent_loop_manager")  # legacy; v1 (set in fit())
 
 
@@ -166,8 +166,8 @@ def _list(value: Any) -> list[Any]:
 
 
 def worker_processes(trainer: Any) -> list[Any]:
-    """The actor handles of a legacy or v1 trainer's worker processes, each once: its worker groups'
-    workers, the agent-loop workers, the rollout replicas' servers and workers (reward-loop workers have
+    """The actor handles of a trainer's (or fully_async's rollouter's) worker processes, each once: its worker
+    groups' workers, the agent-loop workers, the rollout replicas' servers and workers (reward-loop workers have
     their own fit-end flush: :func:`reward_workers`)."""
     handles: list[Any] = []
     for name in _WORKER_GROUPS:

@@ -1,9 +1,9 @@
 """Fit end for the trainer's worker processes: Ray ends them without ``atexit``, so spans that wait in their
-memory for a collector that is down would be lost with them. When a sync fit() ends, the trainer asks every
-worker process it reaches (verl's worker groups, the agent-loop workers, the rollout replicas' servers and
-workers; hooks/verl_objects.py::worker_processes) to flush its spans, or write what it could not send to
-``$VERL_OTEL_DIR/unsent/`` (``verl-otel push`` sends it later), within what is left of
-VERL_OTEL_SHUTDOWN_TIMEOUT.
+memory for a collector that is down would be lost with them. When a fit() ends (the legacy and v1 trainers';
+fully_async's trainer and rollouter, each for the workers it holds), it asks every worker process it reaches
+(verl's worker groups, the agent-loop workers, the rollout replicas' servers and workers;
+hooks/verl_objects.py::worker_processes) to flush its spans, or write what it could not send to
+``$VERL_OTEL_DIR/unsent/`` (``verl-otel push`` sends it later), within what is left of VERL_OTEL_SHUTDOWN_TIMEOUT.
 
 How a worker is reached: Ray's own ``__ray_call__`` (every actor has it since Ray 2.9, and verl 0.9 needs Ray
 >= 2.41; it runs a function on the actor; hooks/rollout.py::RayTotalBar reads the workers' counts the same way),
@@ -51,7 +51,7 @@ def flush_or_spill(actor: Any, wait_s: float) -> int:
 
 
 class WorkerFlush:
-    """One sync fit() call's fit end (made by hooks/trainer.py's fit wrapper, given what it needs)."""
+    """One fit() call's fit end (made by :func:`for_owner` in the fit wrappers, given what it needs)."""
 
     def __init__(self, handles: Any, budget: Budget, reward: RewardFlush) -> None:
         self._handles = handles  # () -> the worker actor handles, read at fit end (v1 sets its manager in fit())
@@ -89,3 +89,12 @@ class WorkerFlush:
             import ray
 
             self._budget.spend(lambda t: len(ray.wait(refs, num_returns=len(refs), timeout=t)[0]) == len(refs))
+
+
+def for_owner(owner: Any) -> WorkerFlush:
+    """The fit end of ``owner`` (a trainer, or fully_async's rollouter): the worker processes it holds
+    (hooks/verl_objects.py::worker_processes, read at fit end) and the reward-loop workers attached to the model."""
+    from verl_otel.hooks.verl_objects import worker_processes
+
+    m = model.current()
+    return WorkerFlush(lambda: worker_processes(owner), m.runtime.budget, m.reward_flush)
