@@ -20,6 +20,7 @@ import grpc
 import pytest
 
 from helpers.otlp_receiver import OtlpReceiver
+from helpers.outage import refused_until_after
 from helpers.verl_log import step_metrics
 from helpers.verl_runs import DemoRun, start_demo
 
@@ -154,35 +155,10 @@ def test_warned_once_per_process(outage):
 
 
 # -- down until after the run ------------------------------------------------------------------------------
-@dataclass
-class LongOutage:
-    run: DemoRun
-    rx: OtlpReceiver
-    files: list[str]  # unsent/ after the run, before push
-    push_rc: int
-
-
 @pytest.fixture(scope="module")
 def long_outage(tmp_path_factory):
-    rx = OtlpReceiver().start()
-    rx.refuse, rx.refuse_metrics = grpc.StatusCode.UNAVAILABLE, False  # spans refused, metrics taken
-    out = tmp_path_factory.mktemp("demo-long-outage")
-    try:
-        run = start_demo(
-            out,
-            "legacy",
-            STEPS,
-            [],
-            scrape=False,
-            extra_env={"OTEL_EXPORTER_OTLP_ENDPOINT": rx.grpc_endpoint, "OTEL_METRIC_EXPORT_INTERVAL": "1000"},
-        )
-        files = sorted(p.name for p in (out / sc.UNSENT_DIR).glob("*.jsonl"))
-        assert len(rx.received.spans) == 0  # refused until now
-        rx.refuse = None
-        rc = main(["push", "--dir", str(out), "--endpoint", rx.grpc_endpoint])
-        yield LongOutage(run, rx, files, rc)
-    finally:
-        rx.stop()
+    with refused_until_after(tmp_path_factory.mktemp("demo-long-outage"), "legacy", STEPS) as o:
+        yield o
 
 
 def test_push_delivers_the_workers_spans_of_every_step(long_outage):

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import grpc
 import pytest
 
-from helpers.otlp_receiver import OtlpReceiver
-from helpers.verl_runs import DemoRun, start_demo
+from helpers.outage import refused_until_after
+from helpers.verl_runs import DemoRun
 
 from verl_otel import semconv as sc
 from verl_otel.analysis.step_traces import Span
-from verl_otel.cli.main import main
 
 pytestmark = pytest.mark.verl
 STEPS = 2
@@ -32,27 +30,10 @@ class Pushed:
 
 @pytest.fixture(scope="module")
 def pushed(tmp_path_factory):
-    rx = OtlpReceiver().start()
-    rx.refuse, rx.refuse_metrics = grpc.StatusCode.UNAVAILABLE, False  # spans refused, metrics taken
-    out = tmp_path_factory.mktemp("fully-async-outage")
-    try:
-        run = start_demo(
-            out,
-            "fully_async",
-            STEPS,
-            [],
-            scrape=False,
-            extra_env={"OTEL_EXPORTER_OTLP_ENDPOINT": rx.grpc_endpoint, "OTEL_METRIC_EXPORT_INTERVAL": "1000"},
-        )
-        files = sorted(p.name for p in (out / sc.UNSENT_DIR).glob("*.jsonl"))
-        assert len(rx.received.spans) == 0  # refused until now
-        rx.refuse = None
-        rc = main(["push", "--dir", str(out), "--endpoint", rx.grpc_endpoint])
-        with rx.received.lock:
-            spans = list(rx.received.spans)
-        yield Pushed(run, files, rc, spans)
-    finally:
-        rx.stop()
+    with refused_until_after(tmp_path_factory.mktemp("fully-async-outage"), "fully_async", STEPS) as o:
+        with o.rx.received.lock:
+            spans = list(o.rx.received.spans)
+        yield Pushed(o.run, o.files, o.push_rc, spans)
 
 
 def _roles(spans: list[Span], name: str) -> set[str]:
