@@ -207,7 +207,7 @@ def to_json(ranking: Ranking, ui_base: str | None) -> list[dict[str, Any]]:
                 "rollout_tail": None if (t := lt.tail(st)) is None else t.to_json(),
                 "stragglers": [x.to_json() for x in sg.stragglers(st)],
                 "weight_sync": None if (w := wsync.slowest(st.weight_syncs)) is None else w.to_json(),
-                "weight_receive": None if (r := wsync.slowest_receive(st.weight_receives)) is None else r.to_json(),
+                "weight_receive": None if (r := wsync.slowest(st.weight_receives)) is None else r.to_json(),
                 "also_not_every_step": [{"phase": p, "duration_s": _r(s)} for p, s in v.unusual],
                 "slowest_samples": [
                     {
@@ -313,7 +313,7 @@ def to_text(ranking: Ranking, ui_base: str | None) -> str:
         lines.extend(f"   {x.text()}" for x in sg.stragglers(st))
         if (sync := _sync_cause(v)) is not None:
             lines.append(f"   {sync.text()}")
-            if (receive := wsync.slowest_receive(st.weight_receives)) is not None:
+            if (receive := wsync.slowest(st.weight_receives)) is not None:
                 lines.append(f"   {receive.text()}")
         if ranking.per_token and v.per_token:
             worst = sorted(v.per_token.items(), key=lambda kv: -kv[1])

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from verl_otel import semconv as sc
 
@@ -128,14 +128,12 @@ def receive_from_span(attributes: Mapping[str, Any], seconds: float) -> ReceiveP
     )
 
 
-def slowest_receive(receives: list[ReceiveParts]) -> ReceiveParts | None:
-    """The replica the phase waited for: the longest receive."""
-    return max(receives, key=lambda r: r.seconds, default=None)
+Side = TypeVar("Side", SyncParts, ReceiveParts)
 
 
-def slowest(syncs: list[SyncParts]) -> SyncParts | None:
-    """The sync the phase waited for: the longest (each actor rank has one; LoRA syncs twice)."""
-    return max(syncs, key=lambda s: s.seconds, default=None)
+def slowest(sides: list[Side]) -> Side | None:
+    """The side the phase waited for: the longest (each actor rank syncs, LoRA twice; each replica receives)."""
+    return max(sides, key=lambda s: s.seconds, default=None)
 
 
 #: what the streaming reader keeps of a ``weights.sync`` or ``weights.receive`` span

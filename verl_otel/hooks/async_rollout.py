@@ -26,7 +26,7 @@ from verl_otel.hooks import verl_async_objects as verl_async
 from verl_otel.hooks import verl_objects as verl
 from verl_otel.hooks._safe import on_exit, safe
 from verl_otel.hooks.reward_flush import RayRewardWorkers
-from verl_otel.hooks.worker_flush import WorkerFlush, for_owner
+from verl_otel.hooks.worker_flush import WorkerFlush, fit_end, for_owner
 from verl_otel.telemetry.rollouter import RolloutWindows
 
 
@@ -62,14 +62,9 @@ async def rollouter_fit(
 
 
 def _rollouter_end(windows: RolloutWindows, workers: WorkerFlush | None, exc: BaseException | None) -> None:
-    """The rollouter's fit() ended: its agent-loop, replica and reward-loop workers are asked to flush or spill
-    (hooks/worker_flush.py) while its own window and spans are flushed, all within the budget; the wait holds its
-    event loop, as the rollouter's own fit-end flush does (generation is over)."""
-    if workers is not None:
-        safe(workers.start)
-    safe(windows.fit_ended, exc)
-    if workers is not None:
-        safe(workers.wait)
+    """The rollouter's fit() ended: its agent-loop, replica and reward-loop workers flush or spill while its own
+    window and spans are flushed (hooks/worker_flush.py)."""
+    fit_end(workers, lambda: windows.fit_ended(exc))
 
 
 def _tag_sample(sample: Any) -> None:

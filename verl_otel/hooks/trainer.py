@@ -16,7 +16,7 @@ from verl_otel import semconv as sc
 from verl_otel.hooks import verl_objects as verl
 from verl_otel.hooks._safe import on_exit, safe
 from verl_otel.hooks.reward_flush import RayRewardWorkers
-from verl_otel.hooks.worker_flush import WorkerFlush, for_owner
+from verl_otel.hooks.worker_flush import WorkerFlush, fit_end, for_owner
 from verl_otel.telemetry.steps import StepTracer
 
 
@@ -38,17 +38,11 @@ def start_fit(trainer: Any, kind: str) -> None:
 
 
 def _end_fit(workers: WorkerFlush | None, exc: BaseException | None) -> None:
-    """A fit() ended: the workers (reward-loop workers included) are asked to flush or spill, the trainer's own
-    exports run meanwhile, then their answers are waited for, all within the budget (fully_async's coroutine
-    fit() has no reward-loop workers of its own: its rollouter's are asked at the rollouter's fit end). In a
-    coroutine fit() the wait holds the trainer actor's event loop, as its own fit-end flush does: training is over."""
+    """A fit() ended: the workers (reward-loop workers included) flush or spill while the trainer's own exports
+    run (fully_async's coroutine fit() has no reward-loop workers of its own: its rollouter's are asked at the
+    rollouter's fit end)."""
     m = model.current()
-    if workers is not None:
-        safe(workers.start)
-    safe(m.steps.fit_ended, exc)
-    safe(m.reward_flush.fit_end)  # when the workers could not be asked above
-    if workers is not None:
-        safe(workers.wait)
+    fit_end(workers, lambda: m.steps.fit_ended(exc), m.reward_flush.fit_end)  # reward: when not asked above
 
 
 _WATCHED_TIMERS = frozenset((sc.VERL_TIMER_STEP, *sc.VERL_TIMER_TO_PHASE))

@@ -22,10 +22,12 @@ never raises or blocks past its wait.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from verl_otel import model
 from verl_otel._log import warn_once
+from verl_otel.hooks._safe import safe
 
 if TYPE_CHECKING:
     from verl_otel.telemetry.reward_flush import RewardFlush
@@ -98,3 +100,15 @@ def for_owner(owner: Any) -> WorkerFlush:
 
     m = model.current()
     return WorkerFlush(lambda: worker_processes(owner), m.runtime.budget, m.reward_flush)
+
+
+def fit_end(workers: WorkerFlush | None, *own: Callable[[], object]) -> None:
+    """A fit() ended: its workers are asked first, the process' ``own`` flushes run meanwhile, then the workers'
+    answers are waited for, all within the budget. In a coroutine fit() (fully_async's trainer and rollouter) the
+    wait holds the actor's event loop, as its own fit-end flush does: training is over. Never raises."""
+    if workers is not None:
+        safe(workers.start)
+    for flush in own:
+        safe(flush)
+    if workers is not None:
+        safe(workers.wait)
