@@ -161,7 +161,7 @@ def v1_sampled(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...]
 
 
 def _count_sampled_tokens(batch: Any) -> None:
-    from verl_otel.hooks.verl_async_objects import sampled_tokens
+    from verl_otel.hooks.verl_objects import sampled_tokens
 
     counts = sampled_tokens(getattr(batch, "tags", None) or ())
     steps = model.current().steps

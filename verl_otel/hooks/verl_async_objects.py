@@ -1,5 +1,6 @@
-"""fully_async's objects (its rollouter, its assembled batches' tags), read into the plain values the telemetry
-model takes; the rest of verl's objects are read in verl_objects.py. Each reader tolerates other verl versions."""
+"""The async trainers' objects, read into the plain values the telemetry model takes: fully_async's rollouter and
+its trainer's batches, v1's async modes' TransferQueue tags (the steps that submitted the samples); the rest of
+verl's objects are read in verl_objects.py. Each reader tolerates other verl versions."""
 
 from __future__ import annotations
 
@@ -128,15 +129,3 @@ def consumed_samples(tags: Sequence[Any]) -> list[tuple[int, int | None]]:
             if submit is not None:
                 out.append((submit, as_int(tag.get("max_global_steps"))))
     return out
-
-
-def sampled_tokens(tags: Sequence[Any]) -> tuple[int, int] | None:
-    """(prompt, response) tokens of the batch v1's replay buffer sampled, from the TransferQueue tags verl put with
-    each sample (``prompt_len``, ``response_len``), padding left out; None when no tag says."""
-    prompt = response = counted = 0
-    for tag in tags:
-        if isinstance(tag, Mapping) and not tag.get("is_padding", False):
-            p, r = as_int(tag.get("prompt_len")), as_int(tag.get("response_len"))
-            if p is not None and r is not None:
-                prompt, response, counted = prompt + p, response + r, counted + 1
-    return (prompt, response) if counted else None

@@ -6,14 +6,14 @@ reads as None, never an exception."""
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from verl_otel import semconv as sc
 from verl_otel.telemetry.steps import RunInfo
 from verl_otel.telemetry.values import to_scalar
 
-#: verl's keys, read off the dicts it returns (fully_async's: verl_async_objects.py)
+#: verl's keys, read off the dicts it returns (the async trainers': verl_async_objects.py)
 #: a rollout batch's (the legacy DataProto's meta_info, the v1 TensorDict's non-tensor entries); global_steps is
 #: also the trainer's (and rollouter's) attribute
 VALIDATE_KEY, GLOBAL_STEPS_KEY = "validate", "global_steps"
@@ -131,6 +131,18 @@ def weight_sync_step(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> int:
     """The step of a worker's ``update_weights(global_steps, ...)`` call (-1 when not an int)."""
     step = kwargs.get(GLOBAL_STEPS_KEY, args[0] if args else None)
     return step if isinstance(step, int) else -1
+
+
+def sampled_tokens(tags: Sequence[Any]) -> tuple[int, int] | None:
+    """(prompt, response) tokens of the batch v1's replay buffer sampled, from the TransferQueue tags verl put with
+    each sample (``prompt_len``, ``response_len``), padding left out; None when no tag says."""
+    prompt = response = counted = 0
+    for tag in tags:
+        if isinstance(tag, Mapping) and not tag.get("is_padding", False):
+            p, r = as_int(tag.get("prompt_len")), as_int(tag.get("response_len"))
+            if p is not None and r is not None:
+                prompt, response, counted = prompt + p, response + r, counted + 1
+    return (prompt, response) if counted else None
 
 
 def rollout_n(owner: Any, validate: bool) -> int:
