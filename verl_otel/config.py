@@ -179,6 +179,7 @@ class Settings:
     role: str = sc.ROLE_OTHER
     console_only: bool = False  # VERL_PROGRESS_LOG=1 alone: the [VERL_PROGRESS] lines, no span/metric export at all
     engine_spans: bool = True  # the rollout engine's (vLLM's) request spans under our samples
+    deprecated_names: bool = True  # renamed labels exported under their old name too (CHANGELOG.md)
     stall: StallSettings = field(default_factory=lambda: StallSettings())
     problems: tuple[str, ...] = field(default=(), compare=False)
 
@@ -223,6 +224,7 @@ def load(env: Mapping[str, str] | None = None, *, report: bool = True) -> Settin
         role=r.text(sc.ENV_ROLE, sc.ROLE_OTHER, limit=64),
         console_only=console_only,
         engine_spans=r.flag(sc.ENV_ENGINE_SPANS, True),
+        deprecated_names=r.flag(sc.ENV_DEPRECATED_NAMES, True),
         stall=_stall(r),
     )
     r.choice(sc.ENV_LOG_LEVEL, "info", ("debug", "info", "warning", "error"))

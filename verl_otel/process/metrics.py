@@ -51,7 +51,7 @@ class HistogramSeries:
 class MetricsState:
     """Gauges, counters and histograms of one process, keyed by (metric, label values)."""
 
-    def __init__(self, max_series_per_metric: int = 2000) -> None:
+    def __init__(self, max_series_per_metric: int = 2000, deprecated_names: bool = True) -> None:
         self._lock = threading.Lock()
         self._values: dict[tuple[sc.MetricDef, Labels], float] = {}
         self._hist: dict[tuple[sc.MetricDef, Labels], HistogramSeries] = {}
@@ -59,6 +59,7 @@ class MetricsState:
         self._keys_per_metric: dict[str, int] = {}
         self.on_histogram: list[Callable[[sc.MetricDef, Labels, float, str | None], None]] = []
         self.max_series_per_metric = max_series_per_metric
+        self.deprecated_names = deprecated_names  # renamed labels under their old name too (CHANGELOG.md)
 
     # -- writers --------------------------------------------------------------------------------
     def set(self, metric: sc.MetricDef, labels: Labels, value: float) -> bool:
@@ -121,7 +122,7 @@ class MetricsState:
                 out.extend(source())
             except Exception as exc:  # noqa: BLE001
                 warn_once(f"source:{source!r}", f"metric source failed: {exc!r}")
-        return out
+        return _with_old_names(out) if self.deprecated_names else out
 
     def histograms(self) -> list[tuple[sc.MetricDef, Labels, HistogramSeries]]:
         with self._lock:
@@ -129,3 +130,16 @@ class MetricsState:
                 (m, labels, HistogramSeries(s.bounds, list(s.counts), s.total, s.count, dict(s.exemplars)))
                 for (m, labels), s in self._hist.items()
             ]
+
+
+def _with_old_names(readings: list[Reading]) -> list[Reading]:
+    """Readings of a metric with a renamed label, as one series carrying the old label name beside the new one
+    (both exporters read readings, so both export it); read-time only, never on a training thread's path."""
+    out: list[Reading] = []
+    for metric, labels, value in readings:
+        if metric.renamed:
+            twin, index = sc.with_deprecated_labels(metric)
+            out.append((twin, labels + tuple(labels[i] for i in index), value))
+        else:
+            out.append((metric, labels, value))
+    return out

@@ -11,9 +11,10 @@ against it). By what it names:
 
 ``from verl_otel import semconv as sc`` gives all of them (``sc.SPAN_STEP``, ``sc.ROLLOUT_ETA``).
 
-Metric names are a user-facing API: dashboards and alerts depend on them, so a rename needs a deprecation
-note in the README, as vLLM does for its ``vllm:`` metrics. No label carries a step number, sample index,
-uid or trace id: identities live in traces.
+Metric names are a user-facing API: dashboards and alerts depend on them, so a renamed metric, label or span
+attribute is exported under both names for at least one release (``VERL_OTEL_DEPRECATED_NAMES``; a label:
+``MetricDef.renamed``) and CHANGELOG.md says so, as vLLM does for its ``vllm:`` metrics. No label carries a
+step number, sample index, uid or trace id: identities live in traces.
 """
 
 # the one namespace of the vocabulary (each module defines disjoint names: tests/test_layers.py)
