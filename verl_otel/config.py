@@ -1,5 +1,5 @@
-"""Settings from the environment: our VERL_OTEL_* knobs, the VERL_PROGRESS_* knobs (README, Console
-progress) and the standard OTEL_* variables the OpenTelemetry SDK reads. Reading is total: any string
+"""Settings from the environment: our VERL_OTEL_* knobs, the VERL_PROGRESS_* knobs
+(docs/guides/console.md) and the standard OTEL_* variables the OpenTelemetry SDK reads. Reading is total: any string
 gives either its value or one line naming the variable and the default used (collected in
 ``Settings.problems`` and logged once).
 
@@ -133,7 +133,7 @@ def _endpoint(r: _Reader, *names: str) -> str | None:
 
 @dataclass(frozen=True)
 class StallSettings:
-    """Stall detection (README, "When a run hangs"): a call is stalled past
+    """Stall detection (docs/guides/hangs.md): a call is stalled past
     ``min(seconds, max(min_seconds, factor x median of its earlier runs))`` (``seconds`` alone at first)."""
 
     enabled: bool = True
@@ -286,6 +286,7 @@ OWN_VARIABLES: tuple[str, ...] = (
     sc.ENV_EXPORT_BUFFER_MB,
     sc.ENV_LOG_LEVEL,
     sc.ENV_ENGINE_SPANS,
+    sc.ENV_DEPRECATED_NAMES,
     sc.ENV_STALL,
     sc.ENV_STALL_SECONDS,
     sc.ENV_STALL_MIN_SECONDS,
