@@ -2,8 +2,8 @@
 
 One per process, owned by :class:`verl_otel.runtime.Runtime`. Hot paths (one update per finished
 rollout sample) only touch plain Python objects; values are read when a scraper or the OTLP reader
-asks (an OTel API call per sample costs ~3 µs, an attribute increment 0.05 µs: README, "Reliability
-and overhead"). Histograms are updated once per step or
+asks (an OTel API call per sample costs ~3 µs, an attribute increment 0.05 µs:
+docs/performance.md). Histograms are updated once per step or
 phase, so they are recorded eagerly, with the step's trace id as exemplar.
 """
 

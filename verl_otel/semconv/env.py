@@ -26,7 +26,7 @@ ENV_EXPORT_BUFFER_MB: Final = "VERL_OTEL_EXPORT_BUFFER_MB"
 ENV_ENGINE_SPANS: Final = "VERL_OTEL_ENGINE_SPANS"  # 0: no inference-engine (vLLM) request spans under samples
 # 0: renamed labels only under their new name (CHANGELOG.md, "Deprecation rule"); default 1 for a release
 ENV_DEPRECATED_NAMES: Final = "VERL_OTEL_DEPRECATED_NAMES"
-# stall detection (README, "When a run hangs")
+# stall detection (docs/guides/hangs.md)
 ENV_STALL: Final = "VERL_OTEL_STALL"  # 0: no stall detection
 ENV_STALL_SECONDS: Final = "VERL_OTEL_STALL_SECONDS"  # absolute threshold (the cap)
 ENV_STALL_MIN_SECONDS: Final = "VERL_OTEL_STALL_MIN_SECONDS"  # the relative threshold's floor
