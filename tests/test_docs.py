@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from helpers.procs import ROOT
 
 from verl_otel import config, otel_env
 from verl_otel import semconv as sc
+from verl_otel.cli.main import build_parser
 from verl_otel.reference import build, commands, vocabulary
 from verl_otel.semconv import env as env_names
 
@@ -104,3 +106,51 @@ def test_readme_is_a_short_front_page():
     assert text.index("make demo") < 300, "the two commands open the README"
     for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text):
         assert (ROOT / target).exists(), target
+
+
+def _command_lines() -> list[tuple[str, str]]:
+    """(page, command) for each ``verl-otel ...`` the README and the guides give: the lines of their shell blocks
+    and their inline code, without the venv prefix, comments and what follows ``&&`` or ``|``; synopses (with
+    ``[``, ``|`` or ``...``) are the reference's business."""
+    found = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        if "reference" in page.parts:
+            continue
+        text = page.read_text()
+        shell = [ln for b in re.findall(r"^```bash\n(.*?)^```", text, re.S | re.M) for ln in b.splitlines()]
+        inline = re.findall(r"`((?:\.venv/bin/)?verl-otel [^`]+)`", text)
+        for raw in [*shell, *inline]:
+            line = re.split(r"\s+#|&&|\s\|\s", raw.strip())[0].strip()
+            line = line.removeprefix("(").removeprefix(".venv/bin/").removeprefix(".venv-vllm/bin/")
+            if line.startswith("verl-otel ") and not re.search(r"\.\.\.|\[|\||<", line):
+                found.append((str(page.relative_to(ROOT)), line))
+    return found
+
+
+def test_every_command_the_docs_give_parses():
+    lines = _command_lines()
+    assert len(lines) >= 15 and any(p.startswith("docs/guides/") for p, _ in lines), lines
+    parser = build_parser()
+    bad = []
+    for page, line in lines:
+        try:
+            parser.parse_args(shlex.split(line)[1:])
+        except SystemExit:
+            bad.append((page, line))
+    assert not bad, bad
+
+
+def test_stack_write_as_the_docs_give_it(tmp_path):
+    """The one command of the stack's blocks that runs without Docker, as written."""
+    line = next(cmd for page, cmd in _command_lines() if page == "docs/guides/stack.md")
+    assert line == "verl-otel stack write ./stack"
+    proc = subprocess.run(
+        [sys.executable, "-m", "verl_otel.cli.main", *shlex.split(line)[1:]],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "stack/docker-compose.yml").is_file() and (tmp_path / "stack/deploy").is_dir()
