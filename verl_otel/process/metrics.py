@@ -122,6 +122,11 @@ class MetricsState:
                 out.extend(source())
             except Exception as exc:  # noqa: BLE001
                 warn_once(f"source:{source!r}", f"metric source failed: {exc!r}")
+        return out
+
+    def exported(self) -> list[Reading]:
+        """The readings as both exporters write them: a renamed label also under its old name (CHANGELOG.md)."""
+        out = self.readings()
         return _with_old_names(out) if self.deprecated_names else out
 
     def histograms(self) -> list[tuple[sc.MetricDef, Labels, HistogramSeries]]:
