@@ -33,7 +33,7 @@ CHECK_CPU_TORCH = $(1)/bin/python -c 'import importlib.metadata as m, sys, torch
 	sys.exit(f"$(1): torch {torch.__version__} is not the CPU build (cuda={torch.version.cuda}, {cuda})") \
 	if torch.version.cuda or cuda else print(f"[verl-otel] $(1): torch {torch.__version__}, no CUDA packages")'
 
-.PHONY: install install-vllm demo test test-fast test-min lint prometheus stack-bin stack-up stack-down verl-compat bench bench-scale dashboards clean
+.PHONY: install install-vllm demo test test-fast test-min lint prometheus stack-bin stack-up stack-down verl-compat bench bench-scale dashboards docs clean
 
 $(STAMP): pyproject.toml verl_otel/_pth/verl_otel_autoload.pth
 	@echo "[verl-otel] creating $(VENV) and installing: $(TORCH_PIN) from $(or $(TORCH_WHEELS),$(TORCH_INDEX)), then verl $(VERL_VERSION) and verl-otel (a few minutes)"
@@ -135,5 +135,11 @@ bench-scale: install
 dashboards: install
 	$(PY) -m verl_otel.dashboards.build
 
+# the docs site: the reference pages regenerated from the code (docs/reference/), then built into site/ with
+# --strict (a broken link, anchor or nav entry fails); the [docs] extra (in [test]) brings mkdocs-material
+docs: install
+	$(PY) -m verl_otel.reference.build
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) $(MIN_VENV) $(VLLM_VENV) .venv-verl0* verl-otel-data .stack-bin
+	rm -rf $(VENV) $(MIN_VENV) $(VLLM_VENV) .venv-verl0* verl-otel-data .stack-bin site

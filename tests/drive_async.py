@@ -1,7 +1,7 @@
 """Drives fully_async's real rollouter and trainer code through verl-otel's hooks, in the order verl
 calls them, in a fresh process activated by the environment alone (the .pth start-up hook).
 
-fully_async cannot run on this CPU machine (see docs/async.md), so the two Ray actors are built
+fully_async cannot run on this CPU machine (see docs/guides/async.md), so the two Ray actors are built
 with ``object.__new__`` on their real classes and given the attributes their methods read; the
 MessageQueue between them is verl's real MessageQueue actor on a real local Ray. What stands in:
 the LLM servers (``generate_sequences_single`` returns a small DataProto whose min/max_global_steps

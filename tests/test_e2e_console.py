@@ -1,6 +1,6 @@
 """The seed's console lines on the real demo (the shared v1, legacy and fully_async runs, VERL_PROGRESS_LOG=1
 with telemetry on): every line in one of the seed's formats, each step's lines present and in order, and the
-README's examples matching lines the demo printed (modulo numbers)."""
+examples of docs/guides/console.md matching lines the demo printed (modulo numbers)."""
 
 from __future__ import annotations
 
@@ -96,9 +96,8 @@ def test_fully_async_console(fully_async_run):
     assert _of(lines, "worker") and _of(lines, "update_bar")
 
 
-def test_readme_console_examples_come_from_real_output(v1_run, legacy_run, fully_async_run):
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## Console progress", 1)[1].split("\n## ", 1)[0]
+def test_docs_console_examples_come_from_real_output(v1_run, legacy_run, fully_async_run):
+    section = (ROOT / "docs/guides/console.md").read_text()
     examples = [
         x
         for block in re.findall(r"```text\n(.*?)```", section, re.S)

@@ -1,5 +1,6 @@
-"""The README's commands after `make demo`, as written, in a fresh shell (no venv on PATH, none of the test
-process' environment), against the real demo's output (the shared v1 run, where `make demo` would leave it)."""
+"""The commands after `make demo` of the README and the docs' quickstart (the same block), as written, in a fresh
+shell (no venv on PATH, none of the test process' environment), against the real demo's output (the shared v1 run,
+where `make demo` would leave it)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,17 @@ from helpers.procs import ROOT
 pytestmark = pytest.mark.verl
 
 
-def after_make_demo() -> list[str]:
-    """The command lines of the README's first shell block after the demo section's "Then"."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## The CPU demo", 1)[1]
-    block = re.search(r"Then.*?```bash\n(.*?)```", section, re.S)
-    assert block, "the README lost its commands after make demo"
+def after_make_demo(page: str = "README.md", section: str = "## The CPU demo") -> list[str]:
+    """The command lines of a page's first shell block after its demo section's "Then"."""
+    text = (ROOT / page).read_text()
+    assert section in text, f"{page} lost its section {section!r}"
+    block = re.search(r"Then.*?```bash\n(.*?)```", text.split(section, 1)[1], re.S)
+    assert block, f"{page} lost its commands after make demo"
     return [ln.split("  #", 1)[0].strip() for ln in block[1].splitlines() if ln.strip()]
+
+
+def test_the_docs_quickstart_gives_the_readmes_commands():
+    assert after_make_demo("docs/getting-started/quickstart.md", "# Quickstart") == after_make_demo()
 
 
 def test_readme_commands_in_a_fresh_shell(v1_run, tmp_path):

@@ -163,11 +163,13 @@ def test_module_exists_without_importing(tmp_path):
 
 
 def test_readme_hook_counts_match_the_targets():
-    """README's per-version hook counts are computed from the table, so they cannot go stale."""
-    text = (ROOT / "README.md").read_text()
-    for version in ("0.8.0", "0.9.0", "0.9.1"):
-        n = sum(registry._in_range(t, version) for t in ALL_TARGETS)
-        assert f"verl {version}: {n} of {len(ALL_TARGETS)}" in text, (version, n)
+    """The per-version hook counts of the README and the install page are computed from the table, so they cannot
+    go stale."""
+    for page in ("README.md", "docs/getting-started/install.md"):
+        text = (ROOT / page).read_text()
+        for version in ("0.8.0", "0.9.0", "0.9.1"):
+            n = sum(registry._in_range(t, version) for t in ALL_TARGETS)
+            assert f"verl {version}: {n} of {len(ALL_TARGETS)}" in text, (page, version, n)
 
 
 @pytest.mark.parametrize("version", ["0.8.0", "0.10.0.dev0"])

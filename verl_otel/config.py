@@ -1,5 +1,5 @@
-"""Settings from the environment: our VERL_OTEL_* knobs, the VERL_PROGRESS_* knobs (README, Console
-progress) and the standard OTEL_* variables the OpenTelemetry SDK reads. Reading is total: any string
+"""Settings from the environment: our VERL_OTEL_* knobs, the VERL_PROGRESS_* knobs
+(docs/guides/console.md) and the standard OTEL_* variables the OpenTelemetry SDK reads. Reading is total: any string
 gives either its value or one line naming the variable and the default used (collected in
 ``Settings.problems`` and logged once).
 
@@ -133,7 +133,7 @@ def _endpoint(r: _Reader, *names: str) -> str | None:
 
 @dataclass(frozen=True)
 class StallSettings:
-    """Stall detection (README, "When a run hangs"): a call is stalled past
+    """Stall detection (docs/guides/hangs.md): a call is stalled past
     ``min(seconds, max(min_seconds, factor x median of its earlier runs))`` (``seconds`` alone at first)."""
 
     enabled: bool = True
@@ -179,6 +179,7 @@ class Settings:
     role: str = sc.ROLE_OTHER
     console_only: bool = False  # VERL_PROGRESS_LOG=1 alone: the [VERL_PROGRESS] lines, no span/metric export at all
     engine_spans: bool = True  # the rollout engine's (vLLM's) request spans under our samples
+    deprecated_names: bool = True  # renamed labels exported under their old name too (CHANGELOG.md)
     stall: StallSettings = field(default_factory=lambda: StallSettings())
     problems: tuple[str, ...] = field(default=(), compare=False)
 
@@ -223,6 +224,7 @@ def load(env: Mapping[str, str] | None = None, *, report: bool = True) -> Settin
         role=r.text(sc.ENV_ROLE, sc.ROLE_OTHER, limit=64),
         console_only=console_only,
         engine_spans=r.flag(sc.ENV_ENGINE_SPANS, True),
+        deprecated_names=r.flag(sc.ENV_DEPRECATED_NAMES, True),
         stall=_stall(r),
     )
     r.choice(sc.ENV_LOG_LEVEL, "info", ("debug", "info", "warning", "error"))
@@ -284,6 +286,7 @@ OWN_VARIABLES: tuple[str, ...] = (
     sc.ENV_EXPORT_BUFFER_MB,
     sc.ENV_LOG_LEVEL,
     sc.ENV_ENGINE_SPANS,
+    sc.ENV_DEPRECATED_NAMES,
     sc.ENV_STALL,
     sc.ENV_STALL_SECONDS,
     sc.ENV_STALL_MIN_SECONDS,

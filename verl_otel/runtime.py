@@ -39,7 +39,7 @@ class Runtime:
     def __init__(self, settings: cfg.Settings) -> None:
         self.pid = os.getpid()
         self.settings = settings
-        self.state = MetricsState(max_series_per_metric=settings.max_metric_keys)
+        self.state = MetricsState(settings.max_metric_keys, settings.deprecated_names)
         self.destination = "none"
         self._lock = threading.RLock()
         self._role: tuple[str, int | None] = (settings.role, None)

@@ -77,7 +77,7 @@ def progress_lines(log: str | Path) -> list[str]:
 
 
 def shape_of(line: str) -> str:
-    """A line modulo numbers and bar fill: how the README's examples are compared with real output."""
+    """A line modulo numbers and bar fill: how the docs' examples are compared with real output."""
     line = re.sub(r"\[[#-]+\]", "[BAR]", line)
     line = re.sub(r"\d+(?:\.\d+)?", "N", line)
     return re.sub(r"\[('[^']*'(?:, )?)*(, \.\.\.)?\]", "[KEYS]", line)

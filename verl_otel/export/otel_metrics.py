@@ -33,7 +33,7 @@ def _attrs(metric: sc.MetricDef, labels: Labels) -> dict[str, str]:
 
 class _Collected:
     """One read of the state per export: the SDK calls every observable instrument's callback in
-    turn within milliseconds, and they share one grouped ``state.readings()`` (not one each)."""
+    turn within milliseconds, and they share one grouped ``state.exported()`` (not one each)."""
 
     def __init__(self, state: MetricsState, max_age_s: float) -> None:
         self.state, self.max_age_s = state, max_age_s
@@ -46,7 +46,7 @@ class _Collected:
         with self._lock:
             if self._at is None or now - self._at > self.max_age_s:
                 grouped: dict[str, list[Observation]] = defaultdict(list)
-                for m, labels, v in self.state.readings():
+                for m, labels, v in self.state.exported():
                     grouped[m.name].append(Observation(v, _attrs(m, labels)))
                 self._by_metric, self._at = grouped, now
             return self._by_metric.get(metric.name, [])

@@ -43,7 +43,7 @@ class StateCollector:
 
     def collect(self) -> Iterator[Metric]:
         grouped: dict[sc.MetricDef, list[tuple[tuple[str, ...], float]]] = defaultdict(list)
-        for metric, labels, value in self._state.readings():
+        for metric, labels, value in self._state.exported():
             grouped[metric].append((labels, value))
         for metric, rows in grouped.items():
             family: Any

@@ -2,8 +2,8 @@
 
 One per process, owned by :class:`verl_otel.runtime.Runtime`. Hot paths (one update per finished
 rollout sample) only touch plain Python objects; values are read when a scraper or the OTLP reader
-asks (an OTel API call per sample costs ~3 µs, an attribute increment 0.05 µs: README, "Reliability
-and overhead"). Histograms are updated once per step or
+asks (an OTel API call per sample costs ~3 µs, an attribute increment 0.05 µs:
+docs/performance.md). Histograms are updated once per step or
 phase, so they are recorded eagerly, with the step's trace id as exemplar.
 """
 
@@ -51,7 +51,7 @@ class HistogramSeries:
 class MetricsState:
     """Gauges, counters and histograms of one process, keyed by (metric, label values)."""
 
-    def __init__(self, max_series_per_metric: int = 2000) -> None:
+    def __init__(self, max_series_per_metric: int = 2000, deprecated_names: bool = True) -> None:
         self._lock = threading.Lock()
         self._values: dict[tuple[sc.MetricDef, Labels], float] = {}
         self._hist: dict[tuple[sc.MetricDef, Labels], HistogramSeries] = {}
@@ -59,6 +59,7 @@ class MetricsState:
         self._keys_per_metric: dict[str, int] = {}
         self.on_histogram: list[Callable[[sc.MetricDef, Labels, float, str | None], None]] = []
         self.max_series_per_metric = max_series_per_metric
+        self.deprecated_names = deprecated_names  # renamed labels under their old name too (CHANGELOG.md)
 
     # -- writers --------------------------------------------------------------------------------
     def set(self, metric: sc.MetricDef, labels: Labels, value: float) -> bool:
@@ -123,9 +124,27 @@ class MetricsState:
                 warn_once(f"source:{source!r}", f"metric source failed: {exc!r}")
         return out
 
+    def exported(self) -> list[Reading]:
+        """The readings as both exporters write them: a renamed label also under its old name (CHANGELOG.md)."""
+        out = self.readings()
+        return _with_old_names(out) if self.deprecated_names else out
+
     def histograms(self) -> list[tuple[sc.MetricDef, Labels, HistogramSeries]]:
         with self._lock:
             return [
                 (m, labels, HistogramSeries(s.bounds, list(s.counts), s.total, s.count, dict(s.exemplars)))
                 for (m, labels), s in self._hist.items()
             ]
+
+
+def _with_old_names(readings: list[Reading]) -> list[Reading]:
+    """Readings of a metric with a renamed label, as one series carrying the old label name beside the new one
+    (both exporters read readings, so both export it); read-time only, never on a training thread's path."""
+    out: list[Reading] = []
+    for metric, labels, value in readings:
+        if metric.renamed:
+            twin, index = sc.with_deprecated_labels(metric)
+            out.append((twin, labels + tuple(labels[i] for i in index), value))
+        else:
+            out.append((metric, labels, value))
+    return out

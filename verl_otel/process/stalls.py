@@ -1,4 +1,4 @@
-"""Stall detection: one watch per process, owned by the runtime (README, "When a run hangs").
+"""Stall detection: one watch per process, owned by the runtime (docs/guides/hangs.md).
 
 A hooked call (a trainer phase, a training worker's method, a reward call, an agent-loop sample, a rollout
 server request) tells the watch when it starts and ends: :meth:`StallWatch.enter` stores a start time in a

@@ -24,7 +24,9 @@ ENV_LOG_LEVEL: Final = "VERL_OTEL_LOG_LEVEL"
 # MB of spans a process keeps in memory while the collector does not answer (and as much again on disk)
 ENV_EXPORT_BUFFER_MB: Final = "VERL_OTEL_EXPORT_BUFFER_MB"
 ENV_ENGINE_SPANS: Final = "VERL_OTEL_ENGINE_SPANS"  # 0: no inference-engine (vLLM) request spans under samples
-# stall detection (README, "When a run hangs")
+# 0: renamed labels only under their new name (CHANGELOG.md, "Deprecation rule"); default 1 for a release
+ENV_DEPRECATED_NAMES: Final = "VERL_OTEL_DEPRECATED_NAMES"
+# stall detection (docs/guides/hangs.md)
 ENV_STALL: Final = "VERL_OTEL_STALL"  # 0: no stall detection
 ENV_STALL_SECONDS: Final = "VERL_OTEL_STALL_SECONDS"  # absolute threshold (the cap)
 ENV_STALL_MIN_SECONDS: Final = "VERL_OTEL_STALL_MIN_SECONDS"  # the relative threshold's floor

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
@@ -25,6 +26,11 @@ LABEL_PROJECT: Final = "verl_project"
 LABEL_EXPERIMENT: Final = "verl_experiment"
 LABEL_PROCESS_ROLE: Final = "verl_process_role"
 
+#: Renamed labels, still exported under their old name beside the new one for at least one release
+#: (CHANGELOG.md, "Deprecation rule"; off with ``VERL_OTEL_DEPRECATED_NAMES=0``): (old, new) per metric.
+RENAMED_WORKER: Final = (("worker", LABEL_ROLLOUT_WORKER),)  # 0.1.0: the agent-loop worker's index
+RENAMED_ASYNC_ROLE: Final = (("role", LABEL_SIDE),)  # 0.1.0: fully_async's side (role is actor/critic/ref)
+
 
 @dataclass(frozen=True)
 class MetricDef:
@@ -38,10 +44,30 @@ class MetricDef:
     unit: str = ""
     otel_name: str = ""
     buckets: tuple[float, ...] = field(default=())
+    #: (old label, new label) pairs of a rename in its deprecation period: the old name is exported too
+    renamed: tuple[tuple[str, str], ...] = field(default=())
 
     def __post_init__(self) -> None:
         if not self.otel_name:
             object.__setattr__(self, "otel_name", _otel_name_for(self.name, self.kind))
+        if self.renamed and (self.kind == "histogram" or any(new not in self.labels for _, new in self.renamed)):
+            raise ValueError(f"{self.name}: a renamed label must be one of its labels, on a gauge or counter")
+
+    @property
+    def deprecated_labels(self) -> tuple[str, ...]:
+        """The old names of renamed labels, exported after :attr:`labels` while their deprecation lasts."""
+        return tuple(old for old, _ in self.renamed)
+
+
+@functools.cache
+def with_deprecated_labels(metric: MetricDef) -> tuple[MetricDef, tuple[int, ...]]:
+    """The metric as exported with its old label names too (its labels, then the old names), and for each old
+    name the index of the new label whose value it repeats: one series carries both names."""
+    index = tuple(metric.labels.index(new) for _, new in metric.renamed)
+    twin = MetricDef(
+        metric.name, metric.kind, metric.help, metric.labels + metric.deprecated_labels, metric.unit, metric.otel_name
+    )
+    return twin, index
 
 
 def _otel_name_for(name: str, kind: MetricKind) -> str:

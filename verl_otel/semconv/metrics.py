@@ -14,6 +14,8 @@ from verl_otel.semconv.metric_def import (
     LABEL_ROLE,
     LABEL_ROLLOUT_WORKER,
     LABEL_SIDE,
+    RENAMED_ASYNC_ROLE,
+    RENAMED_WORKER,
     MetricDef,
 )
 from verl_otel.semconv.why import WHY_METRICS
@@ -52,6 +54,7 @@ ROLLOUT_SAMPLES_COMPLETED = MetricDef(
     "Samples (agent loops) finished so far in the current rollout of this agent-loop worker.",
     _ROLLOUT_LABELS,
     unit="{sample}",
+    renamed=RENAMED_WORKER,
 )
 ROLLOUT_SAMPLES_EXPECTED = MetricDef(
     "verl_rollout_samples_expected",
@@ -59,6 +62,7 @@ ROLLOUT_SAMPLES_EXPECTED = MetricDef(
     "Samples this agent-loop worker was given in the current rollout.",
     _ROLLOUT_LABELS,
     unit="{sample}",
+    renamed=RENAMED_WORKER,
 )
 ROLLOUT_SAMPLES_INFLIGHT = MetricDef(
     "verl_rollout_samples_inflight",
@@ -66,6 +70,7 @@ ROLLOUT_SAMPLES_INFLIGHT = MetricDef(
     "Samples started and not yet finished on this agent-loop worker.",
     _ROLLOUT_LABELS,
     unit="{sample}",
+    renamed=RENAMED_WORKER,
 )
 ROLLOUT_OLDEST_INFLIGHT = MetricDef(
     "verl_rollout_oldest_inflight_seconds",
@@ -73,6 +78,7 @@ ROLLOUT_OLDEST_INFLIGHT = MetricDef(
     "Age of the longest-running unfinished sample: a lost request keeps growing here.",
     _ROLLOUT_LABELS,
     unit="s",
+    renamed=RENAMED_WORKER,
 )
 ROLLOUT_ELAPSED = MetricDef(
     "verl_rollout_elapsed_seconds",
@@ -80,6 +86,7 @@ ROLLOUT_ELAPSED = MetricDef(
     "Seconds since the current rollout started on this worker.",
     _ROLLOUT_LABELS,
     unit="s",
+    renamed=RENAMED_WORKER,
 )
 ROLLOUT_ETA = MetricDef(
     "verl_rollout_eta_seconds",
@@ -87,6 +94,7 @@ ROLLOUT_ETA = MetricDef(
     "Estimated seconds until this worker's rollout completes (elapsed/completed x remaining).",
     _ROLLOUT_LABELS,
     unit="s",
+    renamed=RENAMED_WORKER,
 )
 
 TRAINING_STEP = MetricDef(
@@ -230,6 +238,7 @@ ASYNC_QUEUE_DEPTH = MetricDef(
     "its puts; trainer: after each take).",
     (LABEL_SIDE,),
     unit="{sample}",
+    renamed=RENAMED_ASYNC_ROLE,
 )
 ASYNC_QUEUE_CAPACITY = MetricDef(
     "verl_async_queue_capacity",
@@ -243,6 +252,7 @@ ASYNC_PARAM_VERSION = MetricDef(
     "Parameter version: the trainer's current_param_version, or the version the rollouter generates with.",
     (LABEL_SIDE,),
     unit="{version}",
+    renamed=RENAMED_ASYNC_ROLE,
 )
 ASYNC_STALENESS = MetricDef(
     "verl_async_staleness",
@@ -263,6 +273,7 @@ ASYNC_IDLE_RATIO = MetricDef(
     "the rollouter paused (verl's own fully_async/<role>/idle_ratio, evaluated now).",
     (LABEL_SIDE,),
     unit="1",
+    renamed=RENAMED_ASYNC_ROLE,
 )
 ASYNC_ROLLOUTER_PAUSED = MetricDef(
     "verl_async_rollouter_paused",

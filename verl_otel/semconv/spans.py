@@ -71,7 +71,7 @@ ATTR_STEPS_PLANNED: Final = "verl.steps_planned"
 #: On a step (and the phase it stopped in) that ended by verl's own stop signal, not an error:
 #: fully_async's last fit_step finds the queue closed and raises TrainingStopException in ``gen``.
 ATTR_STOPPED: Final = "verl.stopped"
-# Attributes on rollout spans (README, "What a step trace looks like")
+# Attributes on rollout spans (docs/guides/step-traces.md)
 ATTR_WORKER_INDEX: Final = "verl.rollout.worker"
 ATTR_MODE: Final = "verl.rollout.mode"
 ATTR_SAMPLES: Final = "verl.rollout.samples"
@@ -100,7 +100,7 @@ TRACEPARENT_KEY: Final = "verl_otel_traceparent"
 PARAM_VERSION_KEY: Final = "verl_otel_param_version"
 SAMPLE_SPAN_ID_KEY: Final = "verl_otel_span_id"  # our copy of a sample's trajectory: the id its engine requests named
 
-# Spans of the training workers' calls, under the trainer's phase span (README, "What a step trace looks like").
+# Spans of the training workers' calls, under the trainer's phase span (docs/guides/step-traces.md).
 #: worker-group method -> span name; only these calls carry the trainer's context
 WORKER_SPAN_NAMES: Final[dict[str, str]] = {
     "update_actor": "worker.update_actor",

@@ -1,4 +1,4 @@
-"""Stall detection (README, "When a run hangs"): the ``stall`` span, its attributes and classifications, and
+"""Stall detection (docs/guides/hangs.md): the ``stall`` span, its attributes and classifications, and
 the evidence files' names."""
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from verl_otel.semconv.metric_def import (
     LABEL_RANK,
     LABEL_ROLE,
     LABEL_ROLLOUT_WORKER,
+    RENAMED_WORKER,
     MetricDef,
 )
 from verl_otel.semconv.spans import (
@@ -60,6 +61,7 @@ ROLLOUT_TAIL_RATIO: Final = MetricDef(
     "The last training batch's slowest sample over its median sample, per agent-loop worker (1: no tail).",
     (LABEL_ROLLOUT_WORKER,),
     unit="",
+    renamed=RENAMED_WORKER,
 )
 
 # -- straggling ranks ---------------------------------------------------------------------------

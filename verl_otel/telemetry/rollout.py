@@ -2,7 +2,7 @@
 
 The per-sample path (:meth:`RolloutTracker.sample_started` / :meth:`sample_finished`) only touches
 ints, a dict and a list; gauges are computed when read. When a worker's batch is done, the finished
-samples are handed to the span emitter, which keeps the slowest ones (README, "What a step trace looks like").
+samples are handed to the span emitter, which keeps the slowest ones (docs/guides/step-traces.md).
 """
 
 from __future__ import annotations
