@@ -75,7 +75,8 @@ def _stop_all(stack: Stack) -> None:
 
 def test_the_gateway_killed_right_after_acknowledging_loses_no_span(tmp_path):
     """Jaeger down: the spans the Collector acknowledged can only be in its queue when it is killed (SIGKILL, at
-    once after the answer); started again on the same queue folder, it sends every one. A `batch` processor in
+    once after the answer); started again on the same queue folder (and stopped cleanly once more, still without
+    Jaeger), it sends every one. A `batch` processor in
     front of the queue (this file's config before) loses them all: it holds a batch for up to 5s in memory."""
     bins = go_binaries()
     stack = Stack(tmp_path / "head", Ports.free(), Binds())
@@ -83,6 +84,8 @@ def test_the_gateway_killed_right_after_acknowledging_loses_no_span(tmp_path):
         stack.start("collector", ROOT, bins)  # no Jaeger yet: its OTLP port refuses
         sent = _send(stack.otlp_endpoint, _spans(40, "before-kill")) | _send(stack.otlp_endpoint, _spans(9, "two"))
         stack.stop("collector", crash=True)
+        stack.start("collector", ROOT, bins)
+        stack.stop("collector")  # and a clean stop (docker compose restart): the batcher hands its spans back
         stack.start("collector", ROOT, bins)
         stack.start("jaeger", ROOT, bins)
         _arrived(stack, sent)

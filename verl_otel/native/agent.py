@@ -53,6 +53,7 @@ class Agent:
     gateway: str
     bind: str = "127.0.0.1"
     ports: AgentPorts = AgentPorts()
+    wrap: tuple[str, ...] = ()  # a command to run it through, e.g. ("ip", "netns", "exec", "host-b") (tests' hosts)
     pid: int | None = None
 
     @property
@@ -62,7 +63,7 @@ class Agent:
 
     def start(self, exe: Path, root: Path, timeout_s: float = 60.0) -> None:
         part = agent_part(exe, root, self.state, self.gateway, self.bind, self.ports)
-        self.pid = procs.spawn(NAME, part.argv, self.state, part.env)
+        self.pid = procs.spawn(NAME, [*self.wrap, *part.argv], self.state, part.env)
         if not procs.wait_healthy(self.pid, part.health_url, timeout_s):
             tail = procs.log_tail(self.state, NAME)
             self.stop()
