@@ -149,15 +149,18 @@ def loopback_elsewhere(
     """The start-up line of a process on another host than the driver's (``driver``: VERL_OTEL_DRIVER_HOST, which
     ray.init forwards) that was forwarded the driver's loopback OTLP endpoint: there it names this host, not the
     driver's Collector. Named, not rewritten (README, multi-node)."""
-    here = socket.gethostname() if here is None else here
     loopback = next((e for e in endpoints if e and _is_loopback(e)), None)
-    if not driver or driver == here or loopback is None:
+    if not driver or loopback is None:
+        return None
+    here = socket.gethostname() if here is None else here
+    if driver == here:
         return None
     unsent = Path(data_dir).absolute() / sc.UNSENT_DIR
     return (
-        f"OTLP endpoint {loopback} is loopback on host {here} (the driver runs on {driver}): spans go to this "
-        f"node's own Collector agent if one runs there, else they wait and end in {unsent}/ — run the agent "
-        "(deploy/otel-collector/agent.yaml) on every node or set a routable endpoint"
+        f"OTLP endpoint {loopback} is loopback on host {here} (the driver runs on {driver}): this process sends "
+        f"to this node's own Collector agent if one runs there, else its spans wait and end in {unsent}/ and its "
+        "metrics are not collected — run the agent (deploy/otel-collector/agent.yaml) on every node or set a "
+        "routable endpoint"
     )
 
 
