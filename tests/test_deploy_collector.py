@@ -11,12 +11,19 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from helpers.deploy import compose, env_default, mounts, repo_yaml
 
+from verl_otel import semconv as sc
 
 # -- the Collector ----------------------------------------------------------------------------------------------
-def test_collector_pipelines_use_only_defined_current_components():
-    cfg = repo_yaml("deploy/otel-collector/config.yaml")
+COLLECTOR_CONFIGS = ("deploy/otel-collector/config.yaml", "deploy/otel-collector/agent.yaml")
+
+
+@pytest.mark.parametrize("path", COLLECTOR_CONFIGS)
+def test_collector_pipelines_use_only_defined_current_components(path):
+    cfg = repo_yaml(path)
     defined = {kind: set(cfg.get(kind) or {}) for kind in ("receivers", "processors", "exporters", "connectors")}
     used_as: dict[str, set[str]] = {"receivers": set(), "processors": set(), "exporters": set()}
     for name, pipe in cfg["service"]["pipelines"].items():
@@ -30,7 +37,6 @@ def test_collector_pipelines_use_only_defined_current_components():
             assert e in defined["exporters"] | defined["connectors"], (name, e)
             used_as["exporters"].add(e)
         assert pipe["processors"][0] == "memory_limiter", f"{name}: memory_limiter must come first"
-        assert pipe["processors"][-1] == "batch", f"{name}: batch last"
     for conn in defined["connectors"]:  # a connector is an exporter of one pipeline and a receiver of another
         assert conn in used_as["exporters"] and conn in used_as["receivers"], conn
     for kind in ("receivers", "processors", "exporters"):
@@ -144,7 +150,7 @@ def test_jaeger_config_is_consistent():
     assert set(service["extensions"]) == set(cfg["extensions"])
     pipe = service["pipelines"]["traces"]
     for kind in ("receivers", "processors", "exporters"):
-        assert set(pipe[kind]) <= set(cfg[kind]), kind
+        assert set(pipe.get(kind, [])) <= set(cfg.get(kind) or {}), kind
     backends = set(cfg["extensions"]["jaeger_storage"]["backends"])
     assert cfg["extensions"]["jaeger_query"]["storage"]["traces"] in backends
     assert cfg["exporters"]["jaeger_storage_exporter"]["trace_storage"] in backends
@@ -194,3 +200,40 @@ def test_collector_keeps_what_it_accepted_on_disk_until_jaeger_takes_it():
         n for n, c in svc["otel-collector"]["depends_on"].items() if c["condition"] == "service_completed_successfully"
     ]
     assert mounts(svc[init])[directory] == "otelcol-queue" and "10001:10001" in svc[init]["entrypoint"]
+
+
+@pytest.mark.parametrize("path", [*COLLECTOR_CONFIGS, "deploy/jaeger/config.yaml"])
+def test_no_pipeline_holds_what_it_acknowledged_only_in_memory(path):
+    """A `batch` processor holds what the receiver already acknowledged; a kill -9 loses it (issue 39): batching is
+    the exporters' own, after their queue on disk. Every exporter that sends on (not the prometheus exporter's
+    scrape endpoint, not Jaeger's own storage) queues on file_storage and retries until its target is back."""
+    cfg = repo_yaml(path)
+    for name, pipe in cfg["service"]["pipelines"].items():
+        assert not [p for p in pipe.get("processors", []) if p.split("/")[0] == "batch"], (path, name)
+    assert not [p for p in cfg.get("processors") or {} if p.split("/")[0] == "batch"], path
+    storages = {n for n in cfg.get("extensions") or {} if n.split("/")[0] == "file_storage"}
+    for name, exporter in cfg["exporters"].items():
+        if name.split("/")[0] not in ("otlp", "otlp_grpc", "otlphttp"):
+            continue
+        queue = exporter["sending_queue"]
+        assert queue["storage"] in storages & set(cfg["service"]["extensions"]), (path, name)
+        assert queue.get("enabled", True) and not queue.get("wait_for_result"), (path, name)
+        assert exporter["retry_on_failure"]["max_elapsed_time"] == 0, (path, name)
+
+
+def test_the_agent_listens_where_the_forwarded_loopback_endpoint_points_and_sends_to_the_gateway():
+    """agent.yaml: on each node's loopback at the gateway's OTLP ports (so the driver's
+    OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317, forwarded to every node, reaches the node's agent), both
+    signals to the gateway named by VERL_OTEL_GATEWAY_ENDPOINT, its queue in VERL_OTEL_AGENT_QUEUE_DIR."""
+    agent, gateway = repo_yaml("deploy/otel-collector/agent.yaml"), repo_yaml("deploy/otel-collector/config.yaml")
+    for proto in ("grpc", "http"):
+        ours = agent["receivers"]["otlp"]["protocols"][proto]["endpoint"]
+        assert ours.startswith(f"${{env:{sc.ENV_AGENT_BIND}:-127.0.0.1}}:"), ours
+        assert _port(ours) == _port(gateway["receivers"]["otlp"]["protocols"][proto]["endpoint"])
+    (exporter,) = agent["exporters"]
+    assert agent["exporters"][exporter]["endpoint"] == f"${{env:{sc.ENV_GATEWAY_ENDPOINT}}}"
+    pipes = agent["service"]["pipelines"]
+    assert set(pipes) == {"traces", "metrics"} and all(p["exporters"] == [exporter] for p in pipes.values())
+    assert agent["extensions"]["file_storage"]["directory"].startswith(f"${{env:{sc.ENV_AGENT_QUEUE_DIR}:-/")
+    ml = agent["processors"]["memory_limiter"]
+    assert 0 < ml["spike_limit_mib"] < ml["limit_mib"] <= 2048, "a fixed, small ceiling on a training node"

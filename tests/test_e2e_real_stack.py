@@ -53,8 +53,8 @@ def test_every_step_trace_is_in_jaeger_with_its_parents(real_stack_run):
 
 def test_every_span_the_collector_accepted_reached_jaeger_through_the_outage(real_stack_run):
     """Jaeger was killed before the run's first span; while it was down the Collector accepted the spans of steps
-    0..2 into its disk queue, was restarted (SIGTERM), and only then Jaeger came back: every span either Collector
-    process accepted is in Jaeger."""
+    0..2 into its disk queue, was killed (SIGKILL) mid-run and started again, and only then Jaeger came back: every
+    span either Collector process accepted is in Jaeger."""
     o = real_stack_run.probe.outage
     assert not o.errors and o.jaeger_killed and o.collector_restarted and o.jaeger_restarted, o
     assert o.accepted_before_restart > o.accepted_at_kill, "no span reached the Collector while Jaeger was down"

@@ -118,3 +118,24 @@ def test_free_ports_stay_out_of_the_ephemeral_range_so_a_restart_finds_them_free
     for port in ports:
         with socket.socket() as s:
             s.bind(("127.0.0.1", port))  # free now
+
+
+def test_the_agent_runs_agent_yaml_with_only_its_addresses_set(tmp_path):
+    """verl_otel.native.agent: deploy/otel-collector/agent.yaml as users run it (the gateway and the queue folder in
+    its variables), every --set key one the file has (a renamed key fails here, not in a real run)."""
+    from verl_otel import semconv as sc
+    from verl_otel.native.agent import AgentPorts, agent_part
+
+    part = agent_part(Path("/bin/otelcol"), ROOT, tmp_path, "head-node:4317", "10.1.0.2", AgentPorts(1, 2, 3, 4))
+    assert part.argv[:2] == ["/bin/otelcol", f"--config={ROOT / 'deploy/otel-collector/agent.yaml'}"]
+    queue = str(tmp_path / "agent-queue")
+    assert part.env == {sc.ENV_GATEWAY_ENDPOINT: "head-node:4317", sc.ENV_AGENT_QUEUE_DIR: queue}
+    assert part.health_url == "http://10.1.0.2:3/"
+    deploy = yaml.safe_load((ROOT / "deploy/otel-collector/agent.yaml").read_text())
+    sets = dict(a.removeprefix("--set=").split("=", 1) for a in part.argv[2:])
+    for key in sets:
+        node = deploy
+        for part_of_key in key.split("."):
+            assert isinstance(node, dict) and part_of_key in node, key
+            node = node[part_of_key]
+    assert sets["receivers.otlp.protocols.grpc.endpoint"] == "10.1.0.2:1"

@@ -4,12 +4,15 @@ load in those real binaries (their `validate` subcommand)."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 
 from helpers.deploy import compose
 from helpers.procs import ROOT
 from helpers.real_stack import go_binaries, go_require
+
+from verl_otel.semconv import ENV_GATEWAY_ENDPOINT
 
 CONTRIB = "github.com/open-telemetry/opentelemetry-collector-contrib/exporter/prometheusexporter"
 JAEGER = "github.com/jaegertracing/jaeger"
@@ -49,11 +52,20 @@ def test_collector_and_jaeger_share_the_collector_core():
 
 def test_deploy_configs_load_in_the_real_binaries():
     bins = go_binaries()
-    for name, config in (("collector", "deploy/otel-collector/config.yaml"), ("jaeger", "deploy/jaeger/config.yaml")):
+    env = {**os.environ, ENV_GATEWAY_ENDPOINT: "head-node:4317"}  # the agent's one required setting
+    for name, config in (
+        ("collector", "deploy/otel-collector/config.yaml"),
+        ("collector", "deploy/otel-collector/agent.yaml"),
+        ("jaeger", "deploy/jaeger/config.yaml"),
+    ):
         proc = subprocess.run(
-            [str(bins[name]), "validate", f"--config={ROOT / config}"], capture_output=True, text=True, timeout=120
+            [str(bins[name]), "validate", f"--config={ROOT / config}"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
         )
-        assert proc.returncode == 0, f"{name}: {proc.stdout[-1500:]}{proc.stderr[-1500:]}"
+        assert proc.returncode == 0, f"{config}: {proc.stdout[-1500:]}{proc.stderr[-1500:]}"
     # validate really checks: an unknown key fails
     bad = subprocess.run(
         [

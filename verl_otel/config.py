@@ -11,7 +11,9 @@ in this process' environment with the SDK's default, so no SDK constructor ever 
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,6 +133,37 @@ def _endpoint(r: _Reader, *names: str) -> str | None:
     return None
 
 
+def _is_loopback(endpoint: str) -> bool:
+    host = urlparse(endpoint if "://" in endpoint else f"http://{endpoint}").hostname or ""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def loopback_elsewhere(
+    driver: str, endpoints: tuple[str | None, ...], data_dir: str, here: str | None = None
+) -> str | None:
+    """The start-up line of a process on another host than the driver's (``driver``: VERL_OTEL_DRIVER_HOST, which
+    ray.init forwards) that was forwarded the driver's loopback OTLP endpoint: there it names this host, not the
+    driver's Collector. Named, not rewritten (README, multi-node)."""
+    loopback = next((e for e in endpoints if e and _is_loopback(e)), None)
+    if not driver or loopback is None:
+        return None
+    here = socket.gethostname() if here is None else here
+    if driver == here:
+        return None
+    unsent = Path(data_dir).absolute() / sc.UNSENT_DIR
+    return (
+        f"OTLP endpoint {loopback} is loopback on host {here} (the driver runs on {driver}): this process sends "
+        f"to this node's own Collector agent if one runs there, else its spans wait and end in {unsent}/ and its "
+        "metrics are not collected — run the agent (deploy/otel-collector/agent.yaml) on every node or set a "
+        "routable endpoint"
+    )
+
+
 @dataclass(frozen=True)
 class StallSettings:
     """Stall detection (docs/guides/hangs.md): a call is stalled past
@@ -229,9 +262,12 @@ def load(env: Mapping[str, str] | None = None, *, report: bool = True) -> Settin
     )
     r.choice(sc.ENV_LOG_LEVEL, "info", ("debug", "info", "warning", "error"))
     r.flag(sc.ENV_ENABLED, False)
+    elsewhere = loopback_elsewhere(r.text(sc.ENV_DRIVER_HOST, "", limit=255), (traces_ep, metrics_ep), data_dir)
     problems = tuple(r.problems)
     if report:
         _report(list(problems))
+        if elsewhere:
+            warn_once("loopback-elsewhere", elsewhere)
     return settings.__class__(**{**settings.__dict__, "problems": problems})
 
 
@@ -272,6 +308,7 @@ def load_progress(env: Mapping[str, str] | None = None) -> ProgressSettings:
 OWN_VARIABLES: tuple[str, ...] = (
     sc.ENV_ENABLED,
     sc.ENV_DIR,
+    sc.ENV_DRIVER_HOST,
     sc.ENV_PROM_PORT,
     sc.ENV_PROM_HOST,
     sc.ENV_SAMPLE_SPANS,

@@ -1,15 +1,12 @@
 """One CPU demo run pushed through the real stack (tests/test_e2e_real_stack.py): OTEL_EXPORTER_OTLP_ENDPOINT points
 it at the Collector (and OTEL_METRIC_EXPORT_INTERVAL, see below). While it runs, a probe kills Jaeger before the
-first span, restarts the Collector (its export queue is on disk) and then Jaeger once the slow step began, and
-watches Prometheus and
-Alertmanager for the hung phase planted in step 3 (update_actor sleeps SLOW_S; the rules are written with a low
-phase_hung_min_s)."""
+first span, kills the Collector (SIGKILL: its export queue is on disk) and starts it and then Jaeger again once the
+slow step began, and watches Prometheus and Alertmanager for the hung phase planted in step 3 (update_actor sleeps
+SLOW_S; the rules are written with a low phase_hung_min_s)."""
 
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +18,7 @@ from helpers.real_stack import am_alerts, go_binaries, scrape, system_binaries, 
 from helpers.verl_runs import DemoRun, start_demo
 
 from verl_otel import semconv as sc
-from verl_otel.native import Ports, Stack, down, procs, up
+from verl_otel.native import Ports, Stack, down, up
 
 STEPS = 3
 SLOW_STEP = 3
@@ -82,23 +79,18 @@ class Probe:
         try:
             if o.jaeger_killed is None:  # before the run's first span: every span passes the Collector's queue
                 o.accepted_at_kill = accepted_spans(self.stack)
-                self._kill("jaeger")
+                self.stack.stop("jaeger", crash=True)
                 o.jaeger_killed = now
             elif o.collector_restarted is None and self._step() >= SLOW_STEP and now - o.jaeger_killed >= 15:
                 # steps 0..SLOW_STEP-1 have ended and their spans wait in the queue; the planted hang begins
                 o.accepted_before_restart = accepted_spans(self.stack)
-                self.stack.stop("collector")  # SIGTERM: what the queue holds stays on disk
+                self.stack.stop("collector", crash=True)  # SIGKILL: what it acknowledged is on disk already
                 self.stack.start("collector", ROOT, self.binaries, timeout_s=120)
                 o.collector_restarted = time.time()
                 self.stack.start("jaeger", ROOT, self.binaries, timeout_s=120)  # same port, same Badger files
                 o.jaeger_restarted = time.time()
         except Exception as err:  # noqa: BLE001 - recorded and asserted on, the run goes on
             o.errors.append(repr(err))
-
-    def _kill(self, name: str) -> None:
-        pid = self.stack.pids.pop(name)
-        os.kill(pid, signal.SIGKILL)  # a crash, not a clean stop
-        procs.stop(self.stack.state, name, pid)  # reaps it and removes its pid file
 
 
 @dataclass

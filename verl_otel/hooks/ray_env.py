@@ -2,12 +2,13 @@
 
 A local ``ray.init`` starts workers that inherit the driver's environment, but on a ``ray start``
 cluster they inherit the raylet's. So ``ray.init`` gets our variables (VERL_OTEL_*, OTEL_* and
-VERL_PROGRESS_*) added to ``runtime_env.env_vars``, never overriding what the user set.
+VERL_PROGRESS_*, with the driver's hostname) added to ``runtime_env.env_vars``, never overriding what the user set.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -16,9 +17,12 @@ from verl_otel.hooks._safe import safe
 
 
 def job_env() -> dict[str, str]:
-    """The variables to forward; VERL_OTEL_DIR made absolute (workers may run elsewhere)."""
+    """The variables to forward; VERL_OTEL_DIR made absolute (workers may run elsewhere), and the driver's
+    hostname, so a process on another node can tell that a loopback OTLP endpoint is not the driver's."""
     os.environ[sc.ENV_DIR] = os.path.abspath(os.environ.get(sc.ENV_DIR) or "./verl-otel-data")
-    return {k: v for k, v in os.environ.items() if k.startswith(sc.PROPAGATED_ENV_PREFIXES)}
+    env = {k: v for k, v in os.environ.items() if k.startswith(sc.PROPAGATED_ENV_PREFIXES)}
+    env[sc.ENV_DRIVER_HOST] = socket.gethostname()  # this process is the driver: its host, not an inherited one
+    return env
 
 
 def merge_runtime_env(runtime_env: Any, env: dict[str, str]) -> dict[str, Any]:

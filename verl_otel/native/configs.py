@@ -9,7 +9,7 @@ import json
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from verl_otel.native.ports import Binds, Ports
@@ -42,6 +42,7 @@ class Part:
     name: str
     argv: list[str]
     health_url: str
+    env: dict[str, str] = field(default_factory=dict)  # added to this process' environment
 
 
 def find_binary(name: str, given: Path | None, root: Path) -> Path:
@@ -62,8 +63,9 @@ def find_binary(name: str, given: Path | None, root: Path) -> Path:
     )
 
 
-def _reader(port: int, **options: bool) -> str:
-    return json.dumps([{"pull": {"exporter": {"prometheus": {"host": "127.0.0.1", "port": port, **options}}}}])
+def reader(port: int, options: dict[str, bool] | None = None, host: str = "127.0.0.1") -> str:
+    """A Collector's own-metrics reader (a list: set whole with --set)."""
+    return json.dumps([{"pull": {"exporter": {"prometheus": {"host": host, "port": port, **(options or {})}}}}])
 
 
 def collector(exe: Path, root: Path, state: Path, ports: Ports, binds: Binds) -> Part:
@@ -76,7 +78,7 @@ def collector(exe: Path, root: Path, state: Path, ports: Ports, binds: Binds) ->
         "exporters.prometheus.endpoint": f"127.0.0.1:{ports.collector_metrics}",
         "extensions.health_check.endpoint": f"127.0.0.1:{ports.collector_health}",
         "extensions.file_storage.directory": str(queue),
-        "service.telemetry.metrics.readers": _reader(ports.collector_telemetry, **COLLECTOR_READER),
+        "service.telemetry.metrics.readers": reader(ports.collector_telemetry, COLLECTOR_READER),
     }
     argv = [str(exe), f"--config={root / 'deploy/otel-collector/config.yaml'}"]
     argv += [f"--set={k}={v}" for k, v in sets.items()]
@@ -96,7 +98,7 @@ def jaeger(exe: Path, root: Path, state: Path, ports: Ports, binds: Binds) -> Pa
         "extensions.jaeger_storage.backends.badger.badger.directories.keys": str(badger / "keys"),
         "extensions.jaeger_storage.backends.badger.badger.directories.values": str(badger / "values"),
         # Jaeger's own metrics default to localhost:8888, the Collector's port
-        "service.telemetry.metrics.readers": _reader(ports.jaeger_telemetry),
+        "service.telemetry.metrics.readers": reader(ports.jaeger_telemetry),
     }
     argv = [str(exe), f"--config={root / 'deploy/jaeger/config.yaml'}"]
     argv += [f"--set={k}={v}" for k, v in sets.items()]

@@ -15,12 +15,18 @@ from pathlib import Path
 _children: dict[int, subprocess.Popen[bytes]] = {}
 
 
-def spawn(name: str, argv: list[str], state: Path) -> int:
+def spawn(name: str, argv: list[str], state: Path, env: dict[str, str] | None = None) -> int:
     (state / "logs").mkdir(parents=True, exist_ok=True)
     (state / "pids").mkdir(parents=True, exist_ok=True)
     with open(state / "logs" / f"{name}.log", "ab") as log:
         proc = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=state, start_new_session=True
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=state,
+            start_new_session=True,
+            env={**os.environ, **env} if env else None,
         )
     _children[proc.pid] = proc
     (state / "pids" / f"{name}.pid").write_text(f"{proc.pid}\n{argv[0]}\n")
@@ -89,9 +95,10 @@ def _runs(pid: int, exe: str) -> bool:
     return cmd == exe
 
 
-def stop(state: Path, name: str, pid: int, timeout_s: float = 20.0) -> None:
-    """SIGTERM (each part flushes and closes its storage), SIGKILL after ``timeout_s``."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+def stop(state: Path, name: str, pid: int, timeout_s: float = 20.0, crash: bool = False) -> None:
+    """SIGTERM (each part flushes and closes its storage), SIGKILL after ``timeout_s``; ``crash``: SIGKILL at
+    once, as the OOM killer or a lost node ends it (tests: what survives a crash)."""
+    for sig in (signal.SIGKILL,) if crash else (signal.SIGTERM, signal.SIGKILL):
         try:
             os.kill(pid, sig)
         except ProcessLookupError:

@@ -58,7 +58,7 @@ class Stack:
     ) -> None:
         """(Re)start one part, e.g. Jaeger after it was stopped: same ports, same storage."""
         part = _part(name, binaries[name], root, self.state, self.ports, self.binds, rules)
-        pid = procs.spawn(name, part.argv, self.state)
+        pid = procs.spawn(name, part.argv, self.state, part.env)
         self.pids[name] = pid
         if not procs.wait_healthy(pid, part.health_url, timeout_s):
             raise StackError(
@@ -66,10 +66,11 @@ class Stack:
                 f"(log {self.state / 'logs' / (name + '.log')}):\n{procs.log_tail(self.state, name)}"
             )
 
-    def stop(self, name: str) -> None:
+    def stop(self, name: str, crash: bool = False) -> None:
+        """SIGTERM, as `stack down`; ``crash``: SIGKILL (its storage keeps only what it had written)."""
         pid = self.pids.pop(name, None)
         if pid is not None:
-            procs.stop(self.state, name, pid)
+            procs.stop(self.state, name, pid, crash=crash)
 
 
 def _part(name: str, exe: Path, root: Path, state: Path, ports: Ports, binds: Binds, rules: Path | None):

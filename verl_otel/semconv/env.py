@@ -36,6 +36,15 @@ ENV_STALL_REPEAT_SECONDS: Final = "VERL_OTEL_STALL_REPEAT_SECONDS"  # stacks aga
 # (vLLM then exports OTEL_EXPORTER_OTLP_TRACES_ENDPOINT with it; that one is not the user's collector)
 ENV_ENGINE_ENDPOINT: Final = "VERL_OTEL_ENGINE_ENDPOINT"  # the start-up parser's copy: _env.ENGINE_ENDPOINT
 
+# set by us on `ray.init` (hooks/ray_env.py): the driver's hostname, so a process on another node can tell that
+# a loopback OTLP endpoint it was forwarded is not the driver's Collector
+ENV_DRIVER_HOST: Final = "VERL_OTEL_DRIVER_HOST"
+# read by the Collector agent (deploy/otel-collector/agent.yaml), not by verl-otel: the gateway's OTLP address,
+# the agent's OTLP bind address and its queue's folder
+ENV_GATEWAY_ENDPOINT: Final = "VERL_OTEL_GATEWAY_ENDPOINT"
+ENV_AGENT_BIND: Final = "VERL_OTEL_AGENT_BIND"
+ENV_AGENT_QUEUE_DIR: Final = "VERL_OTEL_AGENT_QUEUE_DIR"
+
 ENV_PROGRESS_LOG: Final = "VERL_PROGRESS_LOG"
 ENV_PROGRESS_LOG_INTERVAL: Final = "VERL_PROGRESS_LOG_INTERVAL"
 ENV_PROGRESS_BAR_INTERVAL: Final = "VERL_PROGRESS_BAR_INTERVAL"

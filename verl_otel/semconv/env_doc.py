@@ -7,14 +7,18 @@ from __future__ import annotations
 from typing import Final
 
 from verl_otel.semconv.env import (
+    ENV_AGENT_BIND,
+    ENV_AGENT_QUEUE_DIR,
     ENV_CAPTURE_TEXT,
     ENV_CONSOLE,
     ENV_DEPRECATED_NAMES,
     ENV_DIR,
+    ENV_DRIVER_HOST,
     ENV_ENABLED,
     ENV_ENGINE_ENDPOINT,
     ENV_ENGINE_SPANS,
     ENV_EXPORT_BUFFER_MB,
+    ENV_GATEWAY_ENDPOINT,
     ENV_LOG_LEVEL,
     ENV_MAX_FILE_MB,
     ENV_MAX_FILES,
@@ -128,10 +132,21 @@ ENV_DOC: Final[dict[str, tuple[str, str]]] = {
     ),
     ENV_ROLLOUT_PROGRESS_WORKER_INDEX: ("`0`", "which agent-loop worker prints its bar; `-1`: all"),
     ENV_ROLLOUT_PROGRESS_BAR_WIDTH: ("`24`", "bar width"),
+    ENV_GATEWAY_ENDPOINT: (
+        "",
+        "read by the Collector agent (`deploy/otel-collector/agent.yaml`), not by verl-otel: the gateway's OTLP "
+        "address the agent forwards to",
+    ),
+    ENV_AGENT_BIND: ("`127.0.0.1`", "the Collector agent's OTLP bind address (agent.yaml)"),
+    ENV_AGENT_QUEUE_DIR: (
+        "`/var/lib/otelcol/agent-queue`",
+        "the folder of the Collector agent's queue on disk (agent.yaml)",
+    ),
 }
 
 #: set by verl-otel itself in the processes it starts, not by users
 ENV_INTERNAL: Final[dict[str, str]] = {
     ENV_ROLE: "a process' role before a hook says it (default `other`; the demo's stand-ins set it)",
     ENV_ENGINE_ENDPOINT: "the OTLP endpoint verl-otel gave a rollout engine's own tracing (not the user's collector)",
+    ENV_DRIVER_HOST: "the driver's hostname, set on `ray.init`: a process on another host names a loopback endpoint",
 }
