@@ -15,7 +15,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # `helpers` for the te
 from helpers.logs import OtelLog
 from helpers.procs import TESTS, clean_env, run_py
 from helpers.prom import PromServer, available
+from helpers.tiers import TIMEOUT_S, item_tier
 from helpers.verl_runs import PROGRESS_LOG, start_demo
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects on the marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test gets its tier's mark (helpers/tiers.py): unit, integration or e2e (and `verl`, e2e's old name),
+    and the modules of helpers.tiers.TIMEOUT_S their longer per-test timeout."""
+    for item in items:
+        if item.path.name in TIMEOUT_S and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(TIMEOUT_S[item.path.name]))
+        tier = item_tier(item)
+        item.add_marker(tier)
+        if tier == "e2e":
+            item.add_marker("verl")
 
 
 @pytest.fixture

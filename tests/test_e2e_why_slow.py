@@ -15,6 +15,8 @@ from helpers.verl_runs import start_demo
 
 from verl_otel import semconv as sc
 
+pytestmark = pytest.mark.verl
+
 SLOW_STEP, TAIL_S = 3, 3.0
 SYNC_STEP, SYNC_S = 2, 1.5  # less than the tail: step 3 stays the slowest
 
