@@ -119,16 +119,20 @@ def v1_run_6(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def legacy_run(tmp_path_factory):
-    # the last step is not the slow one: its reward spans must come at its end, not after an idle wait
-    return start_demo(
+    # the last step is not the slow one: its reward spans must come at its end, not after an idle wait.
+    # tests/test_e2e_why_slow.py's too (scraped): a long tail in step 3 (the slowest step, above step 4's
+    # update_actor) and a slowed weight sync in step 2
+    run = start_demo(
         tmp_path_factory.mktemp("demo-legacy"),
         "legacy",
-        3,
-        ["update_actor@2=3"],
-        scrape=False,
+        5,
+        ["update_actor@4=3", "rollout_sample@3=6", "update_weights@2=1.5"],
+        scrape=True,
         adv="gae",
         extra_env=PROGRESS_LOG,
     )
+    yield run
+    run.prom.stop()
 
 
 @pytest.fixture(scope="session")
