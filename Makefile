@@ -97,7 +97,7 @@ test: install install-vllm prometheus stack-bin lint test-min
 MIN_VENV ?= .venv-min
 MIN_TESTS := tests/test_min_versions.py tests/test_tracing.py tests/test_metric_names.py tests/test_settings.py \
 	tests/test_runtime.py tests/test_hostile_input.py tests/test_trace_file.py tests/test_top.py \
-	tests/test_export_buffer.py tests/test_export_unsent.py
+	tests/test_export_buffer.py tests/test_export_unsent.py tests/test_log_and_sdk.py tests/test_propagation.py
 $(MIN_VENV)/.floors: pyproject.toml tests/min_env.py $(STAMP)
 	@echo "[verl-otel] $(MIN_VENV): $$($(PY) tests/min_env.py pins)"
 	rm -rf $(MIN_VENV) && python3 -m venv $(MIN_VENV)
