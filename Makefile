@@ -33,7 +33,7 @@ CHECK_CPU_TORCH = $(1)/bin/python -c 'import importlib.metadata as m, sys, torch
 	sys.exit(f"$(1): torch {torch.__version__} is not the CPU build (cuda={torch.version.cuda}, {cuda})") \
 	if torch.version.cuda or cuda else print(f"[verl-otel] $(1): torch {torch.__version__}, no CUDA packages")'
 
-.PHONY: install install-vllm demo test test-fast test-min lint prometheus stack-bin stack-up stack-down verl-compat bench bench-scale dashboards docs clean
+.PHONY: install install-vllm demo test test-fast test-integration test-min lint prometheus stack-bin stack-up stack-down verl-compat bench bench-scale dashboards docs clean
 
 $(STAMP): pyproject.toml verl_otel/_pth/verl_otel_autoload.pth
 	@echo "[verl-otel] creating $(VENV) and installing: $(TORCH_PIN) from $(or $(TORCH_WHEELS),$(TORCH_INDEX)), then verl $(VERL_VERSION) and verl-otel (a few minutes)"
@@ -77,7 +77,7 @@ stack-bin:
 	@VERL_OTEL_STACK_BIN_OPTIONAL=$(STACK_BIN_OPTIONAL) bash deploy/stack-bin.sh
 
 # without Go, `make test` runs on and the real-stack tests skip (CI=true: they fail)
-test: STACK_BIN_OPTIONAL := 1
+test test-integration: STACK_BIN_OPTIONAL := 1
 
 # the stack without Docker (Grafana excepted): Collector, Jaeger, Prometheus, Alertmanager on compose's ports,
 # 127.0.0.1 only; STACK_ARGS="--state DIR --otlp-bind 0.0.0.0 ..." (verl-otel stack up --help)
@@ -88,15 +88,16 @@ stack-down: install
 	$(VENV)/bin/verl-otel stack down $(STACK_ARGS)
 
 # install-vllm: tests/test_e2e_vllm.py runs the real vLLM demo from .venv-vllm (about 5 minutes to build, once)
+# every tier (docs/testing.md); the 25 slowest tests, fixture set-ups included, close the output
 test: install install-vllm prometheus stack-bin lint test-min
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 tests
 
 # the push-path and metric tests on the OpenTelemetry and prometheus-client floors pyproject.toml declares, in a
 # venv of their own whose other packages (verl, torch, pytest) are the main venv's (tests/min_env.py)
 MIN_VENV ?= .venv-min
 MIN_TESTS := tests/test_min_versions.py tests/test_tracing.py tests/test_metric_names.py tests/test_settings.py \
 	tests/test_runtime.py tests/test_hostile_input.py tests/test_trace_file.py tests/test_top.py \
-	tests/test_export_buffer.py tests/test_export_unsent.py
+	tests/test_export_buffer.py tests/test_export_unsent.py tests/test_log_and_sdk.py tests/test_propagation.py
 $(MIN_VENV)/.floors: pyproject.toml tests/min_env.py $(STAMP)
 	@echo "[verl-otel] $(MIN_VENV): $$($(PY) tests/min_env.py pins)"
 	rm -rf $(MIN_VENV) && python3 -m venv $(MIN_VENV)
@@ -113,9 +114,13 @@ lint: install
 	$(PY) -m ruff format --check $(LINT_PATHS)
 	$(PY) -m mypy
 
-# everything but the real-verl runs (seconds, for quick iteration)
+# the unit tier: no server, no Ray, no other process (about a minute; docs/testing.md)
 test-fast: install
-	$(PY) -m pytest -q -p no:cacheprovider -m 'not verl' tests
+	$(PY) -m pytest -q -p no:cacheprovider -m unit tests
+
+# unit and integration: everything but the real verl runs (a few minutes)
+test-integration: install prometheus stack-bin
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 -m 'not e2e' tests
 
 # the same hook tests against older verl releases, each in its own venv
 verl-compat:

@@ -15,7 +15,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # `helpers` for the te
 from helpers.logs import OtelLog
 from helpers.procs import TESTS, clean_env, run_py
 from helpers.prom import PromServer, available
+from helpers.tiers import TIMEOUT_S, item_tier
 from helpers.verl_runs import PROGRESS_LOG, start_demo
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects on the marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test gets its tier's mark (helpers/tiers.py): unit, integration or e2e (and `verl`, e2e's old name),
+    and the modules of helpers.tiers.TIMEOUT_S their longer per-test timeout."""
+    for item in items:
+        if item.path.name in TIMEOUT_S and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(TIMEOUT_S[item.path.name]))
+        tier = item_tier(item)
+        item.add_marker(tier)
+        if tier == "e2e":
+            item.add_marker("verl")
 
 
 @pytest.fixture
@@ -105,16 +119,20 @@ def v1_run_6(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def legacy_run(tmp_path_factory):
-    # the last step is not the slow one: its reward spans must come at its end, not after an idle wait
-    return start_demo(
+    # the last step is not the slow one: its reward spans must come at its end, not after an idle wait.
+    # tests/test_e2e_why_slow.py's too (scraped): a long tail in step 3 (the slowest step, above step 4's
+    # update_actor) and a slowed weight sync in step 2
+    run = start_demo(
         tmp_path_factory.mktemp("demo-legacy"),
         "legacy",
-        3,
-        ["update_actor@2=3"],
-        scrape=False,
+        5,
+        ["update_actor@4=3", "rollout_sample@3=6", "update_weights@2=1.5"],
+        scrape=True,
         adv="gae",
         extra_env=PROGRESS_LOG,
     )
+    yield run
+    run.prom.stop()
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,8 @@ from verl_otel import semconv as sc
 from verl_otel.analysis.otlp_json import read_file
 from verl_otel.cli.main import main
 
+pytestmark = pytest.mark.verl
+
 HANG_S = 20
 STALL_ENV = {
     sc.ENV_STALL_SECONDS: "10",

@@ -192,6 +192,9 @@ import runpy; runpy.run_path({DRIVE!r}, run_name="__main__")
 print("NAMES", sorted({{s.name for s in mem.get_finished_spans()}}))
 data = reader.get_metrics_data()
 print("METRICS", sorted({{m.name for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}}))
+scopes = {{(s.instrumentation_scope.name, s.instrumentation_scope.version) for s in mem.get_finished_spans()}}
+scopes |= {{(sm.scope.name, sm.scope.version) for rm in data.resource_metrics for sm in rm.scope_metrics}}
+print("SCOPES", sorted(scopes))
 """
     proc = run_py(["-c", code], clean_env(VERL_OTEL_DIR=str(tmp_path / "data")), tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -201,6 +204,9 @@ print("METRICS", sorted({{m.name for rm in data.resource_metrics for sm in rm.sc
     from verl_otel import semconv as sc
 
     assert sc.TRAINING_STEP.otel_name in metrics and sc.STEP_DURATION.otel_name in metrics, metrics
+    # tracers and meters named with the package's version, as the contrib instrumentations do
+    scopes = next(x for x in proc.stdout.splitlines() if x.startswith("SCOPES"))
+    assert scopes == f"SCOPES {[(sc.INSTRUMENTATION_NAME, sc.INSTRUMENTATION_VERSION)]}", scopes
     assert not (tmp_path / "data" / "traces.jsonl").exists()
 
 

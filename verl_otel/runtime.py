@@ -151,7 +151,7 @@ class Runtime:
         given = _given.get("tracer_provider")
         if given is not None:
             self._provider, self.destination = given, "the tracer provider given to instrument()"
-            return given.get_tracer(sc.INSTRUMENTATION_NAME)
+            return given.get_tracer(sc.INSTRUMENTATION_NAME, sc.INSTRUMENTATION_VERSION)
         if self.settings.console_only:  # the console observers get their events from the model, not from spans
             self.destination = "nowhere (console only: VERL_PROGRESS_LOG without telemetry)"
             return trace.NoOpTracer()
@@ -164,7 +164,7 @@ class Runtime:
                 self.settings, res, self.state.drop, on_buffer=self.unsent.add
             )
             logger.debug("spans of pid %s go to %s", os.getpid(), self.destination)
-            return self._provider.get_tracer(sc.INSTRUMENTATION_NAME)
+            return self._provider.get_tracer(sc.INSTRUMENTATION_NAME, sc.INSTRUMENTATION_VERSION)
         except Exception as exc:  # noqa: BLE001 - degrade to no spans, never raise
             warn_once("tracer", f"cannot set up span export ({exc!r}); spans are off in pid {os.getpid()}")
             return trace.NoOpTracer()

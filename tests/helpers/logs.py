@@ -1,5 +1,6 @@
-"""verl-otel's own log lines in a test (logger ``verl_otel``, verl_otel/_log.py: it does not propagate, so
-pytest's caplog does not see it). Tests ask for the ``otel_log`` fixture (tests/conftest.py)."""
+"""verl-otel's own log lines in a test (logger ``verl_otel``, verl_otel/_log.py: once its console output is on
+it does not propagate, so pytest's caplog does not see it). Tests ask for the ``otel_log`` fixture
+(tests/conftest.py)."""
 
 from __future__ import annotations
 

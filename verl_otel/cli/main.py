@@ -37,7 +37,10 @@ EXIT_BROKEN_PIPE = 141
 
 
 def main(argv: list[str] | None = None) -> int:
+    from verl_otel._log import console
+
     args = build_parser().parse_args(argv)
+    console()  # our warnings on stderr, as in a training process
     try:
         rc = int(args._run(args) or 0)
         sys.stdout.flush()

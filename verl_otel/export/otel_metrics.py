@@ -55,7 +55,7 @@ class _Collected:
 def start_push(state: MetricsState, settings: Settings, resource: Resource | None, given: Any = None) -> Any:
     """Instruments reading ``state`` in the caller's meter provider (``given``), or in ours exporting OTLP."""
     provider = given if given is not None else _provider(settings, resource)
-    meter = provider.get_meter(sc.INSTRUMENTATION_NAME)
+    meter = provider.get_meter(sc.INSTRUMENTATION_NAME, sc.INSTRUMENTATION_VERSION)
     _instruments(meter, state, settings)
     return provider
 

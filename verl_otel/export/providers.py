@@ -25,6 +25,7 @@ from verl_otel import config as cfg
 from verl_otel import semconv as sc
 from verl_otel._log import warn_once
 from verl_otel.export.otlp_json import OtlpJsonFileExporter
+from verl_otel.export.sdk_private import span_queue
 from verl_otel.export.span_buffer import BufferedSpanExporter, unsent_path
 from verl_otel.process.metrics import MetricsState
 
@@ -123,10 +124,8 @@ class _CountingProcessor(BatchSpanProcessor):
         self._exporter = exporter
 
     def on_end(self, span: Any) -> None:
-        inner = getattr(self, "_batch_processor", self)  # SDK >= 1.35 keeps the queue in a helper
-        queue = getattr(inner, "_queue", None) or getattr(inner, "queue", None)
-        limit = getattr(inner, "_max_queue_size", None) or getattr(inner, "max_queue_size", None)
-        if queue is not None and limit is not None and len(queue) >= limit:
+        held = span_queue(self)  # the SDK's private fields, read in one guarded place
+        if held is not None and len(held[0]) >= held[1]:
             self._drop(sc.DROP_QUEUE, 1)
             warn_once(
                 "queue-full",

@@ -174,7 +174,9 @@ def _trace_headers(engine: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -
             )
     if not takes:
         return None
-    return {**kwargs, "trace_headers": {"traceparent": str(tp)}}
+    from verl_otel.telemetry.propagation import to_headers
+
+    return {**kwargs, "trace_headers": to_headers(str(tp))}  # traceparent, tracestate, baggage (propagation.py)
 
 
 async def _flushed_after(outputs: Any, traceparent: str | None = None) -> Any:

@@ -18,7 +18,7 @@ from verl_otel import semconv as sc
 from verl_otel.hooks._safe import on_exit, safe
 from verl_otel.hooks.stall_watch import unwatch, watch
 from verl_otel.hooks.verl_objects import reward_call_attributes, run_names
-from verl_otel.telemetry.propagation import inject
+from verl_otel.telemetry.propagation import inject, traceparent_of
 
 
 def _wire(worker: Any) -> None:
@@ -80,7 +80,7 @@ def compute_rm_score(wrapped: Callable[..., Any], instance: Any, args: tuple[Any
 
 
 def _trace_id(traceparent: str) -> str:
-    parts = traceparent.split("-")  # W3C: version-traceid-spanid-flags
+    parts = traceparent_of(traceparent).split("-")  # W3C: version-traceid-spanid-flags
     return parts[1] if len(parts) == 4 else ""
 
 

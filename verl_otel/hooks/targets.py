@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 
+from verl_otel._log import console
 from verl_otel.hooks import import_hooks, registry
 from verl_otel.hooks.registry import HookTarget
 
@@ -373,6 +374,7 @@ def install_all() -> None:
         if _all_installed:
             return
         _all_installed = True
+    console()  # verl-otel starts working here: its own lines, unless the application configured our logger
     registry.install((*RAY_TARGETS, *ALL_TARGETS))
     # the start-up line of each role the runtime wires; attached when a hook module first imports the runtime
     # (the runtime never imports the hooks, and a process that never imports verl loads no runtime)

@@ -88,7 +88,11 @@ ENV_DOC: Final[dict[str, tuple[str, str]]] = {
         "disk in `$VERL_OTEL_DIR/unsent/`",
     ),
     ENV_MAX_FILES: ("`4`", "trace files kept (`traces.jsonl` and 3 rotated ones); `slow-steps` reads them as one"),
-    ENV_LOG_LEVEL: ("`INFO`", "verl-otel's own log lines"),
+    ENV_LOG_LEVEL: (
+        "`INFO`",
+        "verl-otel's own log lines (`[verl-otel] LEVEL ...` on stderr; a handler you put on the `verl_otel` logger "
+        "gets them instead)",
+    ),
     ENV_ENGINE_SPANS: (
         "`1`",
         "with verl's vLLM rollout: vLLM's own `llm_request` span under each sample of a sampled step (queue, "

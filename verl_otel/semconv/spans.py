@@ -7,6 +7,7 @@ from typing import Final
 from verl_otel.semconv.stall import SPAN_STALL
 
 INSTRUMENTATION_NAME: Final = "verl_otel"
+INSTRUMENTATION_VERSION: Final = "0.1.0"  # the tracers' and meters' version: pyproject's (tests/test_log_and_sdk.py)
 SERVICE_NAME_DEFAULT: Final = "verl"
 
 # --------------------------------------------------------------------------------------------

@@ -13,19 +13,22 @@ from __future__ import annotations
 
 import random
 
+from verl_otel.telemetry.propagation import SEP
+
 _rand = random  # ids, not secrets: the module generator (reseeded in a forked child)
 
 
 def sample_context(parent: str | None) -> tuple[str, int] | None:
     """``(traceparent, span id)`` for a sample of the batch whose trainer context is ``parent``; None when
     there is no parent or its trace is not sampled (flags without the sampled bit)."""
-    if not parent or len(parent) != 55:
+    head, sep, rest = (parent or "").partition(SEP)  # the traceparent, then tracestate/baggage (propagation.py)
+    if len(head) != 55:
         return None
-    version, trace_id, _span, flags = parent[:2], parent[3:35], parent[36:52], parent[53:55]
+    version, trace_id, _span, flags = head[:2], head[3:35], head[36:52], head[53:55]
     try:
         if version != "00" or not int(flags, 16) & 1 or not int(trace_id, 16):
             return None
     except ValueError:
         return None
     span_id = _rand.getrandbits(64) or 1
-    return f"00-{trace_id}-{span_id:016x}-01", span_id
+    return f"00-{trace_id}-{span_id:016x}-01{sep}{rest}", span_id
