@@ -19,7 +19,8 @@
 - scale_rollouter_rss_growth_mb: the rollouter process' resident memory growth over 1,000 parameter versions
   (100 samples each), after 20.
 
-``--small`` runs each at a tiny size (tests/test_bench_scale.py), printing the same names.
+``--small`` runs each at a tiny size (tests/test_bench_scale.py), printing the same names; ``--rollout`` runs only
+the per-sample figures (1k/10k/100k, under a minute) and their ratio.
 """
 
 from __future__ import annotations
@@ -74,7 +75,9 @@ def _jaeger(small: bool) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--small", action="store_true", help="tiny sizes: checks that every figure is made")
-    small = ap.parse_args().small
+    ap.add_argument("--rollout", action="store_true", help="only the per-sample figures and their ratio")
+    opts = ap.parse_args()
+    small = opts.small
     import scale_readers as readers
 
     figures: dict[str, float] = {}
@@ -87,6 +90,10 @@ def main() -> None:
         if label != "10k":
             figures[f"scale_trace_bytes_per_step_{label}"] = got["bytes_per_step"]
         worker_series = got["series"]
+    if opts.rollout:
+        ratio_us = figures["scale_sample_us_100k"] / max(1e-9, figures["scale_sample_us_1k"])
+        print(f"sample cost 100k/1k: {ratio_us:.2f} (goal <= 1.3)")
+        return
 
     steps, keys = (40, 10) if small else (1000, 150)
     trainer = _child([str(HERE / "scale_trainer.py"), "trainer", str(steps), str(keys)], "SCALE_TRAINER")
