@@ -178,7 +178,10 @@ class StallWatch:
         now = time.monotonic() if now is None else now
         touched = []
         limits: dict[tuple[str, int], float] = {}  # one median per phase and step per tick, however many calls
-        for token, c in list(self._calls.items()):
+        # a copy first: list(items()) makes a tuple per call, which can start a garbage collection whose finalizers
+        # let a sample's thread add to the dict mid-iteration ("dictionary changed size during iteration", seen
+        # with 100k samples in flight); dict.copy() runs no Python code
+        for token, c in self._calls.copy().items():
             elapsed = now - c.start
             limit = limits.get((c.phase, c.step))
             if limit is None:
