@@ -102,3 +102,23 @@ def test_the_hook_holds_few_objects_per_sample_in_flight(tracker):
     census(True)  # warm: the first batch wires the worker
     extra = census(True) - census(False)
     assert extra <= 5.5, extra
+
+
+def test_the_oldest_sample_in_flight_is_read_without_walking_them(tracker):
+    """The oldest-in-flight gauge takes the first sample in flight (they are held in start order)."""
+    import time
+
+    tracker.batch_started(sc.MODE_TRAIN, 1, 3, PARENT)
+    tokens = []
+    for _ in range(3):
+        tokens.append(tracker.sample_started(sc.MODE_TRAIN))
+        time.sleep(0.05)
+    tracker.sample_finished(sc.MODE_TRAIN, tokens[0], {}, None)
+    active = tracker.snapshot(sc.MODE_TRAIN).active
+    second, third = active[tokens[1]], active[tokens[2]]
+    before = time.monotonic()
+    readings = {metric.name: value for metric, _, value in tracker.readings()}
+    age = readings[sc.ROLLOUT_OLDEST_INFLIGHT.name]
+    assert readings[sc.ROLLOUT_SAMPLES_INFLIGHT.name] == 2
+    # the second's age: not the finished first's (older), nor the third's (0.05 s younger)
+    assert before - third + 0.04 < age <= time.monotonic() - second

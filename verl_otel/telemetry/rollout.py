@@ -193,8 +193,10 @@ class RolloutTracker:
         now = time.monotonic()
         worker = "" if self.worker is None else str(self.worker)
         with self._lock:
+            # the oldest sample in flight is the first: ``active`` holds them in the order they started (each start
+            # read and inserted under the lock), so a reading does not walk every sample in flight under the lock
             rows = [
-                (b.mode, b.expected, b.completed, len(b.active), min(b.active.values(), default=None), b.start, b.end)
+                (b.mode, b.expected, b.completed, len(b.active), next(iter(b.active.values()), None), b.start, b.end)
                 for b in self._batches.values()
             ]
         for mode, expected, completed, inflight, oldest, start, end in rows:
