@@ -122,3 +122,25 @@ def test_the_oldest_sample_in_flight_is_read_without_walking_them(tracker):
     assert readings[sc.ROLLOUT_SAMPLES_INFLIGHT.name] == 2
     # the second's age: not the finished first's (older), nor the third's (0.05 s younger)
     assert before - third + 0.04 < age <= time.monotonic() - second
+
+
+def test_a_sample_closed_in_another_samples_context_leaves_that_ones_alone(tracker):
+    """A dropped sample coroutine may be closed wherever it is collected, e.g. inside another sample's task: its end
+    must not clear that sample's context (its engine requests and reward call carry the step's trace from it)."""
+    import contextvars
+
+    async def agent_loop(_self: Any, trajectory: dict[str, Any]) -> None:
+        await asyncio.sleep(0)
+
+    tracker.batch_started(sc.MODE_TRAIN, 1, 2, PARENT)
+    dropped = rollout.run_agent_loop(agent_loop, None, (None, _trajectory(0)), {})
+    contextvars.copy_context().run(dropped.send, None)  # started in a context of its own, suspended
+    kept: list[bool] = []
+
+    async def other_loop(_self: Any, trajectory: dict[str, Any]) -> None:
+        mine = rollout._SAMPLE.get()
+        dropped.close()  # its end runs here, in this sample's context
+        kept.append(mine is not None and rollout._SAMPLE.get() is mine)
+
+    asyncio.run(rollout.run_agent_loop(other_loop, None, (None, _trajectory(1)), {}))
+    assert kept == [True]

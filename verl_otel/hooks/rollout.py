@@ -311,7 +311,8 @@ def _sample_done(
     trajectory: dict[str, Any],
     err: BaseException | None,
 ) -> None:
-    _SAMPLE.set(previous)
+    if _SAMPLE.get() is ctx:  # not when closed from another task's context (a dropped coroutine collected there)
+        _SAMPLE.set(previous)
     if ctx.engine is not None and ctx.engine[1]:  # its span, if it gets one, takes the id its requests named
         trajectory = {**trajectory, sc.SAMPLE_SPAN_ID_KEY: ctx.engine[1]}
     # the call's result, or (when it raised) the last object verl was filling in
