@@ -3,13 +3,21 @@ environment variables and the runtime): N samples through the real hooks (``run_
 one engine request through ``client_generate``), the batch's spans at its end, and the engine's ``llm_request``
 spans made on the real ``runtime.engine_provider`` under each request's carried context, as vLLM makes them.
 
+With ``in-flight`` (a 4th argument) every sample of a step is in flight at once, as verl's worker runs them (a task
+each, gathered on an event loop; the stand-in loop suspends once before its request): the objects each holds alive
+are then walked by every full garbage collection, whose cost grows with the objects in flight.
+
 Prints ``SCALE_ROLLOUT {json}``: ``sample_us`` (our cost per sample: hooked minus the same loop unhooked, batch end
-included), ``bytes_per_step`` (the trace file's growth per step: the project's OTLP/JSON writer) and
+included, in this process' CPU time, all its threads, averaged over the timed steps: on a shared machine the wall
+clock also counts the other jobs, and a best-of-N wall time favours the sizes whose steps are short enough to fall
+between them), ``sample_wall_us`` (the same from the best wall-clock step, as this figure was before),
+``bytes_per_step`` (the trace file's growth per step: the project's OTLP/JSON writer) and
 ``spans_per_step``, and ``series`` (the worker's /metrics page after the run).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -29,7 +37,12 @@ def _drive(coro: Any) -> Any:
     raise RuntimeError("the stand-in agent loop suspended")
 
 
-def main(n: int, steps: int, replicas: int) -> dict[str, float]:
+async def _all_at_once(samples: list[Any]) -> None:
+    """Every sample of the step in flight at once, as verl's agent-loop worker runs them (a task each, gathered)."""
+    await asyncio.gather(*samples)
+
+
+def main(n: int, steps: int, replicas: int, in_flight: bool = False) -> dict[str, float]:
     data = Path(tempfile.mkdtemp(prefix="verl-otel-scale-"))
     os.environ.update(VERL_OTEL_DIR=str(data), VERL_OTEL_CONSOLE="0")
     from omegaconf import OmegaConf
@@ -62,23 +75,36 @@ def main(n: int, steps: int, replicas: int) -> dict[str, float]:
             carried.append(extra[sc.TRACEPARENT_KEY])
 
     async def hooked_loop(_self: Any, trajectory: Any) -> None:  # verl's agent loop, one engine request
+        if in_flight:
+            await asyncio.sleep(0)  # the request's answer comes later: the others start meanwhile
         engine.client_generate(generate, client, (), {"sampling_params": params})
 
     async def plain_loop(_self: Any, trajectory: Any) -> None:
+        if in_flight:
+            await asyncio.sleep(0)
         generate(sampling_params=params)
 
-    def one_step(step: int, hooked: bool) -> float:
+    def one_step(step: int, hooked: bool) -> tuple[float, float]:
         parent = f"00-{random.getrandbits(128):032x}-{random.getrandbits(64):016x}-01"
         trajs = [{"step": step, "sample_index": i // 4, "rollout_n": i % 4, "validate": False} for i in range(n)]
-        t0 = time.perf_counter()
+        loop = asyncio.new_event_loop() if in_flight else None
+        t0, c0 = time.perf_counter(), time.process_time()
         if hooked:
             TRACKER.batch_started(sc.MODE_TRAIN, step, n, parent)  # what the dispatch hook calls
-            for traj in trajs:
-                _drive(rollout.run_agent_loop(plain_loop if not hooked else hooked_loop, None, (None, traj), {}))
+        # one sample after the other, or (in flight) all started, then gathered
+        samples = (
+            rollout.run_agent_loop(hooked_loop, None, (None, traj), {}) if hooked else plain_loop(None, traj)
+            for traj in trajs
+        )
+        if loop is not None:
+            loop.run_until_complete(_all_at_once(list(samples)))
         else:
-            for traj in trajs:
-                _drive(plain_loop(None, traj))
-        return time.perf_counter() - t0
+            for sample in samples:
+                _drive(sample)
+        took = time.perf_counter() - t0, time.process_time() - c0
+        if loop is not None:
+            loop.close()
+        return took
 
     def engine_spans(step: int) -> None:
         """The rollout servers' side, as vLLM makes its request spans (not timed: another process)."""
@@ -106,10 +132,11 @@ def main(n: int, steps: int, replicas: int) -> dict[str, float]:
         carried.clear()
 
     plain, ours = [], []
-    for step in range(1, steps + 1):
+    for step in range(steps + 1):  # step 0 warms up (the first batch wires the worker): not timed
         plain.append(one_step(step, hooked=False))
         ours.append(one_step(step, hooked=True))
         engine_spans(step)
+    plain, ours = plain[1:], ours[1:]
     if rt._engine_provider is not None:
         rt._engine_provider.force_flush()
     rt.flush_wait(60)
@@ -120,15 +147,17 @@ def main(n: int, steps: int, replicas: int) -> dict[str, float]:
     files = [p for p in data.glob("traces.jsonl*") if not p.name.endswith(".lock")]
     size = sum(p.stat().st_size for p in files)
     spans = sum(line.count(b'"spanId"') for p in files for line in p.read_bytes().splitlines())
+    cpu = sum(o[1] - p[1] for o, p in zip(ours, plain, strict=True)) / len(ours)
     return {
-        "sample_us": max(0.0, (min(ours) - min(plain)) / n * 1e6),
-        "bytes_per_step": size / steps,
-        "spans_per_step": spans / steps,
+        "sample_us": max(0.0, cpu / n * 1e6),
+        "sample_wall_us": max(0.0, (min(o[0] for o in ours) - min(p[0] for p in plain)) / n * 1e6),
+        "bytes_per_step": size / (steps + 1),
+        "spans_per_step": spans / (steps + 1),
         "series": series(rt.state),  # this worker's /metrics page
     }
 
 
 if __name__ == "__main__":
     n, steps, replicas = (int(x) for x in sys.argv[1:4])
-    print("SCALE_ROLLOUT " + json.dumps(main(n, steps, replicas)), flush=True)
+    print("SCALE_ROLLOUT " + json.dumps(main(n, steps, replicas, "in-flight" in sys.argv[4:])), flush=True)
     os._exit(0)  # the runtime's exit flush has nothing left to do

@@ -128,6 +128,17 @@ def test_calls_under_the_threshold_are_not_stalls(watch):
     assert watch.check() == [] and watch.stalls() == []
 
 
+def test_a_tick_looks_only_at_the_calls_past_the_lowest_threshold(watch):
+    """With a batch's samples in flight, a tick walks the old calls (the first in the dict) and stops at the first
+    young one: its cost does not grow with the samples in flight; the old call still stalls."""
+    old = watch.enter(sc.CALL_AGENT_SAMPLE)
+    young = [watch.enter(sc.CALL_AGENT_SAMPLE) for _ in range(10_000)]
+    now = watch._calls[young[0]].start + 0.19  # the young ones 0.19 s in, under the 0.2 s floor
+    watch._calls[old].start = now - 0.5
+    assert [token for token, _ in watch._past_floor(now)] == [old]
+    assert [s.call for s in watch.check(now)] == [sc.CALL_AGENT_SAMPLE] and len(watch.stalls()) == 1
+
+
 def test_file_size_is_capped_and_symlinks_are_refused(tmp_path):
     ev = EvidenceFiles(tmp_path / "s", max_bytes=100, py_spy="")
     path = ev.write("a", "x" * 1000)

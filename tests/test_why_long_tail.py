@@ -122,3 +122,30 @@ def test_the_median_is_of_every_sample_while_a_worker_holds_only_the_slowest():
         tracker.sample_finished(sc.MODE_TRAIN, tracker.sample_started(sc.MODE_TRAIN), {}, None)
     assert len(got[-1].durations) == rollout.DURATIONS_KEPT and got[-1].handed == n
     assert statistics.median(got[-1].durations) < 0.05
+
+
+def test_the_durations_kept_past_the_bound_are_a_uniform_sample(monkeypatch):
+    """Past DURATIONS_KEPT the batch keeps a uniform sample of its samples' seconds, drawn by skips (a draw per kept
+    sample, not per sample): each sample, early or late, is kept with the same chance, KEPT / N."""
+    import time
+
+    from verl_otel.telemetry import rollout
+
+    kept, n, trials = 8, 40, 2000
+    monkeypatch.setattr(rollout, "DURATIONS_KEPT", kept)
+    tracker, got = rollout.RolloutTracker(), []
+    tracker.keep = 1
+    tracker.on_batch_done.append(lambda worker, batch: got.append(batch))
+    counts = [0] * n
+    for trial in range(trials):
+        tracker.batch_started(sc.MODE_TRAIN, trial, n, None)
+        for i in range(n):
+            token = tracker.sample_started(sc.MODE_TRAIN)
+            tracker.snapshot(sc.MODE_TRAIN).active[token] = time.monotonic() - (i + 1)  # sample i: i + 1 s
+            tracker.sample_finished(sc.MODE_TRAIN, token, {}, None)
+        assert len(got[-1].durations) == kept and got[-1].handed == n
+        for seconds in got[-1].durations:
+            counts[round(seconds) - 1] += 1
+    shares = [c / trials for c in counts]
+    assert all(abs(s - kept / n) < 0.05 for s in shares), shares  # 0.2 each; its standard error ~0.009
+    assert abs(sum(shares[: n // 2]) - sum(shares[n // 2 :])) < 0.2  # no drift from the first half to the last

@@ -21,7 +21,7 @@ from typing import Any
 
 from verl_otel import model
 from verl_otel import semconv as sc
-from verl_otel.hooks._safe import on_exit, safe
+from verl_otel.hooks._safe import safe
 from verl_otel.hooks.stall_watch import unwatch, watch
 from verl_otel.hooks.verl_objects import (
     meta_step,
@@ -250,12 +250,12 @@ def legacy_worker_generate(
 class _SampleCtx:
     """What one sample's asyncio task carries: its trainer context (for the reward loop) and, in
     v1, whose run_agent_loop returns nothing (the output goes into TransferQueue), the output
-    that the _agent_loop_postprocess hook sees."""
+    that the _agent_loop_postprocess hook sees (the last one: what verl was filling in)."""
 
-    __slots__ = ("engine", "outputs", "parent")
+    __slots__ = ("engine", "output", "parent")
 
     def __init__(self, parent: str | None) -> None:
-        self.outputs: list[Any] = []
+        self.output: Any = None
         self.parent = parent
         self.engine: tuple[str, int] | None = None  # (traceparent, span id) for its engine requests, made once
 
@@ -282,36 +282,48 @@ def _batch_parent(mode: str) -> str | None:
 
 
 async def _timed_sample(coro: Coroutine[Any, Any, Any], mode: str, token: int, trajectory: dict[str, Any]) -> Any:
+    # every sample of a batch is in flight at once, and each object one holds alive is one more for every full
+    # garbage collection to walk: a try, not two on_exit context managers; the previous value, not a reset Token
     ctx = _SampleCtx(safe(_batch_parent, mode))
-    reset = _SAMPLE.set(ctx)
+    previous = _SAMPLE.get()
+    _SAMPLE.set(ctx)
     stall_token = safe(watch, sc.CALL_AGENT_SAMPLE, ctx.parent)
-    with on_exit(_sample_done, ctx, reset, mode, token, trajectory), on_exit(unwatch, stall_token):
+    err: BaseException | None = None
+    try:
         out = await coro
         if out is not None:  # v1's run_agent_loop returns nothing: its output is what tq_postprocess saw
-            ctx.outputs.append(out)
+            ctx.output = out
         return out
+    except BaseException as exc:
+        err = None if isinstance(exc, GeneratorExit) else exc  # closed early: not a failure of the sample
+        raise
+    finally:
+        safe(unwatch, stall_token)
+        safe(_sample_done, ctx, previous, mode, token, trajectory, err)
+        err = None  # no cycle through the raised exception's traceback to this frame
 
 
 def _sample_done(
     ctx: _SampleCtx,
-    reset: contextvars.Token[Any],
+    previous: _SampleCtx | None,
     mode: str,
     token: int,
     trajectory: dict[str, Any],
     err: BaseException | None,
 ) -> None:
-    safe(_SAMPLE.reset, reset)
+    if _SAMPLE.get() is ctx:  # not when closed from another task's context (a dropped coroutine collected there)
+        _SAMPLE.set(previous)
     if ctx.engine is not None and ctx.engine[1]:  # its span, if it gets one, takes the id its requests named
         trajectory = {**trajectory, sc.SAMPLE_SPAN_ID_KEY: ctx.engine[1]}
     # the call's result, or (when it raised) the last object verl was filling in
-    _tracker().sample_finished(mode, token, trajectory, ctx.outputs[-1] if ctx.outputs else None, err)
+    _tracker().sample_finished(mode, token, trajectory, ctx.output, err)
 
 
 def tq_postprocess(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     output = args[0] if args else kwargs.get("output")
     ctx = _SAMPLE.get()
     if ctx is not None and output is not None:  # the object verl fills in (reward score) as it goes on
-        ctx.outputs.append(output[-1] if isinstance(output, list) and output else output)
+        ctx.output = output[-1] if isinstance(output, list) and output else output
     return wrapped(*args, **kwargs)
 
 

@@ -178,7 +178,7 @@ class StallWatch:
         now = time.monotonic() if now is None else now
         touched = []
         limits: dict[tuple[str, int], float] = {}  # one median per phase and step per tick, however many calls
-        for token, c in list(self._calls.items()):
+        for token, c in self._past_floor(now):
             elapsed = now - c.start
             limit = limits.get((c.phase, c.step))
             if limit is None:
@@ -213,6 +213,25 @@ class StallWatch:
                 self._dump_again(stall, call, now - call.start, now)
                 touched.append(stall)
         return touched
+
+    def _past_floor(self, now: float) -> list[tuple[int, _Call]]:
+        """The calls in flight for longer than any threshold can be. They are first: the dict holds the calls in the
+        order they started (tokens count up; two threads may swap calls that started microseconds apart), so the walk
+        stops at the first younger one and a tick costs the old calls, not every sample in flight (100k in flight:
+        17 ms a tick when each was looked at)."""
+        floor = min(self.settings.seconds, self.settings.min_seconds)
+        try:
+            old = []
+            for token, c in self._calls.items():
+                if now - c.start < floor:
+                    break
+                old.append((token, c))
+            return old
+        except RuntimeError:
+            # a tuple made mid-walk can start a garbage collection whose finalizers let a sample's thread change the
+            # dict ("dictionary changed size during iteration", seen with 100k in flight): walk a copy (dict.copy
+            # runs no Python code)
+            return [(t, c) for t, c in self._calls.copy().items() if now - c.start >= floor]
 
     def _detect(self, c: _Call, elapsed: float, limit: float, now: float) -> Stall:
         stacks = self._stacks(c)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import random
 import threading
 import time
@@ -58,10 +59,21 @@ class Batch:
     # those samples' seconds, for the batch's median: every one, or a uniform sample of DURATIONS_KEPT past that
     durations: list[float] = field(default_factory=list)
     failed: int = 0  # of those, the ones that raised
+    next_kept: int = 0  # past DURATIONS_KEPT: the index (in ``handed``) of the next sample whose seconds are kept
+    weight: float = 1.0  # ... and Algorithm L's running weight that draws it
 
     @property
     def done(self) -> bool:
         return self.expected > 0 and self.completed >= self.expected
+
+
+def _draw_next_kept(batch: Batch) -> None:
+    """Reservoir sampling by skips (Li's Algorithm L): each sample's seconds are kept with the same chance, as with
+    one random draw per sample (Algorithm R), but the draws are per kept sample, so a sample past DURATIONS_KEPT
+    costs a comparison, whatever the batch size."""
+    batch.weight *= math.exp(math.log(1.0 - random.random()) / DURATIONS_KEPT)
+    skip = math.log(1.0 - random.random()) / math.log1p(-batch.weight) if 0.0 < batch.weight < 1.0 else 0.0
+    batch.next_kept = batch.handed + 1 + int(min(skip, 2.0**62))
 
 
 class RolloutTracker:
@@ -118,10 +130,12 @@ class RolloutTracker:
             seconds = now - raw[0]
             if batch.handed < DURATIONS_KEPT:
                 batch.durations.append(seconds)
-            else:  # reservoir sampling: each sample's seconds kept with the same chance, the memory bounded
-                slot = random.randrange(batch.handed + 1)
-                if slot < DURATIONS_KEPT:
-                    batch.durations[slot] = seconds
+                if batch.handed == DURATIONS_KEPT - 1:
+                    batch.weight = 1.0
+                    _draw_next_kept(batch)
+            elif batch.handed == batch.next_kept:
+                batch.durations[random.randrange(DURATIONS_KEPT)] = seconds
+                _draw_next_kept(batch)
             keep = self.keep
             if keep is None:
                 batch.finished.append(raw)
@@ -179,8 +193,10 @@ class RolloutTracker:
         now = time.monotonic()
         worker = "" if self.worker is None else str(self.worker)
         with self._lock:
+            # the oldest sample in flight is the first: ``active`` holds them in the order they started (each start
+            # read and inserted under the lock), so a reading does not walk every sample in flight under the lock
             rows = [
-                (b.mode, b.expected, b.completed, len(b.active), min(b.active.values(), default=None), b.start, b.end)
+                (b.mode, b.expected, b.completed, len(b.active), next(iter(b.active.values()), None), b.start, b.end)
                 for b in self._batches.values()
             ]
         for mode, expected, completed, inflight, oldest, start, end in rows:
