@@ -12,6 +12,7 @@ in this process' environment with the SDK's default, so no SDK constructor ever 
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,6 +107,14 @@ def enabled(env: Mapping[str, str] | None = None) -> bool:
     return _env.enabled(env)
 
 
+def hostname(env: Mapping[str, str] | None = None) -> str:
+    """This host's name wherever a file name, label or merge key carries it (two hosts writing to one shared
+    VERL_OTEL_DIR stay apart): ``VERL_OTEL_HOSTNAME`` when set (a test's simulated host, containers that share
+    a name), else the machine's; only ``[A-Za-z0-9._-]``, at most 64 characters. Read at each call."""
+    raw = (os.environ if env is None else env).get(sc.ENV_HOSTNAME, "").strip() or socket.gethostname()
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in raw)[:64] or "unknown-host"
+
+
 def _endpoint(r: _Reader, *names: str) -> str | None:
     for name in names:
         raw = _env.otlp_endpoint(r.env, name).strip()
@@ -179,6 +188,8 @@ class Settings:
     role: str = sc.ROLE_OTHER
     console_only: bool = False  # VERL_PROGRESS_LOG=1 alone: the [VERL_PROGRESS] lines, no span/metric export at all
     engine_spans: bool = True  # the rollout engine's (vLLM's) request spans under our samples
+    prometheus_host_given: bool = False  # VERL_OTEL_PROMETHEUS_HOST set: no node-IP default on a Ray worker node
+    sd_port: int = 0  # VERL_OTEL_SD_PORT: the Ray driver's http_sd endpoint (0: none; the file is kept all the same)
     stall: StallSettings = field(default_factory=lambda: StallSettings())
     problems: tuple[str, ...] = field(default=(), compare=False)
 
@@ -223,10 +234,13 @@ def load(env: Mapping[str, str] | None = None, *, report: bool = True) -> Settin
         role=r.text(sc.ENV_ROLE, sc.ROLE_OTHER, limit=64),
         console_only=console_only,
         engine_spans=r.flag(sc.ENV_ENGINE_SPANS, True),
+        prometheus_host_given=bool((r.env.get(sc.ENV_PROM_HOST) or "").strip()),
+        sd_port=r.integer(sc.ENV_SD_PORT, 0, 0, 65535),
         stall=_stall(r),
     )
     r.choice(sc.ENV_LOG_LEVEL, "info", ("debug", "info", "warning", "error"))
     r.flag(sc.ENV_ENABLED, False)
+    r.text(sc.ENV_HOSTNAME, "", limit=255)  # read by hostname(): a bad value is named here once
     problems = tuple(r.problems)
     if report:
         _report(list(problems))
@@ -284,6 +298,8 @@ OWN_VARIABLES: tuple[str, ...] = (
     sc.ENV_EXPORT_BUFFER_MB,
     sc.ENV_LOG_LEVEL,
     sc.ENV_ENGINE_SPANS,
+    sc.ENV_HOSTNAME,
+    sc.ENV_SD_PORT,
     sc.ENV_STALL,
     sc.ENV_STALL_SECONDS,
     sc.ENV_STALL_MIN_SECONDS,
@@ -305,6 +321,7 @@ __all__ = [
     "ProgressSettings",
     "Settings",
     "StallSettings",
+    "hostname",
     "load",
     "load_progress",
     "sanitize_otel_env",

@@ -2,7 +2,8 @@
 
 A local ``ray.init`` starts workers that inherit the driver's environment, but on a ``ray start``
 cluster they inherit the raylet's. So ``ray.init`` gets our variables (VERL_OTEL_*, OTEL_* and
-VERL_PROGRESS_*) added to ``runtime_env.env_vars``, never overriding what the user set.
+VERL_PROGRESS_*) added to ``runtime_env.env_vars``, never overriding what the user set. The process that
+called ``ray.init`` is the job's driver: it keeps the run's Prometheus targets of every node (Runtime.discover).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from verl_otel import runtime
 from verl_otel import semconv as sc
 from verl_otel.hooks._safe import safe
 
@@ -18,7 +20,11 @@ from verl_otel.hooks._safe import safe
 def job_env() -> dict[str, str]:
     """The variables to forward; VERL_OTEL_DIR made absolute (workers may run elsewhere)."""
     os.environ[sc.ENV_DIR] = os.path.abspath(os.environ.get(sc.ENV_DIR) or "./verl-otel-data")
-    return {k: v for k, v in os.environ.items() if k.startswith(sc.PROPAGATED_ENV_PREFIXES)}
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if k.startswith(sc.PROPAGATED_ENV_PREFIXES) and k not in sc.NOT_PROPAGATED_ENV  # a host's name stays home
+    }
 
 
 def merge_runtime_env(runtime_env: Any, env: dict[str, str]) -> dict[str, Any]:
@@ -34,6 +40,13 @@ def _add_env(kwargs: dict[str, Any]) -> None:
     kwargs["runtime_env"] = merge_runtime_env(kwargs.get("runtime_env"), job_env())
 
 
+def _discover() -> None:
+    """The process that called ray.init is the job's driver: it lists every node's processes for Prometheus."""
+    runtime.current().discover()
+
+
 def init_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     safe(_add_env, kwargs)
-    return wrapped(*args, **kwargs)
+    context = wrapped(*args, **kwargs)
+    safe(_discover)
+    return context
