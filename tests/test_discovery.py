@@ -50,6 +50,14 @@ def test_refresh_prunes_dead_nodes_and_stopped_beats(tmp_path, monkeypatch):
     assert _file(tmp_path) == [own]
 
 
+def test_a_loopback_address_of_another_node_is_never_listed(tmp_path, caplog):
+    cluster = ClusterTargets(tmp_path, refresh_s=0)
+    entries = {b"a": _entry("127.0.0.1:7", "nodeA", 1, "hostA"), b"b": _entry("127.0.0.1:8", "nodeB", 1, "hostB")}
+    cluster.refresh(entries, {"nodeA": "hostA", "nodeB": "hostB"}, set(), here="nodeA")
+    assert [g["targets"] for g in cluster.groups] == [["127.0.0.1:7"]], "the driver's own node may say 127.0.0.1"
+    assert "a process on hostB listens on 127.0.0.1:8 only" in caplog.text
+
+
 def test_a_dead_nodes_entries_in_a_shared_file_go(tmp_path):
     theirs = {"targets": ["10.0.0.3:7"], "labels": {sc.LABEL_HOST: "hostC", prometheus.PID_LABEL: "1"}}
     (tmp_path / sc.PROM_TARGETS_FILE).write_text(json.dumps([theirs]))

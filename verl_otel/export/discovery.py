@@ -61,12 +61,15 @@ class ClusterTargets:
             return
         try:
             self._job = store.prefix
-            self.refresh(store.entries(MAX_ENTRIES), store.live_nodes(), store.dead_hosts())
+            self.refresh(store.entries(MAX_ENTRIES), store.live_nodes(), store.dead_hosts(), here=store.node)
         except Exception as exc:  # noqa: BLE001 - the last answer stays; the next tick tries again
             warn_once("discovery", f"cannot read the run's targets from Ray's store ({exc!r}); trying again")
 
-    def refresh(self, entries: dict[bytes, dict[str, Any]], alive: dict[str, str], dead_hosts: set[str]) -> None:
-        """The listing from the store's ``entries`` and Ray's ``alive`` nodes (id -> host name)."""
+    def refresh(
+        self, entries: dict[bytes, dict[str, Any]], alive: dict[str, str], dead_hosts: set[str], here: str = ""
+    ) -> None:
+        """The listing from the store's ``entries`` and Ray's ``alive`` nodes (id -> host name); ``here``: the
+        driver's node (a loopback address of any other node is left out, with one line: it cannot be reached)."""
         now = time.monotonic()
         groups = []
         for key, doc in sorted(entries.items()):
@@ -78,6 +81,13 @@ class ClusterTargets:
             if str(doc.get("node")) not in alive or now - moved > self.stale_s:
                 continue
             if isinstance(targets, list) and targets and isinstance(labels, dict):
+                if _loopback(str(targets[0])) and str(doc.get("node")) != here:
+                    warn_once(
+                        f"sd-loopback:{doc.get('node')}",
+                        f"a process on {labels.get(sc.LABEL_HOST, '?')} listens on {targets[0]} only: Prometheus "
+                        f"cannot reach it from here; unset {sc.ENV_PROM_HOST} there (the node's IP) or set 0.0.0.0",
+                    )
+                    continue
                 groups.append({"targets": [str(t) for t in targets[:1]], "labels": {**labels}})
         self._beats = {k: v for k, v in self._beats.items() if k in entries}
         self.groups = groups
@@ -152,6 +162,11 @@ class ClusterTargets:
                 store.delete(store.prefix.encode(), by_prefix=True)
         except Exception as exc:  # noqa: BLE001
             warn_once("discovery-close", f"cannot take the run's targets out of Ray's store ({exc!r})")
+
+
+def _loopback(target: str) -> bool:
+    host = target.rsplit(":", 1)[0].strip("[]")
+    return host.startswith("127.") or host in ("localhost", "::1")
 
 
 def start(settings: cfg.Settings, every_tick: Callable[[Callable[[], object]], None]) -> ClusterTargets | None:
