@@ -45,7 +45,7 @@ class ClusterTargets:
         self.refreshes = 0
         self._beats: dict[bytes, tuple[Any, float]] = {}  # key -> (beat, when it last moved, monotonic)
         self._last = float("-inf")
-        self._job = ""
+        self._closed = False  # no refresh after close: the file keeps only the processes' own entries
         self._server: ThreadingHTTPServer | None = None
         self.sd_address: tuple[str, int] | None = None
         if sd_port:
@@ -53,14 +53,13 @@ class ClusterTargets:
 
     # -- the refresh (flusher thread) -------------------------------------------------------------------------
     def tick(self) -> None:
-        if time.monotonic() - self._last < self.refresh_s:
+        if self._closed or time.monotonic() - self._last < self.refresh_s:
             return
         self._last = time.monotonic()
         store = RayStore.here()
         if store is None:
             return
         try:
-            self._job = store.prefix
             self.refresh(store.entries(MAX_ENTRIES), store.live_nodes(), store.dead_hosts(), here=store.node)
         except Exception as exc:  # noqa: BLE001 - the last answer stays; the next tick tries again
             warn_once("discovery", f"cannot read the run's targets from Ray's store ({exc!r}); trying again")
@@ -150,6 +149,7 @@ class ClusterTargets:
     # -- exit --------------------------------------------------------------------------------------------------
     def close(self) -> None:
         """The driver ends (on the flusher): its entries out of the file, its job's keys out of the store."""
+        self._closed = True
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
