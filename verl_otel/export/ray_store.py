@@ -21,7 +21,6 @@ from typing import Any
 
 from verl_otel import semconv as sc
 from verl_otel._log import warn_once
-from verl_otel.export import prometheus
 
 BEAT_S = 15.0  # an entry is put again this often (its beat counter moves)
 GCS_TIMEOUT_S = 2.0  # each call to the store
@@ -142,6 +141,8 @@ class ProcessTargets:
         return bool(self._pages)
 
     def _write(self, bind: str, port: int, labels: dict[str, str]) -> None:
+        from verl_otel.export import prometheus  # on the flusher: prometheus_client only where /metrics is served
+
         group = prometheus.register_target(self._data_dir, bind, port, labels)
         with self._lock:
             self._groups[group["targets"][0]] = group
@@ -175,6 +176,8 @@ class ProcessTargets:
         return len(pages)
 
     def _remove(self, pages: Iterable[tuple[str, int, dict[str, str]]]) -> None:
+        from verl_otel.export import prometheus
+
         for bind, port, _labels in pages:
             prometheus.unregister_target(self._data_dir, bind, port)
         with self._lock:
