@@ -45,6 +45,7 @@ class ClusterTargets:
         self.refreshes = 0
         self._beats: dict[bytes, tuple[Any, float]] = {}  # key -> (beat, when it last moved, monotonic)
         self._last = float("-inf")
+        self._written: list[dict[str, Any]] | None = None  # the groups last written into the file
         self._closed = False  # no refresh after close: the file keeps only the processes' own entries
         self._server: ThreadingHTTPServer | None = None
         self.sd_address: tuple[str, int] | None = None
@@ -91,7 +92,9 @@ class ClusterTargets:
         self._beats = {k: v for k, v in self._beats.items() if k in entries}
         self.groups = groups
         self.refreshes += 1
-        self._write(groups, dead_hosts)
+        if groups != self._written or dead_hosts:  # an unchanged list is not rewritten every refresh
+            self._write(groups, dead_hosts)
+            self._written = groups
 
     def _write(self, groups: list[dict[str, Any]], dead_hosts: set[str]) -> None:
         def change(kept: list[dict[str, Any]]) -> list[dict[str, Any]]:
