@@ -99,6 +99,14 @@ def test_the_driver_lists_a_process_of_another_nodes_disk(cluster, prom_factory)
     target = group["targets"][0]
     with urllib.request.urlopen(f"http://{target}/metrics", timeout=5) as resp:
         assert b"verl_otel_dropped_total" in resp.read()
+    # its entry in Ray's store, under this job's prefix; the head node's processes listen on loopback
+    from verl_otel.export.ray_store import RayStore, node_ip_bind
+
+    store = RayStore.here()
+    assert store is not None and node_ip_bind() == "127.0.0.1"
+    [(key, doc)] = [(k, d) for k, d in store.entries(100).items() if d["labels"].get("__verl_otel_pid") == str(pid)]
+    assert key.decode() == f"{sc.DISCOVERY_KV_PREFIX}{store.job}:{store.node}:{pid}:{target}"
+    assert doc["node"] == store.node and doc["beat"] >= 1 and doc["targets"] == [target]
     # the head's file lists it too, though the process wrote only its own node's file
     head = json.loads((cluster["head_dir"] / sc.PROM_TARGETS_FILE).read_text())
     assert [g["targets"] for g in head if g["labels"].get("__verl_otel_pid") == str(pid)] == [[target]]
