@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from helpers.procs import clean_env
 
 from verl_otel import _env, config, model, runtime
+from verl_otel import config as cfg
 from verl_otel import semconv as sc
 from verl_otel.export.providers import PresetIds, preset_span_id, tracer_provider
 from verl_otel.telemetry.engine_context import sample_context
@@ -159,7 +160,7 @@ def test_a_rollout_servers_page_is_listed_in_file_sd_on_the_push_path_too(tmp_pa
         assert rt.flusher.wait(rt.flusher.request(), 10)
         groups = json.loads((tmp_path / sc.PROM_TARGETS_FILE).read_text())
         assert [(g["targets"], {k: v for k, v in g["labels"].items() if not k.startswith("__")}) for g in groups] == [
-            (["127.0.0.1:40123"], labels)
+            (["127.0.0.1:40123"], {**labels, sc.LABEL_HOST: cfg.hostname()})
         ]
         rt.finish()
         assert json.loads((tmp_path / sc.PROM_TARGETS_FILE).read_text()) == []

@@ -14,6 +14,7 @@ from pathlib import Path
 from helpers.procs import TESTS, clean_env
 from helpers.traces import load_spans
 
+from verl_otel import config as cfg
 from verl_otel import semconv as sc
 from verl_otel.cli.main import main
 
@@ -55,7 +56,7 @@ def test_a_killed_run_keeps_its_evidence_and_doctor_reads_it(tmp_path, capsys):
     [stall] = [s for s in load_spans(traces) if s.name == sc.SPAN_STALL]
     assert not any(s.name == sc.SPAN_STEP for s in load_spans(traces))  # the step never ended
     [evidence] = list((data / sc.STALLS_DIR).glob("*.txt"))
-    assert evidence.name == f"step7-reward-trainer-{proc.pid}.txt"
+    assert evidence.name == f"step7-reward-trainer-{cfg.hostname()}-{proc.pid}.txt"
     rc, text = _doctor(capsys, "--dir", str(data), "--json")
     assert rc == 0
     [rec] = json.loads(text)

@@ -90,7 +90,10 @@ def test_a_stall_leaves_file_span_metrics_and_a_line(watch, tmp_path, capsys):
         assert stall.frame.startswith("my_stuck_reward (test_stalls.py:")
         assert stall.kind == sc.STALL_REWARD
         path = Path(stall.evidence)
-        assert path.parent == tmp_path / "stalls" and path.name == f"step3-reward-{sc.ROLE_REWARD}-{stall.pid}.txt"
+        assert (
+            path.parent == tmp_path / "stalls"
+            and path.name == f"step3-reward-{sc.ROLE_REWARD}-{stall.host}-{stall.pid}.txt"
+        )
         text = path.read_text()
         assert text.startswith(sc.STALL_FILE_MAGIC) and "phase: reward" in text and "in my_stuck_reward" in text
         first_thread = text.split("\n\n", 2)[1]  # the stuck thread's stack comes first, right after the header

@@ -108,6 +108,14 @@ def enabled(env: Mapping[str, str] | None = None) -> bool:
     return _env.enabled(env)
 
 
+def hostname(env: Mapping[str, str] | None = None) -> str:
+    """This host's name wherever a file name, label or merge key carries it (two hosts writing to one shared
+    VERL_OTEL_DIR stay apart): ``VERL_OTEL_HOSTNAME`` when set (a test's simulated host, containers that share
+    a name), else the machine's; only ``[A-Za-z0-9._-]``, at most 64 characters. Read at each call."""
+    raw = (os.environ if env is None else env).get(sc.ENV_HOSTNAME, "").strip() or socket.gethostname()
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in raw)[:64] or "unknown-host"
+
+
 def _endpoint(r: _Reader, *names: str) -> str | None:
     for name in names:
         raw = _env.otlp_endpoint(r.env, name).strip()
@@ -152,7 +160,7 @@ def loopback_elsewhere(
     loopback = next((e for e in endpoints if e and _is_loopback(e)), None)
     if not driver or loopback is None:
         return None
-    here = socket.gethostname() if here is None else here
+    here = hostname() if here is None else here
     if driver == here:
         return None
     unsent = Path(data_dir).absolute() / sc.UNSENT_DIR
@@ -213,6 +221,8 @@ class Settings:
     console_only: bool = False  # VERL_PROGRESS_LOG=1 alone: the [VERL_PROGRESS] lines, no span/metric export at all
     engine_spans: bool = True  # the rollout engine's (vLLM's) request spans under our samples
     deprecated_names: bool = True  # renamed labels exported under their old name too (CHANGELOG.md)
+    prometheus_host_given: bool = False  # VERL_OTEL_PROMETHEUS_HOST set: no node-IP default on a Ray worker node
+    sd_port: int = 0  # VERL_OTEL_SD_PORT: the Ray driver's http_sd endpoint (0: none; the file is kept all the same)
     stall: StallSettings = field(default_factory=lambda: StallSettings())
     problems: tuple[str, ...] = field(default=(), compare=False)
 
@@ -258,11 +268,14 @@ def load(env: Mapping[str, str] | None = None, *, report: bool = True) -> Settin
         console_only=console_only,
         engine_spans=r.flag(sc.ENV_ENGINE_SPANS, True),
         deprecated_names=r.flag(sc.ENV_DEPRECATED_NAMES, True),
+        prometheus_host_given=bool((r.env.get(sc.ENV_PROM_HOST) or "").strip()),
+        sd_port=r.integer(sc.ENV_SD_PORT, 0, 0, 65535),
         stall=_stall(r),
     )
     r.choice(sc.ENV_LOG_LEVEL, "info", ("debug", "info", "warning", "error"))
     r.flag(sc.ENV_ENABLED, False)
     elsewhere = loopback_elsewhere(r.text(sc.ENV_DRIVER_HOST, "", limit=255), (traces_ep, metrics_ep), data_dir)
+    r.text(sc.ENV_HOSTNAME, "", limit=255)  # read by hostname(): a bad value is named here once
     problems = tuple(r.problems)
     if report:
         _report(list(problems))
@@ -324,6 +337,8 @@ OWN_VARIABLES: tuple[str, ...] = (
     sc.ENV_LOG_LEVEL,
     sc.ENV_ENGINE_SPANS,
     sc.ENV_DEPRECATED_NAMES,
+    sc.ENV_HOSTNAME,
+    sc.ENV_SD_PORT,
     sc.ENV_STALL,
     sc.ENV_STALL_SECONDS,
     sc.ENV_STALL_MIN_SECONDS,
@@ -345,6 +360,7 @@ __all__ = [
     "ProgressSettings",
     "Settings",
     "StallSettings",
+    "hostname",
     "load",
     "load_progress",
     "sanitize_otel_env",

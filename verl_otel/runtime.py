@@ -14,7 +14,7 @@ import atexit
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import trace
@@ -50,18 +50,18 @@ class Runtime:
         self._metrics_started = False
         self._wired: set[str] = set()
         self._reported: set[str] = set()  # roles whose hook coverage line was logged
-        self._unregister: Callable[[], None] | None = None  # removes this process' file_sd entry
         self._engine_provider: Any = None  # an inference engine's request spans (vLLM), see engine_provider
-        self._extra_targets: list[Callable[[], None]] = []  # removes the file_sd entries of add_scrape_target
+        self._cluster: Any = None  # the Ray driver's discovery of every node's targets (see discover)
         self._stalls: Any = None  # the stall watch (process/stalls.py), made on first use
         self.stall_listeners: list[Callable[[Stall], None]] = []  # told each new stall (the model's console line)
         self.model: Any = None  # the telemetry model (verl_otel/model.py), made on first use by its accessor
         from verl_otel.export.flusher import Flusher, ShutdownBudget
+        from verl_otel.export.ray_store import ProcessTargets
         from verl_otel.export.unsent import UnsentSpans
 
         self.unsent = UnsentSpans(settings.data_dir)  # the OTLP push's span buffers, spilled at exit
-
         self.flusher = Flusher(self._flush_exports)
+        self.targets = ProcessTargets(settings.data_dir, self.flusher.submit, self.flusher.every_tick)  # /metrics pages
         self.budget = ShutdownBudget(settings.shutdown_timeout_s)  # every wait at fit end and exit
 
     # -- identity --------------------------------------------------------------------------------
@@ -198,15 +198,18 @@ class Runtime:
             return self._engine_provider
 
     def add_scrape_target(self, host: str, port: int, labels: dict[str, str]) -> None:
-        """List another /metrics page of this process' making (a rollout server's vLLM page) in the run's
-        file_sd file, on the flusher; it is taken out again at exit."""
-        if self.settings.console_only:
-            return
-        from verl_otel.export import prometheus
+        """List another /metrics page of this process' making (a rollout server's vLLM page) where the run's
+        Prometheus finds it (file_sd, Ray's store), on the flusher; it is taken out again at exit."""
+        if not self.settings.console_only:
+            self.targets.add(host, port, labels)
 
-        data_dir = self.settings.data_dir
-        self.flusher.submit(lambda: prometheus.register_target(data_dir, host, port, labels))
-        self._extra_targets.append(lambda: prometheus.unregister_target(data_dir, host, port))
+    def discover(self) -> None:
+        """The Ray driver: every node's processes listed for Prometheus (export/discovery.py). Never raises."""
+        with self._lock:
+            if self._cluster is None and not self.settings.console_only:
+                from verl_otel.export.discovery import start
+
+                self._cluster = start(self.settings, self.every_tick)
 
     # -- stalls -------------------------------------------------------------------------------------
     @property
@@ -252,7 +255,7 @@ class Runtime:
 
         for reason in sc.DROP_REASONS:  # counters start at 0, so "nothing dropped" is a visible 0
             self.state.drop(reason, 0)
-        self._unregister = providers.start_pull(self.state, self.settings, self.run_labels(), self.flusher.submit)
+        providers.start_pull(self.state, self.settings, self.run_labels(), self.targets.add)
         self.every_tick(ResidentMemory(self.state))  # read on the flusher's tick, never a training thread
         res = None
         if self.settings.metrics_endpoint is not None and _given.get("meter_provider") is None:
@@ -282,11 +285,11 @@ class Runtime:
     def finish(self) -> None:
         """Process exit: take this process' /metrics out of the file_sd list and export what is left,
         on the flusher thread, within what is left of VERL_OTEL_SHUTDOWN_TIMEOUT."""
-        for unregister in [self._unregister, *self._extra_targets]:
-            if unregister is not None:
-                self.flusher.submit(unregister)  # jobs run before the flush the wait below asks for
-        parts = (self._unregister, *self._extra_targets, self._provider, self._meter_provider)
-        if any(part is not None for part in parts):
+        jobs = self.targets.remove_all()  # jobs run before the flush the wait below asks for
+        if self._cluster:
+            jobs += 1
+            self.flusher.submit(self._cluster.close)
+        if jobs or self._provider is not None or self._meter_provider is not None:
             self._wait_in_budget(self.flusher.request())
         self.spill_unsent()
 
@@ -361,19 +364,15 @@ def _at_exit(rt: Runtime) -> None:
         pass
 
 
-@contextlib.contextmanager
-def preset_span_id(span_id: int | None) -> Iterator[None]:
+def preset_span_id(span_id: int | None) -> contextlib.AbstractContextManager[None]:
     """The next span this thread starts on our tracer gets ``span_id`` (None: a random one, as always)."""
     if not span_id:
-        yield
-        return
+        return contextlib.nullcontext()
     try:
         from verl_otel.export.providers import preset_span_id as preset
     except Exception:  # noqa: BLE001 - no SDK: a random id
-        yield
-        return
-    with preset(span_id):
-        yield
+        return contextlib.nullcontext()
+    return preset(span_id)
 
 
 def configure(tracer_provider: Any = None, meter_provider: Any = None) -> None:

@@ -209,6 +209,8 @@ def to_json(ranking: Ranking, ui_base: str | None) -> list[dict[str, Any]]:
                 "weight_sync": None if (w := wsync.slowest(st.weight_syncs)) is None else w.to_json(),
                 "weight_receive": None if (r := wsync.slowest(st.weight_receives)) is None else r.to_json(),
                 "also_not_every_step": [{"phase": p, "duration_s": _r(s)} for p, s in v.unusual],
+                "clock_skew_s": _r(st.clock_skew_s),
+                "clock_offsets": {h: _r(o) for h, o in sorted(st.clock_offsets.items())},
                 "slowest_samples": [
                     {
                         "index": s.index,
@@ -320,4 +322,7 @@ def to_text(ranking: Ranking, ui_base: str | None) -> str:
             lines.append("   per-token time vs median: " + ", ".join(f"{p} {r:.1f}{TIMES}" for p, r in worst))
         if st.samples:
             lines.append("   slowest samples: " + ", ".join(map(sample_text, st.samples[:SAMPLES_SHOWN])))
+        if st.clock_offsets:
+            hosts = ", ".join(f"{h} {o:+.3f}s" for h, o in sorted(st.clock_offsets.items()))
+            lines.append(f"   clock skew: {hosts} against the step's host (times aligned, durations as measured)")
     return "\n".join(lines)

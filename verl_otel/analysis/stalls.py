@@ -37,7 +37,11 @@ class StallRecord:
     advice: str = ""
 
     def key(self) -> tuple[Any, ...]:
-        return (self.evidence,) if self.evidence else (self.trace_id, self.phase, self.pid)
+        # two hosts (containers, pods) may give one pid to two processes: the host keeps their stalls apart; the
+        # file's name, not its folder: `verl-otel gather` brings a node's files to the head
+        if self.evidence:
+            return (self.host, os.path.basename(self.evidence))
+        return (self.trace_id, self.phase, self.host, self.pid)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -154,7 +158,7 @@ def merge(files: list[StallRecord], traced: list[StallRecord]) -> list[StallReco
     out = list(by_key.values())
     for rec in out:
         rec.advice = advice(rec)
-    out.sort(key=lambda r: (r.step if r.step is not None else -1, r.phase, r.role, r.pid or 0))
+    out.sort(key=lambda r: (r.step if r.step is not None else -1, r.phase, r.role, r.host, r.pid or 0))
     return out
 
 

@@ -32,17 +32,27 @@ _SYNC_SIDES = frozenset((sc.SPAN_WEIGHT_SYNC, sc.SPAN_WEIGHT_RECEIVE))  # a weig
 
 
 def _slim(span: Span, names: tuple[str, ...]) -> Span:
-    """The span without events, links or resource, and only the attributes ``names``."""
+    """The span without events, links or resource (its host kept: analysis/clock.py), only the attributes ``names``."""
     attrs = {k: span.attributes[k] for k in names if k in span.attributes}
-    return replace(span, attributes=attrs, events=(), links=(), resource={})
+    return replace(span, attributes=attrs, events=(), links=(), resource=_host(span))
+
+
+def _host(span: Span) -> dict[str, object]:
+    host = span.resource.get(sc.RES_NODE)
+    return {sc.RES_NODE: host} if host else {}
+
+
+_Other = tuple[str, int, int, dict[str, object], str, str, dict[str, object]]
 
 
 @dataclass
 class _Trace:
     roots: dict[str, Span] = field(default_factory=dict)  # step spans without a parent (one, but for a re-export)
     # phase candidates and worker calls: span id -> (name, start, end, the attributes build_step reads, parent id,
-    # service)
-    others: dict[str, tuple[str, int, int, dict[str, object], str, str]] = field(default_factory=dict)
+    # service, host)
+    others: dict[str, tuple[str, int, int, dict[str, object], str, str, dict[str, object]]] = field(
+        default_factory=dict
+    )
     workers: dict[str, Span] = field(default_factory=dict)
     samples: list[tuple[int, int, Span]] = field(default_factory=list)  # min-heap of (duration, -seq, span)
     sample_ids: set[str] = field(default_factory=set)
@@ -50,8 +60,8 @@ class _Trace:
 
     def spans(self, trace_id: str) -> list[Span]:
         out = [*self.roots.values(), *self.workers.values(), *(s for _, _, s in self.samples), *self.engine.values()]
-        for span_id, (name, start, end, attrs, parent, service) in self.others.items():
-            out.append(Span(trace_id, span_id, parent, name, start, end, attrs, service=service))
+        for span_id, (name, start, end, attrs, parent, service, host) in self.others.items():
+            out.append(Span(trace_id, span_id, parent, name, start, end, attrs, service=service, resource=host))
         return out
 
 
@@ -70,7 +80,7 @@ class StepFold:
             t = self.traces[span.trace_id] = _Trace()
         name = span.name
         if name == sc.SPAN_STEP and not span.parent_id:
-            t.roots[span.span_id] = replace(span, events=(), links=(), resource={})
+            t.roots[span.span_id] = replace(span, events=(), links=(), resource=_host(span))
         elif name == sc.SPAN_ROLLOUT_WORKER:
             t.workers[span.span_id] = _slim(span, _WORKER_ATTRS)
         elif name == sc.SPAN_ROLLOUT_SAMPLE:
@@ -79,7 +89,15 @@ class StepFold:
             self.engine_seen = True  # taken in the second pass, under the samples kept
         elif name not in _NOT_PHASES or name in _WORKER_CALLS or name in _SYNC_SIDES:
             attrs = {k: span.attributes[k] for k in _OTHER_ATTRS if k in span.attributes}
-            t.others[span.span_id] = (name, span.start_ns, span.end_ns, attrs, span.parent_id, span.service)
+            t.others[span.span_id] = (
+                name,
+                span.start_ns,
+                span.end_ns,
+                attrs,
+                span.parent_id,
+                span.service,
+                _host(span),
+            )
 
     def _sample(self, t: _Trace, span: Span) -> None:
         if span.span_id in t.sample_ids or not self.samples_kept:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl_otel import semconv as sc
+from verl_otel.analysis import clock
 from verl_otel.analysis.weight_sync import ReceiveParts, SyncParts, from_span, receive_from_span
 
 _NOT_PHASES = sc.NON_PHASE_SPANS
@@ -112,6 +113,13 @@ class StepTrace:
     rank_calls: dict[tuple[str, str, str], dict[int, float]] = field(default_factory=dict)
     weight_syncs: list[SyncParts] = field(default_factory=list)  # each worker's side of the step's weight syncs
     weight_receives: list[ReceiveParts] = field(default_factory=list)  # each rollout replica's side of them
+    #: hosts whose clock disagreed with the step's host (analysis/clock.py): host -> seconds added to its times
+    clock_offsets: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def clock_skew_s(self) -> float:
+        """The largest clock offset between the step's hosts (0.0: none past the tolerance)."""
+        return max((abs(v) for v in self.clock_offsets.values()), default=0.0)
 
 
 def as_int(value: Any) -> int | None:
@@ -173,6 +181,8 @@ def build_step(trace: list[Span]) -> StepTrace | None:
         if s.name == sc.SPAN_ENGINE_REQUEST:
             requests[s.parent_id].append(s)
     by_id = {s.span_id: s for s in unique}
+    shift = clock.offsets(unique)  # cross-host times are compared aligned; durations stay as measured
+    step.clock_offsets = {host: ns / 1e9 for host, ns in shift.items()}
     for s in unique:
         if s.name in _WORKER_CALLS:
             _add_rank_call(step, s, by_id.get(s.parent_id))
@@ -192,7 +202,7 @@ def build_step(trace: list[Span]) -> StepTrace | None:
                     as_int(s.attributes.get(sc.ATTR_SAMPLE_ROLLOUT_N)),
                     None if mode is None else str(mode),
                     engine_time(requests.get(s.span_id, [])),
-                    s.end_ns,
+                    s.end_ns + shift.get(clock.host_of(s), 0),
                 )
             )
         elif _is_phase(s, root):

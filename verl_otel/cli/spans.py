@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from verl_otel import semconv as sc
-from verl_otel.analysis import jaeger_pages
+from verl_otel.analysis import clock, jaeger_pages
 from verl_otel.analysis.jaeger import JaegerClient, JaegerError
 from verl_otel.analysis.otlp_json import FileRead, read_file
 from verl_otel.analysis.step_stream import read_steps
@@ -115,7 +115,8 @@ def read_spans(
     try:
         got: FileRead
         if steps_samples is not None:
-            out.steps, got = read_steps(path, out.start_ns, steps_samples)
+            # a child on a host whose clock runs behind may start before the window its step starts in
+            out.steps, got = read_steps(path, max(0, out.start_ns - int(clock.MARGIN_S * 1e9)), steps_samples)
         else:
             got = read_file(path, min_start_ns=out.start_ns, keep=keep)
     except OSError as err:

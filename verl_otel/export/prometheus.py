@@ -15,7 +15,7 @@ import os
 import socket
 import sys
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.samples import Exemplar
 
+from verl_otel import config as cfg
 from verl_otel import semconv as sc
 from verl_otel._log import warn_once
 from verl_otel.export.otlp_json import open_regular, write_all
@@ -119,27 +120,43 @@ def advertised_host(bind: str) -> str:
 
 
 def _stale(group: dict[str, Any]) -> bool:
-    """An entry of a process of this host that has exited."""
+    """An entry of a process of this host that has exited. An entry says its host (``verl_host``): only this
+    host's entries are judged by pid (a shared VERL_OTEL_DIR lists other hosts' processes, whose pids mean
+    nothing here); an entry without one (an older release's) is judged by its address, as it used to be."""
+    labels = group.get("labels") or {}
+    pid = str(labels.get(PID_LABEL, ""))
+    if not pid.isdigit():
+        return False
+    host = labels.get(sc.LABEL_HOST)
+    if host is not None:
+        return str(host) == cfg.hostname() and not _alive(int(pid))
     local = {socket.gethostname(), "127.0.0.1", "localhost", advertised_host("0.0.0.0")}
     targets = group.get("targets") or [""]
-    pid = str(group.get("labels", {}).get(PID_LABEL, ""))
-    return str(targets[0]).rsplit(":", 1)[0] in local and pid.isdigit() and not _alive(int(pid))
+    return str(targets[0]).rsplit(":", 1)[0] in local and not _alive(int(pid))
 
 
-def register_target(data_dir: Path, host: str, port: int, labels: dict[str, str]) -> None:
+def register_target(data_dir: Path, host: str, port: int, labels: dict[str, str]) -> dict[str, Any]:
     """Add this process' endpoint to the run's file_sd file (read-modify-rename under a lock),
-    pruning entries of dead processes on this host."""
-    _update_targets(data_dir, host, port, labels, add=True)
+    pruning entries of dead processes on this host; returns the group listed."""
+    entry = target_group(advertised_host(host), port, labels)
+    edit_targets(data_dir, lambda kept: [*(g for g in kept if g.get("targets") != entry["targets"]), entry])
+    return entry
 
 
 def unregister_target(data_dir: Path, host: str, port: int) -> None:
     """Remove this process' endpoint (at exit: Prometheus stops scraping a process that is gone)."""
-    _update_targets(data_dir, host, port, {}, add=False)
+    targets = [f"{advertised_host(host)}:{port}"]
+    edit_targets(data_dir, lambda kept: [g for g in kept if g.get("targets") != targets])
 
 
-def _update_targets(data_dir: Path, host: str, port: int, labels: dict[str, str], add: bool) -> None:
-    addr_host = advertised_host(host)
-    entry = {"targets": [f"{addr_host}:{port}"], "labels": {**labels, PID_LABEL: str(os.getpid())}}
+def target_group(addr_host: str, port: int, labels: dict[str, str]) -> dict[str, Any]:
+    """This process' file_sd/http_sd group: its address, the run's labels, its host and (internal) pid."""
+    own = {sc.LABEL_HOST: cfg.hostname(), PID_LABEL: str(os.getpid())}
+    return {"targets": [f"{addr_host}:{port}"], "labels": {**labels, **own}}
+
+
+def edit_targets(data_dir: Path, change: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]) -> None:
+    """Rewrite the run's file_sd file as ``change(groups)`` (the stale ones pruned first), under its lock."""
     path = data_dir / sc.PROM_TARGETS_FILE
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -147,10 +164,7 @@ def _update_targets(data_dir: Path, host: str, port: int, labels: dict[str, str]
         lock_fd = open_regular(data_dir / (sc.PROM_TARGETS_FILE + ".lock"), os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX)
-            groups = _read_groups(path)
-            kept = [g for g in groups if isinstance(g, dict) and not _stale(g) and g.get("targets") != entry["targets"]]
-            if add:
-                kept.append(entry)
+            kept = change([g for g in _read_groups(path) if isinstance(g, dict) and not _stale(g)])
             tmp = path.with_suffix(f".tmp{os.getpid()}")
             if os.path.lexists(tmp):
                 os.unlink(tmp)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -67,7 +66,7 @@ class PresetIds(RandomIdGenerator):
 
 
 def resource(role: str, worker_index: int | None, run: Mapping[str, str]) -> Resource:
-    host, pid = socket.gethostname(), os.getpid()
+    host, pid = cfg.hostname(), os.getpid()
     # ours wins over OTEL_RESOURCE_ATTRIBUTES' service.instance.id: one value there is shared by every process
     attrs: dict[str, Any] = {
         sc.RES_ROLE: role,
@@ -244,26 +243,28 @@ def start_pull(
     state: MetricsState,
     settings: cfg.Settings,
     labels: dict[str, str],
-    in_background: Callable[[Callable[[], None]], None],
-) -> Callable[[], None] | None:
-    """The /metrics endpoint, and its file_sd entry written by ``in_background`` (the flusher: a training
-    thread never waits on the data directory), on by default in the embedded mode. Returns what removes
-    the entry at exit."""
+    listed: Callable[[str, int, dict[str, str]], None],
+) -> None:
+    """The /metrics endpoint, on by default in the embedded mode, handed to ``listed`` (the runtime's
+    ProcessTargets: the file_sd entry and Ray's store, written by the flusher, never a training thread). It
+    listens on ``VERL_OTEL_PROMETHEUS_HOST``, by default 127.0.0.1 or, on a Ray cluster's worker node, the node's
+    IP (the head's Prometheus must reach it)."""
     if settings.prometheus_port is None:
-        return None
+        return
+    bind = settings.prometheus_host if settings.prometheus_host_given else None
     try:
         from verl_otel.export import prometheus
+        from verl_otel.export.ray_store import node_ip_bind
 
-        port = prometheus.serve(state, settings.prometheus_host, settings.prometheus_port)
-        in_background(lambda: prometheus.register_target(settings.data_dir, settings.prometheus_host, port, labels))
-        return lambda: prometheus.unregister_target(settings.data_dir, settings.prometheus_host, port)
+        bind = bind or node_ip_bind()
+        port = prometheus.serve(state, bind, settings.prometheus_port)
+        listed(bind, port, labels)
     except Exception as exc:  # noqa: BLE001 - e.g. the port is taken
         warn_once(
             "prom-serve",
-            f"cannot serve /metrics on {settings.prometheus_host}:"
+            f"cannot serve /metrics on {bind or settings.prometheus_host}:"
             f"{settings.prometheus_port}: {exc}; the pull path is off in pid {os.getpid()}",
         )
-        return None
 
 
 def start_push(state: MetricsState, settings: cfg.Settings, res: Resource | None, given: Any = None) -> Any:

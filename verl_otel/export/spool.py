@@ -12,7 +12,6 @@ those lines again with ``push``: twice, never zero times.
 from __future__ import annotations
 
 import os
-import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from verl_otel import config as cfg
 from verl_otel import semconv as sc
 from verl_otel._log import warn_once
 from verl_otel.export.otlp_json import open_regular, request_bytes, request_line, write_all
@@ -46,7 +46,7 @@ class Chunk:
 def unsent_path(data_dir: Path, tag: str = "") -> Path:
     """This process' file of spans that wait for ``verl-otel push`` (``tag``: one file per buffer, so two
     buffers of a process never append to the same file)."""
-    return data_dir / sc.UNSENT_DIR / f"spans-{socket.gethostname()}-{os.getpid()}{tag}.jsonl"
+    return data_dir / sc.UNSENT_DIR / f"spans-{cfg.hostname()}-{os.getpid()}{tag}.jsonl"
 
 
 def span_count(data: bytes) -> int:

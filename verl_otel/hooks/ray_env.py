@@ -3,16 +3,19 @@
 A local ``ray.init`` starts workers that inherit the driver's environment, but on a ``ray start``
 cluster they inherit the raylet's. So ``ray.init`` gets our variables (VERL_OTEL_*, OTEL_* and
 VERL_PROGRESS_*, with the driver's hostname) added to ``runtime_env.env_vars``, never overriding what the user set.
+The process that called ``ray.init`` is the job's driver: it keeps the run's Prometheus targets of every node
+(Runtime.discover).
 """
 
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Callable
 from typing import Any
 
+from verl_otel import runtime
 from verl_otel import semconv as sc
+from verl_otel.config import hostname
 from verl_otel.hooks._safe import safe
 
 
@@ -20,8 +23,12 @@ def job_env() -> dict[str, str]:
     """The variables to forward; VERL_OTEL_DIR made absolute (workers may run elsewhere), and the driver's
     hostname, so a process on another node can tell that a loopback OTLP endpoint is not the driver's."""
     os.environ[sc.ENV_DIR] = os.path.abspath(os.environ.get(sc.ENV_DIR) or "./verl-otel-data")
-    env = {k: v for k, v in os.environ.items() if k.startswith(sc.PROPAGATED_ENV_PREFIXES)}
-    env[sc.ENV_DRIVER_HOST] = socket.gethostname()  # this process is the driver: its host, not an inherited one
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k.startswith(sc.PROPAGATED_ENV_PREFIXES) and k not in sc.NOT_PROPAGATED_ENV  # a host's name stays home
+    }
+    env[sc.ENV_DRIVER_HOST] = hostname()  # this process is the driver: its host, not an inherited one
     return env
 
 
@@ -38,6 +45,13 @@ def _add_env(kwargs: dict[str, Any]) -> None:
     kwargs["runtime_env"] = merge_runtime_env(kwargs.get("runtime_env"), job_env())
 
 
+def _discover() -> None:
+    """The process that called ray.init is the job's driver: it lists every node's processes for Prometheus."""
+    runtime.current().discover()
+
+
 def init_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     safe(_add_env, kwargs)
-    return wrapped(*args, **kwargs)
+    context = wrapped(*args, **kwargs)
+    safe(_discover)
+    return context

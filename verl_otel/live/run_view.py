@@ -33,6 +33,7 @@ class RolloutWorkerProgress:
     oldest_inflight_s: float = 0.0
     elapsed_s: float | None = None
     eta_s: float | None = None
+    host: str = ""  # the process' host (its target's verl_host label)
 
     @property
     def running(self) -> bool:
@@ -68,6 +69,13 @@ class RunView:
     step_mean_s: float | None = None
     dropped: float = 0.0
     replicas: list[Replica] = field(default_factory=list)  # rollout servers (vLLM's pages); see ReplicaWatch
+    hosts: dict[str, int] = field(default_factory=dict)  # host -> processes (targets) of the run on it
+    stall_hosts: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # stalled (role, phase) -> hosts
+
+    @property
+    def multi_host(self) -> bool:
+        """The run spans more than one host: every process is shown with its host."""
+        return len(self.hosts) > 1
 
     def totals(self, mode: str) -> tuple[float, float]:
         """Completed and expected samples of ``mode`` over all workers (the manager's total)."""
@@ -143,7 +151,16 @@ def build_view(scrape: Scrape, run: str | None = None) -> RunView:
         view.active[phase] = 0.0
     for s in by_name.get(sc.STALL_ACTIVE.name, []):
         if s.value >= 1:
-            view.stalls[(s.labels.get(sc.LABEL_PROCESS_ROLE, "?"), s.labels.get(sc.LABEL_PHASE, ""))] = ""
+            key = (s.labels.get(sc.LABEL_PROCESS_ROLE, "?"), s.labels.get(sc.LABEL_PHASE, ""))
+            view.stalls[key] = ""
+            host = s.labels.get(sc.LABEL_HOST)
+            if host and host not in view.stall_hosts.setdefault(key, []):
+                view.stall_hosts[key].append(host)
+    instances: dict[str, set[str]] = {}
+    for s in rows:
+        if s.labels.get(sc.LABEL_HOST):
+            instances.setdefault(s.labels[sc.LABEL_HOST], set()).add(s.labels.get("instance", ""))
+    view.hosts = {host: len(found) for host, found in sorted(instances.items())}
     view.rollout_workers = _rollout_workers(by_name)
     view.replicas = replicas_of(rows)
     view.updates = _updates(by_name)
@@ -164,13 +181,14 @@ def _rollout_workers(by_name: dict[str, list[Series]]) -> list[RolloutWorkerProg
         sc.ROLLOUT_ELAPSED.name: "elapsed_s",
         sc.ROLLOUT_ETA.name: "eta_s",
     }
-    rows: dict[tuple[str, str, str], dict[str, float]] = {}
+    rows: dict[tuple[str, str, str, str], dict[str, float]] = {}
     for name, attr in fields_.items():
         for s in by_name.get(name, []):
             key = (
                 s.labels.get("instance", ""),
                 s.labels.get(sc.LABEL_ROLLOUT_WORKER, ""),
                 s.labels.get(sc.LABEL_MODE, ""),
+                s.labels.get(sc.LABEL_HOST, ""),
             )
             rows.setdefault(key, {})[attr] = s.value
     out = [
@@ -183,8 +201,9 @@ def _rollout_workers(by_name: dict[str, list[Series]]) -> list[RolloutWorkerProg
             oldest_inflight_s=r.get("oldest_inflight_s", 0.0),
             elapsed_s=r.get("elapsed_s"),
             eta_s=r.get("eta_s"),
+            host=h,
         )
-        for (_inst, w, m), r in rows.items()
+        for (_inst, w, m, h), r in rows.items()
     ]
     return sorted(out, key=lambda w: (w.mode != sc.MODE_TRAIN, w.mode, _num(w.rollout_worker)))
 

@@ -60,6 +60,8 @@ def header(view: RunView, now: float) -> RenderableType:
         f"  {time.strftime('%H:%M:%S', time.localtime(now))}  {view.source} ({where})",
     )
     lines: list[RenderableType] = [title]
+    if view.multi_host:
+        lines.append(Text("hosts: " + ", ".join(f"{h} ({n})" for h, n in view.hosts.items()), "cyan"))
     if view.other_runs:
         lines.append(Text(f"other runs in this source: {', '.join(view.other_runs)} (--run to pick one)", "dim"))
     step, planned = view.step, view.planned
@@ -95,7 +97,7 @@ def header(view: RunView, now: float) -> RenderableType:
         lines.append(Text("running: no phase", "dim"))
     if view.stalls:
         stuck = "; ".join(
-            f"{role} in {phase}" + (f" at {where}" if where else "")
+            f"{role}{_on(view.stall_hosts.get((role, phase), []), view)} in {phase}" + (f" at {where}" if where else "")
             for (role, phase), where in sorted(view.stalls.items())
         )
         lines.append(Text.assemble(("STALLED: ", "bold red"), (stuck, "red"), ("  (verl-otel doctor)", "dim")))
@@ -104,6 +106,11 @@ def header(view: RunView, now: float) -> RenderableType:
         what = "; ".join(f"replica {r.replica} ({_n(r.running)} running, no token for {dur(r.quiet_s)})" for r in hung)
         lines.append(Text.assemble(("STUCK rollout: ", "bold red"), (what, "red")))
     return Group(*lines)
+
+
+def _on(hosts: list[str], view: RunView) -> str:
+    """`` on hostB`` where the run spans hosts (nothing on one host)."""
+    return f" on {','.join(hosts)}" if hosts and view.multi_host else ""
 
 
 def _shown(rows: list[RolloutWorkerProgress], limit: int) -> list[RolloutWorkerProgress]:
@@ -122,7 +129,7 @@ def rollout_table(view: RunView, limit: int = MAX_WORKERS) -> RenderableType | N
         rows = [w for w in view.rollout_workers if w.mode == mode]
         for w in _shown(rows, limit):
             table.add_row(
-                w.rollout_worker,
+                f"{w.host}/{w.rollout_worker}" if view.multi_host and w.host else w.rollout_worker,
                 mode,
                 _bar(w.completed, w.expected),
                 f"{_n(w.completed)}/{_n(w.expected)}",

@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import itertools
 import os
-import socket
 import statistics
 import threading
 import time
@@ -31,6 +30,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span
 
+from verl_otel import config as cfg
 from verl_otel import semconv as sc
 from verl_otel._log import warn_once
 from verl_otel.config import StallSettings
@@ -108,7 +108,7 @@ class StallWatch:
         self._lock = threading.Lock()  # the watchdog's own state (stalls); enter/exit do not take it
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        self.pid, self.host = os.getpid(), socket.gethostname()
+        self.pid, self.host = os.getpid(), cfg.hostname()
         self.tick_s = max(0.05, min(1.0, settings.min_seconds / 4, settings.seconds / 4))
         state.add_source(self.readings)
 
@@ -261,7 +261,7 @@ class StallWatch:
         self._state.inc(sc.STALLS_TOTAL, (c.phase,))
         if self._evidence is not None:
             step = f"step{c.step}" if c.step >= 0 else "step-unknown"
-            name = f"{step}-{c.phase}-{role}-{self.pid}"
+            name = f"{step}-{c.phase}-{role}-{self.host}-{self.pid}"  # two hosts, one pid: two files
             first = [stack] if stack is not None else []  # the stuck thread first: the cap cuts the others
             rest = [x for x in stacks if x is not stack]
             path = self._evidence.write(name, self._header(stall) + frames.format_stacks(first + rest))

@@ -26,6 +26,10 @@ ENV_EXPORT_BUFFER_MB: Final = "VERL_OTEL_EXPORT_BUFFER_MB"
 ENV_ENGINE_SPANS: Final = "VERL_OTEL_ENGINE_SPANS"  # 0: no inference-engine (vLLM) request spans under samples
 # 0: renamed labels only under their new name (CHANGELOG.md, "Deprecation rule"); default 1 for a release
 ENV_DEPRECATED_NAMES: Final = "VERL_OTEL_DEPRECATED_NAMES"
+# this host's name in file names, labels and merge keys (default: the machine's); never forwarded to other nodes
+ENV_HOSTNAME: Final = "VERL_OTEL_HOSTNAME"
+# the run's Prometheus service discovery (http_sd_configs) on the Ray driver: a fixed port; unset or 0: none
+ENV_SD_PORT: Final = "VERL_OTEL_SD_PORT"
 # stall detection (docs/guides/hangs.md)
 ENV_STALL: Final = "VERL_OTEL_STALL"  # 0: no stall detection
 ENV_STALL_SECONDS: Final = "VERL_OTEL_STALL_SECONDS"  # absolute threshold (the cap)
@@ -54,6 +58,8 @@ ENV_ROLLOUT_PROGRESS_INTERVAL: Final = "VERL_ROLLOUT_PROGRESS_INTERVAL"
 ENV_ROLLOUT_PROGRESS_WORKER_INDEX: Final = "VERL_ROLLOUT_PROGRESS_WORKER_INDEX"
 ENV_ROLLOUT_PROGRESS_BAR_WIDTH: Final = "VERL_ROLLOUT_PROGRESS_BAR_WIDTH"
 
+#: ours that stay in their process (a host's own name)
+NOT_PROPAGATED_ENV: Final[tuple[str, ...]] = (ENV_HOSTNAME,)
 #: Environment prefixes that travel to every Ray worker of the job (runtime_env env_vars).
 PROPAGATED_ENV_PREFIXES: Final[tuple[str, ...]] = ("VERL_OTEL_", "OTEL_", "VERL_PROGRESS_", "VERL_ROLLOUT_PROGRESS_")
 
@@ -61,3 +67,9 @@ PROPAGATED_ENV_PREFIXES: Final[tuple[str, ...]] = ("VERL_OTEL_", "OTEL_", "VERL_
 TRACES_FILE: Final = "traces.jsonl"
 PROM_TARGETS_FILE: Final = "prometheus_targets.json"
 UNSENT_DIR: Final = "unsent"  # spans the collector did not take before the shutdown budget ran out
+HOSTS_DIR: Final = "hosts"  # `verl-otel gather`: OUT/hosts/<host>/ holds what it brought of each node
+
+# Discovery across a Ray cluster: each process' /metrics address in Ray's GCS key-value store, under
+# DISCOVERY_KV_PREFIX + "<ray job id>:<node id>:<pid>:<port>"; the driver lists them at SD_PATH
+DISCOVERY_KV_PREFIX: Final = "verl_otel:targets:"
+SD_PATH: Final = "/targets"

@@ -19,6 +19,7 @@ from verl_otel.semconv.env import (
     ENV_ENGINE_SPANS,
     ENV_EXPORT_BUFFER_MB,
     ENV_GATEWAY_ENDPOINT,
+    ENV_HOSTNAME,
     ENV_LOG_LEVEL,
     ENV_MAX_FILE_MB,
     ENV_MAX_FILES,
@@ -36,6 +37,7 @@ from verl_otel.semconv.env import (
     ENV_ROLLOUT_PROGRESS_INTERVAL,
     ENV_ROLLOUT_PROGRESS_WORKER_INDEX,
     ENV_SAMPLE_SPANS,
+    ENV_SD_PORT,
     ENV_SHUTDOWN_TIMEOUT,
     ENV_STALL,
     ENV_STALL_FACTOR,
@@ -65,8 +67,17 @@ ENV_DOC: Final[dict[str, tuple[str, str]]] = {
         "serve `/metrics` in every instrumented process",
     ),
     ENV_PROM_HOST: (
-        "`127.0.0.1`",
+        "`127.0.0.1` (the node's IP on a Ray worker node)",
         "bind address of `/metrics`; `0.0.0.0` (other hosts scrape it) lists it in file_sd under the node's address",
+    ),
+    ENV_SD_PORT: (
+        "off",
+        "the Ray driver serves every node's `/metrics` targets at `http://HOST:PORT/targets` (Prometheus "
+        "`http_sd_configs`)",
+    ),
+    ENV_HOSTNAME: (
+        "the machine's",
+        "this host's name in file names, the `verl_host` label and merge keys; not forwarded to other nodes",
     ),
     ENV_SAMPLE_SPANS: ("`8`", "`rollout.sample` spans per agent-loop worker per batch (the slowest ones)"),
     ENV_CAPTURE_TEXT: ("`0`", "`1`: validation generations carry prompt/response text"),

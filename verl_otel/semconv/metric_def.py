@@ -25,6 +25,7 @@ LABEL_RANK: Final = "rank"  # a training worker's rank: bounded by the world siz
 LABEL_PROJECT: Final = "verl_project"
 LABEL_EXPERIMENT: Final = "verl_experiment"
 LABEL_PROCESS_ROLE: Final = "verl_process_role"
+LABEL_HOST: Final = "verl_host"  # file_sd/http_sd target label: the process' host name (config.hostname())
 
 #: Renamed labels, still exported under their old name beside the new one for at least one release
 #: (CHANGELOG.md, "Deprecation rule"; off with ``VERL_OTEL_DEPRECATED_NAMES=0``): (old, new) per metric.
