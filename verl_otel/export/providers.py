@@ -41,6 +41,22 @@ def instance_id(host: str, role: str, worker_index: int | None, pid: int) -> str
 
 
 _preset = threading.local()
+_urgent = threading.local()
+
+
+@contextmanager
+def urgent_export() -> Iterator[None]:
+    """Spans this thread ends meanwhile are exported here and now, past the batch queue (a process about to be
+    killed: the queue's thread would not get to them). The trace file is written; an OTLP buffer holds them for
+    the caller to spill."""
+    held: dict[int, tuple[SpanExporter, list[Any]]] = {}
+    _urgent.held = held
+    try:
+        yield
+    finally:
+        _urgent.held = None
+        for exporter, spans in held.values():  # one write per exporter
+            exporter.export(spans)
 
 
 @contextmanager
@@ -132,6 +148,10 @@ class _CountingProcessor(BatchSpanProcessor):
                 "queue-full",
                 "span queue full (collector slow or down): spans are dropped and counted in verl_otel_dropped_total",
             )
+        held = getattr(_urgent, "held", None)
+        if held is not None:
+            held.setdefault(id(self._exporter), (self._exporter, []))[1].append(span)
+            return
         super().on_end(span)
 
     def force_flush(self, timeout_millis: int | None = None) -> bool:

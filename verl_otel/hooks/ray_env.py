@@ -36,4 +36,14 @@ def _add_env(kwargs: dict[str, Any]) -> None:
 
 def init_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     safe(_add_env, kwargs)
-    return wrapped(*args, **kwargs)
+    result = wrapped(*args, **kwargs)
+    safe(_note_ends)
+    return result
+
+
+def _note_ends() -> None:
+    """The driver: Ctrl-C or a SIGTERM that reaches it leaves a note (export/run_end.py) the trainer reads when Ray
+    ends it moments later, and ``doctor`` names. Main thread only (elsewhere: no note)."""
+    from verl_otel import model
+
+    model.current().runtime.ends.note(sc.ROLE_DRIVER)

@@ -1,0 +1,121 @@
+"""The note a signalled process leaves in ``$VERL_OTEL_DIR/ends/``: which signal reached which process (pid, host,
+role) and when. Ray ends the trainer with SIGTERM moments after its driver got Ctrl-C; the trainer reads the
+driver's note to say "interrupted", and ``doctor`` names the process the signal reached."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from verl_otel import semconv as sc
+
+
+class _Spill(Protocol):
+    def spill_now(self) -> int: ...
+
+
+def write_note(data_dir: Path, signal: str, role: str) -> None:
+    """One small file, written at once (the process may be killed a few milliseconds later). Never raises."""
+    try:
+        folder = data_dir / sc.ENDS_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        host, pid = socket.gethostname(), os.getpid()
+        note = {"signal": signal, "pid": pid, "host": host, "role": role, "time": time.time()}
+        (folder / f"{host}-{pid}.json").write_text(json.dumps(note))
+    except Exception:  # noqa: BLE001 - a note that cannot be written is one reader's hint less
+        pass
+
+
+def read_notes(data_dir: Path) -> list[dict[str, Any]]:
+    """Every note of the folder, oldest first (a damaged one is skipped)."""
+    notes = []
+    for path in sorted((data_dir / sc.ENDS_DIR).glob("*.json")):
+        try:
+            note = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(note, dict):
+            notes.append(note)
+    return sorted(notes, key=lambda n: float(n.get("time") or 0))
+
+
+def fresh_interrupt(data_dir: Path, within_s: float = sc.END_NOTE_FRESH_S) -> dict[str, Any] | None:
+    """The newest SIGINT note of this host written in the last ``within_s`` seconds, if any."""
+    host, now = socket.gethostname(), time.time()
+    for note in reversed(read_notes(data_dir)):
+        if (
+            note.get("signal") == "SIGINT"
+            and note.get("host") == host
+            and now - float(note.get("time") or 0) < within_s
+        ):
+            return note
+    return None
+
+
+def signal_attributes(data_dir: Path, signum: int, role: str, pid: int) -> dict[str, Any]:
+    """The run_end attributes of a signal that reached this process: SIGINT is an interrupt; so is a SIGTERM that
+    follows a driver's fresh SIGINT note on this host (Ray ends the trainer moments after Ctrl-C reached the driver);
+    any other SIGTERM is a termination (a scheduler's time limit)."""
+    from verl_otel.process.ends import signal_name
+
+    name = signal_name(signum)
+    interrupt = signum == signal.SIGINT
+    attrs: dict[str, Any] = {
+        sc.ATTR_RUN_END_REASON: sc.END_INTERRUPTED if interrupt else sc.END_TERMINATED,
+        sc.ATTR_RUN_END_DETAIL: name,
+        sc.ATTR_RUN_END_ROLE: role,
+        sc.ATTR_RUN_END_PID: pid,
+        sc.ATTR_RUN_END_HOST: socket.gethostname(),
+    }
+    note = None if interrupt else fresh_interrupt(data_dir)
+    if note is not None:
+        attrs[sc.ATTR_RUN_END_REASON] = sc.END_INTERRUPTED
+        attrs[sc.ATTR_RUN_END_DETAIL] = f"SIGINT to the {note.get('role')}, then {name} to the {role}"
+        attrs[sc.ATTR_RUN_END_ROLE] = str(note.get("role"))
+        attrs[sc.ATTR_RUN_END_PID] = int(note.get("pid") or 0)
+        attrs[sc.ATTR_RUN_END_HOST] = str(note.get("host"))
+    return attrs
+
+
+class RunEnds:
+    """One process' listeners of the signals that end it (process/ends.py's watch): a trainer ends its open step
+    (``watch``), a driver leaves a note (``note``). What a listener ends is written at once, past the batch
+    queue, and the OTLP buffers are spilled to unsent/ right after (Ray kills a worker milliseconds after
+    SIGTERM; if the process lives on, the sender still sends the spilled spans)."""
+
+    def __init__(self, data_dir: Path, unsent: _Spill, role: Callable[[], str], console_only: bool) -> None:
+        self._data_dir, self._unsent, self._role, self._console_only = data_dir, unsent, role, console_only
+
+    def watch(self, listener: Callable[[dict[str, Any]], object]) -> bool:
+        """``listener(run_end attributes)`` when SIGINT or SIGTERM arrives (main thread only: whether it is on)."""
+
+        def told(signum: int) -> None:
+            from verl_otel.export.providers import urgent_export
+
+            attrs = signal_attributes(self._data_dir, signum, self._role(), os.getpid())
+            with urgent_export():
+                listener(attrs)
+            self._unsent.spill_now()
+
+        return self._listen(told)
+
+    def note(self, role: str) -> bool:
+        """A driver: a signal that reaches it leaves a note (:func:`write_note`)."""
+        from verl_otel.process.ends import signal_name
+
+        def told(signum: int) -> None:
+            if not self._console_only:
+                write_note(self._data_dir, signal_name(signum), role)
+
+        return self._listen(told)
+
+    def _listen(self, told: Callable[[int], None]) -> bool:
+        from verl_otel.process.ends import WATCH
+
+        return WATCH.listen(told)
