@@ -26,8 +26,9 @@ from verl_otel.process.ends import EndWatch
 KILL_AFTER_S = 0.5
 
 
-def _drive(data: Path, mode: str, sig: int | None = None, kill_after_s: float = KILL_AFTER_S) -> int:
+def _drive(data: Path, mode: str, sig: int | None = None, kill_after_s: float = KILL_AFTER_S, **env_extra: str) -> int:
     env = {**clean_env(), "VERL_OTEL_ENABLED": "1", sc.ENV_DIR: str(data), "VERL_OTEL_PROMETHEUS_PORT": "0"}
+    env.update(env_extra)
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "tests" / "drive_abrupt.py"), mode], env=env, stdout=subprocess.PIPE, text=True
     )
@@ -71,6 +72,22 @@ def test_sigterm_then_sigkill_keeps_the_open_step(tmp_path, capsys):
     assert end["reason"] == sc.END_TERMINATED and end["phase"] == sc.PHASE_UPDATE_ACTOR and end["step"] == 2
     assert end["role"] == sc.ROLE_TRAINER and end["pid"] == step.resource[sc.RES_PID] and not end["clean"]
     assert text.startswith("run end:   terminated (SIGTERM") and "in step 2, phase update_actor" in text
+
+
+def test_an_otlp_run_leaves_the_open_step_in_unsent(tmp_path):
+    """Pushing to a collector that is not there: the open step cannot be sent before the SIGKILL, so it waits in
+    unsent/ for ``verl-otel push``."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    endpoint = f"http://127.0.0.1:{port}"
+    assert _drive(tmp_path, "signal", signal.SIGTERM, OTEL_EXPORTER_OTLP_ENDPOINT=endpoint) == -signal.SIGKILL
+    spans = [s for path in (tmp_path / sc.UNSENT_DIR).glob("*.jsonl") for s in load_spans(path)]
+    [step] = [s for s in spans if s.name == sc.SPAN_STEP]
+    assert step.attributes[sc.ATTR_RUN_END_REASON] == sc.END_TERMINATED and step.status_error
+    assert sc.PHASE_UPDATE_ACTOR in {s.name for s in spans}
 
 
 def test_sigint_to_the_driver_makes_the_trainers_sigterm_an_interrupt(tmp_path, capsys):
