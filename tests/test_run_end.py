@@ -61,7 +61,9 @@ def _step_and_phases(data: Path) -> tuple:
 
 def test_sigterm_then_sigkill_keeps_the_open_step(tmp_path, capsys):
     rc = _drive(tmp_path, "signal", signal.SIGTERM)
-    assert rc == -signal.SIGKILL  # killed before any exit hook: only the end watch wrote the step
+    # SIGKILLed (before any exit hook: only the end watch wrote the step), or its own handler ended it first (a
+    # loaded machine: the main thread got to it) and the exit waited for the watch
+    assert rc in (-signal.SIGKILL, 3)
     step, spans = _step_and_phases(tmp_path)
     update = spans[sc.PHASE_UPDATE_ACTOR]
     assert step.status_error and update.status_error and not spans[sc.PHASE_ROLLOUT].status_error
@@ -83,7 +85,7 @@ def test_an_otlp_run_leaves_the_open_step_in_unsent(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     endpoint = f"http://127.0.0.1:{port}"
-    assert _drive(tmp_path, "signal", signal.SIGTERM, OTEL_EXPORTER_OTLP_ENDPOINT=endpoint) == -signal.SIGKILL
+    assert _drive(tmp_path, "signal", signal.SIGTERM, OTEL_EXPORTER_OTLP_ENDPOINT=endpoint) in (-signal.SIGKILL, 3)
     spans = [s for path in (tmp_path / sc.UNSENT_DIR).glob("*.jsonl") for s in load_spans(path)]
     [step] = [s for s in spans if s.name == sc.SPAN_STEP]
     assert step.attributes[sc.ATTR_RUN_END_REASON] == sc.END_TERMINATED and step.status_error
@@ -93,7 +95,7 @@ def test_an_otlp_run_leaves_the_open_step_in_unsent(tmp_path):
 def test_sigint_to_the_driver_makes_the_trainers_sigterm_an_interrupt(tmp_path, capsys):
     """Ctrl-C reaches the driver (it leaves a note); Ray then ends the trainer with SIGTERM."""
     write_note(tmp_path, "SIGINT", sc.ROLE_DRIVER)
-    assert _drive(tmp_path, "signal", signal.SIGTERM) == -signal.SIGKILL
+    assert _drive(tmp_path, "signal", signal.SIGTERM) in (-signal.SIGKILL, 3)
     step, _ = _step_and_phases(tmp_path)
     assert step.attributes[sc.ATTR_RUN_END_REASON] == sc.END_INTERRUPTED
     assert step.attributes[sc.ATTR_RUN_END_ROLE] == sc.ROLE_DRIVER
@@ -104,7 +106,7 @@ def test_sigint_to_the_driver_makes_the_trainers_sigterm_an_interrupt(tmp_path, 
 
 
 def test_sigint_to_the_trainer(tmp_path):
-    assert _drive(tmp_path, "signal", signal.SIGINT) == -signal.SIGKILL
+    assert _drive(tmp_path, "signal", signal.SIGINT) in (-signal.SIGKILL, 1)  # KeyboardInterrupt: 1
     step, spans = _step_and_phases(tmp_path)
     assert step.attributes[sc.ATTR_RUN_END_REASON] == sc.END_INTERRUPTED
     assert spans[sc.PHASE_UPDATE_ACTOR].attributes[sc.ATTR_RUN_END_DETAIL] == "SIGINT"

@@ -12,15 +12,19 @@ see every signal. It is one per process (the wakeup fd is), installed from the m
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import select
 import signal
 import threading
+import time
 from collections.abc import Callable
 
 from verl_otel._log import logger
 
 Listener = Callable[[int], None]
+SETTLE_S = 2.0
 #: the signals that end a run (a terminal's Ctrl-C, a scheduler's or Ray's SIGTERM)
 ENDING = frozenset((int(signal.SIGINT), int(signal.SIGTERM)))
 
@@ -33,6 +37,7 @@ class EndWatch:
         self._old_fd = -1
         self._pid = os.getpid()
         self.told: list[int] = []  # the ending signals told so far (once each)
+        self._telling = threading.Event()  # set while listeners run: the exit waits for them (settle)
 
     def listen(self, listener: Listener) -> bool:
         """Tell ``listener(signum)`` when an ending signal arrives; installs the watch (main thread only).
@@ -65,6 +70,7 @@ class EndWatch:
             logger.debug("the end watch is not installed (%r)", exc)
             return False
         self._pipe, self._old_fd, self._pid, self.told = (r, w), old, os.getpid(), []
+        atexit.register(self.settle)
         threading.Thread(target=self._read, args=(r,), name="verl-otel-end-watch", daemon=True).start()
         return True
 
@@ -97,6 +103,8 @@ class EndWatch:
                 with contextlib.suppress(OSError):
                     os.close(fd)
                 return
+            if any(signum in ENDING and signum not in self.told for signum in data):
+                self._telling.set()  # before anything else: the exit waits for what follows (settle)
             if self._old_fd >= 0:  # the one before us (asyncio's loop) gets every byte as if we were not here
                 with contextlib.suppress(OSError):
                     os.write(self._old_fd, data)
@@ -106,13 +114,29 @@ class EndWatch:
                     self._tell(signum)
 
     def _tell(self, signum: int) -> None:
-        with self._lock:
-            listeners = list(self._listeners)
-        for listener in listeners:
-            try:
-                listener(signum)
-            except Exception as exc:  # noqa: BLE001 - a listener's error never stops the others
-                logger.debug("end listener %r failed: %r", listener, exc)
+        try:
+            with self._lock:
+                listeners = list(self._listeners)
+            for listener in listeners:
+                try:
+                    listener(signum)
+                except Exception as exc:  # noqa: BLE001 - a listener's error never stops the others
+                    logger.debug("end listener %r failed: %r", listener, exc)
+        finally:
+            self._telling.clear()
+
+    def settle(self, timeout_s: float = SETTLE_S) -> None:
+        """At exit: a signal's handler (Ray's, which raises SystemExit) may end the process while the listeners
+        still write; the interpreter waits for them this long at most (a daemon thread is cut off at exit)."""
+        pipe = self._pipe
+        if pipe is None or self._pid != os.getpid():
+            return
+        with contextlib.suppress(OSError, ValueError):
+            if select.select([pipe[0]], [], [], 0)[0]:  # a signal not read yet: the reader wakes now
+                time.sleep(0.05)
+        deadline = time.monotonic() + timeout_s
+        while self._telling.is_set() and time.monotonic() < deadline:
+            time.sleep(0.005)
 
 
 #: the process' one watch (the wakeup fd is one per process, like the hook registry's classes)

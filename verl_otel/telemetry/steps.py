@@ -119,7 +119,7 @@ class StepTracer:
             if step is None or step.tail:
                 return False
             self._end_run(step, attributes)
-            self._end_step(metrics=step.metrics or None)
+            self._end_step(metrics=step.metrics or None, tell=False)  # the observers' work would delay the write
             return True
         finally:
             self._lock.release()
@@ -314,7 +314,7 @@ class StepTracer:
         step.error = True
         mark_failed(step.span, exc, self._svc.settings.max_text, record=record)
 
-    def _end_step(self, metrics: Mapping[str, Any] | None) -> None:
+    def _end_step(self, metrics: Mapping[str, Any] | None, tell: bool = True) -> None:
         step = self._step
         if step is None:
             return
@@ -354,6 +354,8 @@ class StepTracer:
             return
         span.end()
         self._last_number = step.number
+        if not tell:
+            return
         result = StepResult(
             step.number,
             seconds,
