@@ -18,7 +18,7 @@ from helpers.traces import load_spans
 
 from verl_otel import semconv as sc
 from verl_otel.cli.main import main
-from verl_otel.export.run_end import write_note
+from verl_otel.export.run_end import wait_ack, write_note
 from verl_otel.process.ends import EndWatch
 
 # Ray SIGKILLs a worker ~7 ms after its SIGTERM on an idle machine (what the watch beats in the real runs:
@@ -105,8 +105,27 @@ def test_sigint_to_the_driver_makes_the_trainers_sigterm_an_interrupt(tmp_path, 
     assert text.startswith("run end:   interrupted") and f"SIGINT reached the driver pid {os.getpid()}" in text
 
 
+def test_the_drivers_ctrl_c_is_read_before_ray_ends_the_trainer(tmp_path, capsys):
+    """Ctrl-C reaches the driver, which leaves a note and waits (2 s at most) for the trainer to write its open step
+    before it goes on to end (Ray's shutdown then kills the trainer): here nothing signals the trainer at all."""
+    env = {**clean_env(), "VERL_OTEL_ENABLED": "1", sc.ENV_DIR: str(tmp_path), "VERL_OTEL_PROMETHEUS_PORT": "0"}
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "drive_abrupt.py"), "signal"], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "IN_STEP"
+        note = write_note(tmp_path, "SIGINT", sc.ROLE_DRIVER)
+        assert note is not None and wait_ack(note, 5.0), "the trainer never acked the driver's note"
+    finally:
+        proc.kill()
+        proc.wait(30)
+    step, spans = _step_and_phases(tmp_path)
+    assert step.attributes[sc.ATTR_RUN_END_REASON] == sc.END_INTERRUPTED
+    assert spans[sc.PHASE_UPDATE_ACTOR].attributes[sc.ATTR_RUN_END_ROLE] == sc.ROLE_DRIVER
+
+
 def test_sigint_to_the_trainer(tmp_path):
-    assert _drive(tmp_path, "signal", signal.SIGINT) in (-signal.SIGKILL, 1)  # KeyboardInterrupt: 1
+    assert _drive(tmp_path, "signal", signal.SIGINT) in (-signal.SIGKILL, -signal.SIGINT)  # or its KeyboardInterrupt
     step, spans = _step_and_phases(tmp_path)
     assert step.attributes[sc.ATTR_RUN_END_REASON] == sc.END_INTERRUPTED
     assert spans[sc.PHASE_UPDATE_ACTOR].attributes[sc.ATTR_RUN_END_DETAIL] == "SIGINT"

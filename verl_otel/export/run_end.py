@@ -4,6 +4,7 @@ driver's note to say "interrupted", and ``doctor`` names the process the signal 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -20,16 +21,69 @@ class _Spill(Protocol):
     def spill_now(self) -> int: ...
 
 
-def write_note(data_dir: Path, signal: str, role: str) -> None:
+ACK_WAIT_S = 2.0  # a driver waits this long at most for the trainer to write its step after Ctrl-C
+
+
+def write_note(data_dir: Path, signal: str, role: str) -> Path | None:
     """One small file, written at once (the process may be killed a few milliseconds later). Never raises."""
     try:
         folder = data_dir / sc.ENDS_DIR
         folder.mkdir(parents=True, exist_ok=True)
         host, pid = socket.gethostname(), os.getpid()
         note = {"signal": signal, "pid": pid, "host": host, "role": role, "time": time.time()}
-        (folder / f"{host}-{pid}.json").write_text(json.dumps(note))
+        path = folder / f"{host}-{pid}.json"
+        path.write_text(json.dumps(note))
+        return path
     except Exception:  # noqa: BLE001 - a note that cannot be written is one reader's hint less
-        pass
+        return None
+
+
+def _ack(note: Path) -> Path:
+    return note.with_suffix(".ack")
+
+
+def wait_ack(note: Path, wait_s: float) -> bool:
+    """The driver, after Ctrl-C: Ray ends the trainer once the driver is gone, so it waits (bounded) until a trainer
+    on this host read the note and wrote its open step (:class:`NoteWatch`)."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if _ack(note).exists():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+class NoteWatch:
+    """A trainer's look at ``ends/`` (on the end watch's thread, every few hundred ms; a stat unless it changed):
+    a fresh SIGINT note of this host's driver tells ``on_interrupt`` (the run's end attributes) once, then acks."""
+
+    def __init__(self, data_dir: Path, role: Callable[[], str], on_interrupt: Callable[[dict[str, Any]], object]):
+        self._dir, self._role, self._on_interrupt = data_dir / sc.ENDS_DIR, role, on_interrupt
+        self._seen_ns = 0
+        self._done: set[str] = set()
+
+    def __call__(self) -> None:
+        try:
+            mtime = os.stat(self._dir).st_mtime_ns
+        except OSError:
+            return
+        if mtime == self._seen_ns:
+            return
+        self._seen_ns = mtime
+        host, now = socket.gethostname(), time.time()
+        for path in sorted(self._dir.glob("*.json")):
+            if path.name in self._done:
+                continue
+            try:
+                note = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            fresh = now - float(note.get("time") or 0) < sc.END_NOTE_FRESH_S
+            self._done.add(path.name)
+            if fresh and note.get("signal") == "SIGINT" and note.get("host") == host:
+                self._on_interrupt(_interrupt_attributes(note, "Ray's end of this process to come", self._role()))
+                with contextlib.suppress(OSError):
+                    _ack(path).write_text(str(os.getpid()))
 
 
 def read_notes(data_dir: Path) -> list[dict[str, Any]]:
@@ -74,13 +128,17 @@ def signal_attributes(data_dir: Path, signum: int, role: str, pid: int) -> dict[
         sc.ATTR_RUN_END_HOST: socket.gethostname(),
     }
     note = None if interrupt else fresh_interrupt(data_dir)
-    if note is not None:
-        attrs[sc.ATTR_RUN_END_REASON] = sc.END_INTERRUPTED
-        attrs[sc.ATTR_RUN_END_DETAIL] = f"SIGINT to the {note.get('role')}, then {name} to the {role}"
-        attrs[sc.ATTR_RUN_END_ROLE] = str(note.get("role"))
-        attrs[sc.ATTR_RUN_END_PID] = int(note.get("pid") or 0)
-        attrs[sc.ATTR_RUN_END_HOST] = str(note.get("host"))
-    return attrs
+    return attrs if note is None else _interrupt_attributes(note, f"{name} to the {role}", role)
+
+
+def _interrupt_attributes(note: dict[str, Any], then: str, role: str) -> dict[str, Any]:
+    return {
+        sc.ATTR_RUN_END_REASON: sc.END_INTERRUPTED,
+        sc.ATTR_RUN_END_DETAIL: f"SIGINT to the {note.get('role')}, then {then}",
+        sc.ATTR_RUN_END_ROLE: str(note.get("role")),
+        sc.ATTR_RUN_END_PID: int(note.get("pid") or 0),
+        sc.ATTR_RUN_END_HOST: str(note.get("host")),
+    }
 
 
 class RunEnds:
@@ -95,14 +153,20 @@ class RunEnds:
     def watch(self, listener: Callable[[dict[str, Any]], object]) -> bool:
         """``listener(run_end attributes)`` when SIGINT or SIGTERM arrives (main thread only: whether it is on)."""
 
-        def told(signum: int) -> None:
+        def write(attrs: dict[str, Any]) -> None:
             from verl_otel.export.providers import urgent_export
 
-            attrs = signal_attributes(self._data_dir, signum, self._role(), os.getpid())
             with urgent_export():
                 listener(attrs)
             self._unsent.spill_now()
 
+        def told(signum: int) -> None:
+            write(signal_attributes(self._data_dir, signum, self._role(), os.getpid()))
+
+        from verl_otel.process.ends import WATCH
+
+        if not self._console_only:  # Ctrl-C reached the driver: write the step before Ray ends this process
+            WATCH.poll(NoteWatch(self._data_dir, self._role, write))
         return self._listen(told)
 
     def note(self, role: str) -> bool:
@@ -110,8 +174,11 @@ class RunEnds:
         from verl_otel.process.ends import signal_name
 
         def told(signum: int) -> None:
-            if not self._console_only:
-                write_note(self._data_dir, signal_name(signum), role)
+            if self._console_only:
+                return
+            note = write_note(self._data_dir, signal_name(signum), role)
+            if note is not None and signum == signal.SIGINT:  # the exit waits for this (process/ends.py: settle)
+                wait_ack(note, ACK_WAIT_S)
 
         return self._listen(told)
 

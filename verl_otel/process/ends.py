@@ -25,6 +25,7 @@ from verl_otel._log import logger
 
 Listener = Callable[[int], None]
 SETTLE_S = 2.0
+POLL_S = 0.2
 #: the signals that end a run (a terminal's Ctrl-C, a scheduler's or Ray's SIGTERM)
 ENDING = frozenset((int(signal.SIGINT), int(signal.SIGTERM)))
 
@@ -37,6 +38,7 @@ class EndWatch:
         self._old_fd = -1
         self._pid = os.getpid()
         self.told: list[int] = []  # the ending signals told so far (once each)
+        self._checks: list[Callable[[], None]] = []  # run on the watch's thread every POLL_S (poll)
         self._telling = threading.Event()  # set while listeners run: the exit waits for them (settle)
 
     def listen(self, listener: Listener) -> bool:
@@ -79,6 +81,7 @@ class EndWatch:
         elsewhere the pipe stays, telling nobody)."""
         with self._lock:
             self._listeners.clear()
+            self._checks.clear()
         pipe = self._pipe
         if pipe is None or self._pid != os.getpid() or threading.current_thread() is not threading.main_thread():
             return
@@ -91,8 +94,22 @@ class EndWatch:
         with contextlib.suppress(OSError):
             os.close(pipe[1])  # the reader sees the end of the pipe and stops
 
+    def poll(self, check: Callable[[], None]) -> None:
+        """Run ``check`` on the watch's thread about every POLL_S (a trainer looks for its driver's note: Ctrl-C
+        reached the driver, and Ray will end this process moments later)."""
+        with self._lock:
+            if check not in self._checks:
+                self._checks.append(check)
+
     def _read(self, fd: int) -> None:
         while True:
+            with self._lock:
+                checks = list(self._checks)
+            if checks:
+                with contextlib.suppress(OSError, ValueError):
+                    if not select.select([fd], [], [], POLL_S)[0]:
+                        self._check(checks)
+                        continue
             try:
                 data = os.read(fd, 64)
             except InterruptedError:
@@ -112,6 +129,17 @@ class EndWatch:
                 if signum in ENDING and signum not in self.told:
                     self.told.append(signum)
                     self._tell(signum)
+
+    def _check(self, checks: list[Callable[[], None]]) -> None:
+        self._telling.set()
+        try:
+            for check in checks:
+                try:
+                    check()
+                except Exception as exc:  # noqa: BLE001
+                    logger.debug("end check %r failed: %r", check, exc)
+        finally:
+            self._telling.clear()
 
     def _tell(self, signum: int) -> None:
         try:
