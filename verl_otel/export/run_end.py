@@ -43,8 +43,8 @@ def _ack(note: Path) -> Path:
 
 
 def wait_ack(note: Path, wait_s: float) -> bool:
-    """The driver, after Ctrl-C: Ray ends the trainer once the driver is gone, so it waits (bounded) until a trainer
-    on this host read the note and wrote its open step (:class:`NoteWatch`)."""
+    """The driver, after Ctrl-C or a SIGTERM: Ray ends the trainer once the driver is gone, so it waits (bounded)
+    until a trainer on this host read the note and wrote its open step (:class:`NoteWatch`)."""
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         if _ack(note).exists():
@@ -55,7 +55,8 @@ def wait_ack(note: Path, wait_s: float) -> bool:
 
 class NoteWatch:
     """A trainer's look at ``ends/`` (on the end watch's thread, every few hundred ms; a stat unless it changed):
-    a fresh SIGINT note of this host's driver tells ``on_interrupt`` (the run's end attributes) once, then acks."""
+    a fresh SIGINT or SIGTERM note of this host's driver tells ``on_interrupt`` (the run's end attributes) once, then
+    acks: the driver waits for that before it ends, and with it Ray's cluster and this process."""
 
     def __init__(self, data_dir: Path, role: Callable[[], str], on_interrupt: Callable[[dict[str, Any]], object]):
         self._dir, self._role, self._on_interrupt = data_dir / sc.ENDS_DIR, role, on_interrupt
@@ -80,8 +81,8 @@ class NoteWatch:
                 continue
             fresh = now - float(note.get("time") or 0) < sc.END_NOTE_FRESH_S
             self._done.add(path.name)
-            if fresh and note.get("signal") == "SIGINT" and note.get("host") == host:
-                self._on_interrupt(_interrupt_attributes(note, "Ray's end of this process to come", self._role()))
+            if fresh and note.get("signal") in ("SIGINT", "SIGTERM") and note.get("host") == host:
+                self._on_interrupt(_note_attributes(note, "Ray's end of this process to come"))
                 with contextlib.suppress(OSError):
                     _ack(path).write_text(str(os.getpid()))
 
@@ -128,13 +129,15 @@ def signal_attributes(data_dir: Path, signum: int, role: str, pid: int) -> dict[
         sc.ATTR_RUN_END_HOST: socket.gethostname(),
     }
     note = None if interrupt else fresh_interrupt(data_dir)
-    return attrs if note is None else _interrupt_attributes(note, f"{name} to the {role}", role)
+    return attrs if note is None else _note_attributes(note, f"{name} to the {role}")
 
 
-def _interrupt_attributes(note: dict[str, Any], then: str, role: str) -> dict[str, Any]:
+def _note_attributes(note: dict[str, Any], then: str) -> dict[str, Any]:
+    """What a driver's note says ended the run: its SIGINT an interrupt, its SIGTERM a termination."""
+    interrupt = note.get("signal") == "SIGINT"
     return {
-        sc.ATTR_RUN_END_REASON: sc.END_INTERRUPTED,
-        sc.ATTR_RUN_END_DETAIL: f"SIGINT to the {note.get('role')}, then {then}",
+        sc.ATTR_RUN_END_REASON: sc.END_INTERRUPTED if interrupt else sc.END_TERMINATED,
+        sc.ATTR_RUN_END_DETAIL: f"{note.get('signal')} to the {note.get('role')}, then {then}",
         sc.ATTR_RUN_END_ROLE: str(note.get("role")),
         sc.ATTR_RUN_END_PID: int(note.get("pid") or 0),
         sc.ATTR_RUN_END_HOST: str(note.get("host")),
@@ -177,7 +180,7 @@ class RunEnds:
             if self._console_only:
                 return
             note = write_note(self._data_dir, signal_name(signum), role)
-            if note is not None and signum == signal.SIGINT:  # the exit waits for this (process/ends.py: settle)
+            if note is not None:  # the exit waits for this (process/ends.py: settle)
                 wait_ack(note, ACK_WAIT_S)
 
         return self._listen(told)

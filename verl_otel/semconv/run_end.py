@@ -41,3 +41,12 @@ RAY_WORKER_LOST_ERRORS: Final = frozenset(
 #: Ray's out-of-memory error (its memory monitor killed the worker), and what its or the kernel's text says
 RAY_OOM_ERRORS: Final = frozenset(("OutOfMemoryError",))
 OOM_MARKERS: Final = ("killed due to memory pressure", "OutOfMemoryError", "out of memory (OOM)")
+#: what Ray's text says when a worker process is gone, whatever wraps its error (a RayTaskError, verl's own)
+WORKER_LOST_MARKERS: Final = (
+    "ActorDiedError",
+    "The actor died",
+    "actor is dead",
+    "worker process has died",
+    "Worker unexpectedly exits",
+    "RayActorError",
+)

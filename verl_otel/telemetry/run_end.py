@@ -19,7 +19,7 @@ def reason_of(exc: BaseException) -> str:
     text = as_text(exc, 4000) or ""
     if names & sc.RAY_OOM_ERRORS or any(marker in text for marker in sc.OOM_MARKERS):
         return sc.END_OOM
-    if names & sc.RAY_WORKER_LOST_ERRORS:
+    if names & sc.RAY_WORKER_LOST_ERRORS or any(marker in text for marker in sc.WORKER_LOST_MARKERS):
         return sc.END_WORKER_LOST
     if isinstance(exc, KeyboardInterrupt):
         return sc.END_INTERRUPTED
