@@ -4,6 +4,7 @@ driver's note to say "interrupted", and ``doctor`` names the process the signal 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -182,6 +183,13 @@ class RunEnds:
             note = write_note(self._data_dir, signal_name(signum), role)
             if note is not None:  # the exit waits for this (process/ends.py: settle)
                 wait_ack(note, ACK_WAIT_S)
+
+        from verl_otel.process.ends import WATCH
+
+        # the exit's wait for the ack runs before Ray's shutdown (exit hooks run last registered first; Ray's is
+        # registered when ray is imported, which may come after the watch was installed)
+        atexit.unregister(WATCH.settle)
+        atexit.register(WATCH.settle)
 
         return self._listen(told)
 

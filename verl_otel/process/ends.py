@@ -24,7 +24,7 @@ from collections.abc import Callable
 from verl_otel._log import logger
 
 Listener = Callable[[int], None]
-SETTLE_S = 2.0
+SETTLE_S = 2.5  # a driver's wait for the trainer's ack (export/run_end.py: ACK_WAIT_S) and a margin
 POLL_S = 0.2
 #: the signals that end a run (a terminal's Ctrl-C, a scheduler's or Ray's SIGTERM)
 ENDING = frozenset((int(signal.SIGINT), int(signal.SIGTERM)))
@@ -159,11 +159,14 @@ class EndWatch:
         pipe = self._pipe
         if pipe is None or self._pid != os.getpid():
             return
-        with contextlib.suppress(OSError, ValueError):
-            if select.select([pipe[0]], [], [], 0)[0]:  # a signal not read yet: the reader wakes now
-                time.sleep(0.05)
         deadline = time.monotonic() + timeout_s
-        while self._telling.is_set() and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            try:  # a signal not read yet: the reader thread wakes now
+                pending = bool(select.select([pipe[0]], [], [], 0)[0])
+            except (OSError, ValueError):
+                pending = False
+            if not pending and not self._telling.is_set():
+                return
             time.sleep(0.005)
 
 
