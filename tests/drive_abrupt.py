@@ -16,10 +16,12 @@ import time
 
 from verl_otel import model
 from verl_otel import semconv as sc
+from verl_otel.process.ends import WATCH
 from verl_otel.telemetry.steps import RunInfo
 
 MODE = sys.argv[1]
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))  # as a Ray worker's (Ray's handler exits 1)
+WATCH.install()  # as when verl's modules are imported: before the trainer's role listens (and polls)
 m = model.current()
 m.wire(sc.ROLE_TRAINER)
 TRACER = m.steps

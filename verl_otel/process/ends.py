@@ -26,6 +26,7 @@ from verl_otel._log import logger
 Listener = Callable[[int], None]
 SETTLE_S = 2.5  # a driver's wait for the trainer's ack (export/run_end.py: ACK_WAIT_S) and a margin
 POLL_S = 0.2
+WAKE = b"\0"  # what poll() writes to wake the reader (no signal has the number 0)
 #: the signals that end a run (a terminal's Ctrl-C, a scheduler's or Ray's SIGTERM)
 ENDING = frozenset((int(signal.SIGINT), int(signal.SIGTERM)))
 
@@ -100,6 +101,10 @@ class EndWatch:
         with self._lock:
             if check not in self._checks:
                 self._checks.append(check)
+        pipe = self._pipe
+        if pipe is not None and self._pid == os.getpid():  # the reader may wait in read(): wake it to poll
+            with contextlib.suppress(OSError):
+                os.write(pipe[1], WAKE)
 
     def _read(self, fd: int) -> None:
         while True:
@@ -120,6 +125,9 @@ class EndWatch:
                 with contextlib.suppress(OSError):
                     os.close(fd)
                 return
+            data = data.replace(WAKE, b"")  # ours (poll), not a signal: not passed on
+            if not data:
+                continue
             if any(signum in ENDING and signum not in self.told for signum in data):
                 self._telling.set()  # before anything else: the exit waits for what follows (settle)
             if self._old_fd >= 0:  # the one before us (asyncio's loop) gets every byte as if we were not here

@@ -37,8 +37,8 @@ def attributes_of(exc: BaseException, limit: int = 512) -> dict[str, Any]:
     attrs: dict[str, Any] = {sc.ATTR_RUN_END_REASON: reason}
     if reason in (sc.END_WORKER_LOST, sc.END_OOM):
         fields = dict(_FIELD.findall(text))
-        if fields.get("class_name"):
-            attrs[sc.ATTR_RUN_END_ROLE] = fields["class_name"]
+        if fields.get("class_name"):  # verl's colocated class is create_colocated_worker_cls.<locals>.WorkerDict
+            attrs[sc.ATTR_RUN_END_ROLE] = fields["class_name"].rsplit(".", 1)[-1]
         if fields.get("pid", "").isdigit():
             attrs[sc.ATTR_RUN_END_PID] = int(fields["pid"])
         if fields.get("ip"):
