@@ -83,7 +83,7 @@ class NoteWatch:
             fresh = now - float(note.get("time") or 0) < sc.END_NOTE_FRESH_S
             self._done.add(path.name)
             if fresh and note.get("signal") in ("SIGINT", "SIGTERM") and note.get("host") == host:
-                self._on_interrupt(_note_attributes(note, "Ray's end of this process to come"))
+                self._on_interrupt(_note_attributes(note, f"Ray ending the {self._role()}"))
                 with contextlib.suppress(OSError):
                     _ack(path).write_text(str(os.getpid()))
 
