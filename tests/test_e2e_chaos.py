@@ -14,6 +14,7 @@ gets ``RAY_JITTER_S`` on top: enough for that, not for a hang at exit."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -29,6 +30,7 @@ from helpers.bad_collectors import BadCollector
 from helpers.procs import clean_env
 from helpers.verl_log import step_metrics
 
+from verl_otel import semconv as sc
 from verl_otel.demo.slow import ENV_FIT_TIMES
 
 pytestmark = pytest.mark.verl
@@ -54,9 +56,9 @@ def _run(
     from verl_otel.demo.runner import run_demo
 
     out.mkdir(parents=True, exist_ok=True)
-    old = dict(os.environ)
+    old, env = dict(os.environ), clean_env()  # read before the clear (else the runs get an empty environment)
     os.environ.clear()
-    os.environ.update(clean_env())
+    os.environ.update(env)
     try:
         if killer is not None:
             killer.start()
@@ -229,11 +231,12 @@ def _killer(pattern: str, killed: dict) -> threading.Thread:
 
 
 @pytest.mark.parametrize("pattern", [r"ray::WorkerDict"])
-def test_killed_worker_ends_the_run_as_without_telemetry(tmp_path, pattern):
+def test_killed_worker_ends_the_run_as_without_telemetry(tmp_path, pattern, capsys):
     """verl fails the run when one of its FSDP workers dies; with telemetry on it fails the same way, no later.
     (An agent-loop worker killed between rollouts did not end verl's run the same way twice in a row with or
-    without telemetry, so it is not compared here; tests/test_e2e_faults.py kills one mid-rollout.)"""
-    runs = {}
+    without telemetry, so it is not compared here; tests/test_e2e_faults.py kills one mid-rollout.)
+    ``doctor`` on the run with telemetry says first that a worker was lost: its pid and class, the step and phase."""
+    runs, kills = {}, {}
     for telemetry in ("0", "1"):
         out = tmp_path / f"telemetry-{telemetry}"
         killed: dict = {}
@@ -241,8 +244,20 @@ def test_killed_worker_ends_the_run_as_without_telemetry(tmp_path, pattern):
             out, {"VERL_OTEL_ENABLED": telemetry}, slow=["update_actor@1=6"], killer=_killer(pattern, killed)
         )
         assert killed, f"never found {pattern} to kill (telemetry={telemetry})"
+        kills[telemetry] = killed["pid"]
     clean, run = runs["0"], runs["1"]
     assert run.rc == clean.rc != 0, (run.rc, clean.rc)
     assert run.steps == clean.steps
     _assert_in_time(run, clean)
     assert not _our_tracebacks(run.log), _our_tracebacks(run.log)[0]
+    from verl_otel.cli.main import main
+
+    capsys.readouterr()
+    assert main(["doctor", "--dir", str(tmp_path / "telemetry-1"), "--json"]) == 0
+    end = json.loads(capsys.readouterr().out)["run_end"]
+    assert end["reason"] == sc.END_WORKER_LOST, (end["detail"], end["frames"])
+    assert end["pid"] == kills["1"] and end["role"] == "WorkerDict", end
+    assert (end["step"], end["phase"]) == (1, sc.PHASE_UPDATE_ACTOR), end
+    assert main(["doctor", "--dir", str(tmp_path / "telemetry-1")]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("run end:   a worker process was lost") and f"WorkerDict pid {kills['1']}" in text

@@ -198,6 +198,7 @@ def _trainer(m: Model) -> None:
     console = m.progress.trainer_console()
     if console is not None:
         observers.append(console)
+    m.runtime.ends.watch(m.steps.abort)  # a signal ends the open step at once (main thread only: fit()'s)
 
 
 def _fully_async_trainer(m: Model) -> None:

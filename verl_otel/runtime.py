@@ -57,9 +57,12 @@ class Runtime:
         self.model: Any = None  # the telemetry model (verl_otel/model.py), made on first use by its accessor
         from verl_otel.export.flusher import Flusher, ShutdownBudget
         from verl_otel.export.ray_store import ProcessTargets
+        from verl_otel.export.run_end import RunEnds
         from verl_otel.export.unsent import UnsentSpans
 
         self.unsent = UnsentSpans(settings.data_dir)  # the OTLP push's span buffers, spilled at exit
+        # the signals that end this process (export/run_end.py): a trainer's open step is written at once
+        self.ends = RunEnds(settings.data_dir, self.unsent, lambda: self.role, settings.console_only)
         self.flusher = Flusher(self._flush_exports)
         self.targets = ProcessTargets(settings.data_dir, self.flusher.submit, self.flusher.every_tick)  # /metrics pages
         self.budget = ShutdownBudget(settings.shutdown_timeout_s)  # every wait at fit end and exit
@@ -270,8 +273,7 @@ class Runtime:
 
     def flush_wait(self, timeout_s: float | None = None) -> bool:
         """Flush and wait: fit end, process exit. Without ``timeout_s``, all such waits of a process together
-        last at most VERL_OTEL_SHUTDOWN_TIMEOUT seconds (a collector that never answers costs that once, not
-        once per fit end and again at exit)."""
+        last at most VERL_OTEL_SHUTDOWN_TIMEOUT seconds (a collector that never answers costs that once)."""
         if self._provider is None and self._meter_provider is None:
             return True
         ticket = self.flusher.request()
@@ -293,14 +295,13 @@ class Runtime:
             self._wait_in_budget(self.flusher.request())
         self.spill_unsent()
 
-    def spill_unsent(self) -> int:
-        """Spans the collector did not take in time go to ``$VERL_OTEL_DIR/unsent/``; returns how many."""
+    def spill_unsent(self) -> int:  # what the collector did not take in time goes to unsent/; returns how many
         return self.unsent.spill(self.destination)
 
     def _wait_in_budget(self, ticket: int) -> bool:
         return self.budget.spend(lambda left: self.flusher.wait(ticket, left))
 
-    def every_tick(self, task: Callable[[], object]) -> None:
+    def every_tick(self, task: Callable[[], object]) -> None:  # run on the flusher thread, every tick
         self.flusher.every_tick(task)
 
     def _flush_exports(self) -> None:
@@ -355,8 +356,7 @@ def _make() -> Runtime:
 
 
 def _at_exit(rt: Runtime) -> None:
-    """Export what is left, within VERL_OTEL_SHUTDOWN_TIMEOUT (the SDK's own exit hooks are off: they
-    wait on a hung export without a deadline)."""
+    """Export what is left, within VERL_OTEL_SHUTDOWN_TIMEOUT (the SDK's exit hooks wait without a deadline)."""
     try:
         if rt.pid == os.getpid():
             rt.finish()

@@ -1,7 +1,9 @@
-"""``verl-otel doctor``: what a stuck (or killed) run left behind, explained: per stall, which phase of which step,
-which process on which node, where it is stuck (verl's and the user's frames), what kind of stall it is and what
-to do next. Reads the evidence files ($VERL_OTEL_DIR/stalls/) and the ``stall`` spans of the trace file
-(``--dir``, default $VERL_OTEL_DIR) or of Jaeger (``--jaeger URL``)."""
+"""``verl-otel doctor``: what a stuck (or killed) run left behind, explained: first how the run ended (cleanly, or
+which process ended it, in which phase of which step, how, and what else was in flight then), then per stall,
+which phase of which step, which process on which node, where it is stuck (verl's and the user's frames), what
+kind of stall it is and what to do next. Reads the evidence files ($VERL_OTEL_DIR/stalls/), the signal notes
+($VERL_OTEL_DIR/ends/) and the ``step`` and ``stall`` spans of the trace file (``--dir``, default
+$VERL_OTEL_DIR) or of Jaeger (``--jaeger URL``)."""
 
 from __future__ import annotations
 
@@ -14,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from verl_otel import semconv as sc
-from verl_otel.analysis import stalls
+from verl_otel.analysis import run_end, stalls
 from verl_otel.analysis.jaeger import JaegerClient, JaegerError
 from verl_otel.analysis.jaeger_pages import walk
 from verl_otel.analysis.otlp_json import read_file
 from verl_otel.cli.spans import DEFAULT_DIR, fail, parse_since
+from verl_otel.export.run_end import read_notes
 
 PROG = "verl-otel doctor"
 
@@ -30,36 +33,47 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     src.add_argument("--jaeger", metavar="URL", help="read the stall spans from Jaeger, e.g. http://localhost:16686")
     p.add_argument("--service", default=sc.SERVICE_NAME_DEFAULT, help="service.name in Jaeger (default: %(default)s)")
     p.add_argument("--since", type=parse_since, default=parse_since("7d"), metavar="WINDOW", help="Jaeger window")
-    p.add_argument("--json", action="store_true", help="print JSON (a list of stalls)")
+    p.add_argument("--json", action="store_true", help="print JSON: {run_end: ..., stalls: [...]}")
     return p
 
 
-def _read(args: argparse.Namespace) -> tuple[list[stalls.StallRecord], str]:
+def _read(args: argparse.Namespace) -> tuple[list[stalls.StallRecord], run_end.RunEnd | None, str]:
     if args.jaeger:
         client = JaegerClient(args.jaeger)
         now = time.time_ns()
         # a page at a time (analysis/jaeger_pages.py), each kept only for its stall and step spans
-        pages = walk(client, args.service, now - int(args.since * 1e9), now, sc.SPAN_STALL)
-        spans = [kept for page in pages for kept in map(stalls.needed, page) if kept is not None]
-        return stalls.merge([], stalls.from_spans(spans)), f"Jaeger at {client.base}"
+        spans = []
+        for name in (sc.SPAN_STALL, sc.SPAN_STEP):
+            pages = walk(client, args.service, now - int(args.since * 1e9), now, name)
+            spans += [s for page in pages for s in page if s.name == name]
+        end = run_end.read(run_end.last_step(spans))
+        return stalls.merge([], stalls.from_spans(spans)), end, f"Jaeger at {client.base}"
     root = Path(args.dir or os.environ.get(sc.ENV_DIR) or DEFAULT_DIR)
     if not root.is_dir():
         raise OSError(f"{root} is not a folder (the run's {sc.ENV_DIR})")
     files = stalls.read_dir(root / sc.STALLS_DIR)
     traced: list[stalls.StallRecord] = []
+    end = None
     trace_file = root / sc.TRACES_FILE
     if trace_file.exists():
-        traced = stalls.from_spans(read_file(trace_file, keep=stalls.needed).spans)
-    return stalls.merge(files, traced), str(root)
+        spans = read_file(trace_file, keep=stalls.needed).spans
+        traced = stalls.from_spans(spans)
+        step = run_end.last_step(spans)
+        # the ended step's whole trace, for what else was in flight then (a second pass keeps that trace only)
+        trace_id = step.trace_id if step is not None else ""
+        trace = read_file(trace_file, keep=lambda s: s if s.trace_id == trace_id else None).spans if trace_id else []
+        end = run_end.read(step, trace, read_notes(root))
+    return stalls.merge(files, traced), end, str(root)
 
 
-def render(records: list[stalls.StallRecord], source: str) -> str:
+def render(records: list[stalls.StallRecord], source: str, end: run_end.RunEnd | None = None) -> str:
+    first = "\n".join(run_end.render(end)) + "\n\n"
     if not records:
-        return (
+        return first + (
             f"no stall in {source}: no evidence files and no stall spans (the run never stalled, or ran with "
             f"{sc.ENV_STALL}=0)\n"
         )
-    out = [f"{len(records)} stall{'s' * (len(records) != 1)} in {source}:"]
+    out = [first + f"{len(records)} stall{'s' * (len(records) != 1)} in {source}:"]
     for i, r in enumerate(records, 1):
         step = f"step {r.step}" if r.step is not None else "step ?"
         call = f" ({r.call})" if r.call and r.call != r.phase else ""
@@ -83,12 +97,13 @@ def render(records: list[stalls.StallRecord], source: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        records, source = _read(args)
+        records, end, source = _read(args)
     except (OSError, JaegerError) as err:
         return fail(PROG, str(err))
     if args.json:
-        json.dump([r.as_dict() for r in records], sys.stdout, indent=2)
+        doc = {"run_end": None if end is None else end.as_dict(), "stalls": [r.as_dict() for r in records]}
+        json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(render(records, source))
+        sys.stdout.write(render(records, source, end))
     return 0

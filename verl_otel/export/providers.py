@@ -6,6 +6,7 @@ was checked by :func:`verl_otel.config.sanitize_otel_env` before anything here r
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -41,6 +42,22 @@ def instance_id(host: str, role: str, worker_index: int | None, pid: int) -> str
 
 
 _preset = threading.local()
+_urgent = threading.local()
+
+
+@contextmanager
+def urgent_export() -> Iterator[None]:
+    """Spans this thread ends meanwhile are exported here and now, past the batch queue, with what waits in that
+    queue (a process about to be killed: the queue's thread would not get to them). The trace file is written; an
+    OTLP buffer holds them for the caller to spill."""
+    held: dict[int, tuple[_CountingProcessor, list[Any]]] = {}
+    _urgent.held = held
+    try:
+        yield
+    finally:
+        _urgent.held = None
+        for processor, spans in held.values():  # one write per exporter, the queued (older) spans first
+            processor.export_now([*processor.take_queued(), *spans])
 
 
 @contextmanager
@@ -130,7 +147,25 @@ class _CountingProcessor(BatchSpanProcessor):
                 "queue-full",
                 "span queue full (collector slow or down): spans are dropped and counted in verl_otel_dropped_total",
             )
+        held = getattr(_urgent, "held", None)
+        if held is not None:
+            held.setdefault(id(self), (self, []))[1].append(span)
+            return
         super().on_end(span)
+
+    def take_queued(self) -> list[Any]:
+        """What waits in the batch queue, taken out (urgent_export writes it on the calling thread)."""
+        inner = getattr(self, "_batch_processor", self)
+        queue = getattr(inner, "_queue", None)
+        taken: list[Any] = []
+        with contextlib.suppress(IndexError, AttributeError, TypeError):  # emptied meanwhile, or another SDK
+            while queue:
+                taken.append(queue.popleft())
+        return taken
+
+    def export_now(self, spans: list[Any]) -> None:
+        if spans:
+            self._exporter.export(spans)
 
     def force_flush(self, timeout_millis: int | None = None) -> bool:
         """The queue to the exporter, then the exporter's own buffer (sent, or the time is up)."""

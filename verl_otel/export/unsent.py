@@ -24,6 +24,10 @@ class UnsentSpans:
     def add(self, buffer: _Spillable) -> None:
         self.buffers.append(buffer)
 
+    def spill_now(self) -> int:
+        """An abrupt end (export/run_end.py): every buffer to disk now, if this process has any."""
+        return self.spill("the OTLP endpoint") if self.buffers else 0
+
     def spill(self, destination: str) -> int:
         """Every buffer's unsent spans to disk; one line when more wait there than last said. Returns how
         many wait. Never raises."""

@@ -54,4 +54,13 @@ def init_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ..
     safe(_add_env, kwargs)
     context = wrapped(*args, **kwargs)
     safe(_discover)
+    safe(_note_ends)
     return context
+
+
+def _note_ends() -> None:
+    """The driver: Ctrl-C or a SIGTERM that reaches it leaves a note (export/run_end.py) the trainer reads when Ray
+    ends it moments later, and ``doctor`` names. Main thread only (elsewhere: no note)."""
+    from verl_otel import model
+
+    model.current().runtime.ends.note(sc.ROLE_DRIVER)

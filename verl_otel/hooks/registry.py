@@ -195,6 +195,16 @@ def _apply(key: str, module: ModuleType) -> None:
             setattr(owner, name, new)
         _originals[key] = (owner, name, original)
         logger.debug("hooked %s in pid %s", key, os.getpid())
+    if target.role == "trainer":
+        _watch_ends()
+
+
+def _watch_ends() -> None:
+    """A process that may run fit(): the end watch (process/ends.py) goes on now if this is its main thread, so a
+    fit() that runs on another thread (fully_async's coroutine, on the actor's event loop) can listen later."""
+    from verl_otel.process.ends import WATCH
+
+    WATCH.install()
 
 
 def install(targets: Iterable[HookTarget]) -> None:

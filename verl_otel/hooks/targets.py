@@ -391,5 +391,8 @@ def uninstall_all() -> None:
     """Restore every wrapped function exactly."""
     global _all_installed
     registry.uninstall((*RAY_TARGETS, *ALL_TARGETS))
+    from verl_otel.process.ends import WATCH
+
+    WATCH.uninstall()  # the signal watch's listeners, and the wakeup fd that was there before
     with _lock:
         _all_installed = False

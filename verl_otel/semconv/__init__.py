@@ -7,7 +7,8 @@ against it). By what it names:
 - :mod:`.verl`: verl's own names (timers, metric keys, per-sample fields) mapped to ours;
 - :mod:`.engine`: the rollout engine's (vLLM's) span, attribute and metric names, and ours about it;
 - :mod:`.env`: environment variables and the embedded default's file names (:mod:`.env_doc`: what each means);
-- :mod:`.stall`: stall detection's span, attributes, classifications and evidence files.
+- :mod:`.stall`: stall detection's span, attributes, classifications and evidence files;
+- :mod:`.run_end`: how a run ended (an abrupt end's attributes and reasons).
 
 ``from verl_otel import semconv as sc`` gives all of them (``sc.SPAN_STEP``, ``sc.ROLLOUT_ETA``).
 
@@ -23,6 +24,7 @@ from verl_otel.semconv.env import *  # noqa: F403
 from verl_otel.semconv.env_doc import *  # noqa: F403
 from verl_otel.semconv.metric_def import *  # noqa: F403
 from verl_otel.semconv.metrics import *  # noqa: F403
+from verl_otel.semconv.run_end import *  # noqa: F403
 from verl_otel.semconv.spans import *  # noqa: F403
 from verl_otel.semconv.stall import *  # noqa: F403
 from verl_otel.semconv.verl import *  # noqa: F403

@@ -16,7 +16,6 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -25,51 +24,13 @@ from opentelemetry.trace import Span, Status, StatusCode
 
 from verl_otel import semconv as sc
 from verl_otel._log import logger
-from verl_otel.telemetry.propagation import phase_span_id
+from verl_otel.telemetry.run_end import attributes_of
 from verl_otel.telemetry.services import Services
 from verl_otel.telemetry.step_events import RunInfo, StepObserver, StepResult
+from verl_otel.telemetry.step_state import _Open, _Step, is_stop, known_id
 from verl_otel.telemetry.step_tokens import StepTokens
 from verl_otel.telemetry.text import mark_failed
 from verl_otel.telemetry.values import to_scalar
-
-
-@dataclass
-class _Open:
-    name: str
-    span: Span
-    start: float
-    watch: int | None = None  # the stall watch's token
-
-
-@dataclass
-class _Step:
-    number: int
-    span: Span
-    start: float
-    phases: dict[str, float] = field(default_factory=dict)
-    open: list[_Open] = field(default_factory=list)
-    error: bool = False
-    scoped: bool = False  # ends at fit_step()'s return, not at the metrics log
-    stopped: bool = False  # ended by verl's stop signal: no training happened in it
-    metrics: dict[str, Any] = field(default_factory=dict)  # logged during a scoped step
-    val_logged: bool = False  # validation metrics logged since the last validation window opened
-    tail: bool = False  # fit.end: the work after a scoped run's last step, not a step
-    tokens: StepTokens | None = None  # the training batch's (rollout's output), once the hooks counted them
-    sync_id_given: bool = False  # a weight-sync phase span of this step has the derivable id (phase_span_id)
-
-
-def _known_id(step: _Step, phase: str) -> int | None:
-    """The step's first weight-sync phase span (update_weights; fully_async: param_sync) gets the id its workers
-    derive from the step's trace (their ``weights.sync`` goes under it: verl's call carries no context)."""
-    if phase not in sc.WEIGHT_SYNC_PHASES or step.sync_id_given:
-        return None
-    step.sync_id_given = True
-    return phase_span_id(step.span.get_span_context().trace_id, sc.PHASE_UPDATE_WEIGHTS)
-
-
-def is_stop(exc: BaseException | None) -> bool:
-    """verl's normal end of training (fully_async's closed queue), not an error."""
-    return exc is not None and type(exc).__name__ in sc.VERL_STOP_EXCEPTIONS
 
 
 class StepTracer:
@@ -102,6 +63,7 @@ class StepTracer:
                     self._step.stopped = True
                 elif exc is not None:
                     self._fail(self._step, exc)
+                    self._end_run(self._step, attributes_of(exc))
                 self._end_step(metrics=self._step.metrics or None)
             self._global_step = None
         self._svc.flush_wait()
@@ -118,7 +80,7 @@ class StepTracer:
         return self._open_phase(phase)
 
     def phase_exit(self, token: _Open | None, exc: BaseException | None) -> None:
-        if token is None:
+        if token is None or token.done:  # None, or ended already by an abrupt end (abort)
             return
         with self._lock:
             step = self._step
@@ -129,7 +91,9 @@ class StepTracer:
                     step.stopped = True
             elif exc is not None:
                 mark_failed(token.span, exc, self._svc.settings.max_text)
+                token.span.set_attributes(attributes_of(exc))
                 if step is not None:
+                    step.failed_in = step.failed_in or token.name
                     self._fail(step, exc, record=False)
             if step is not None and step.tokens is not None:
                 token.span.set_attributes(step.tokens.phase_attributes(token.name, seconds))
@@ -143,6 +107,22 @@ class StepTracer:
                 if token in step.open:
                     step.open.remove(token)
         self._notify("on_phase_end", token.name, number, seconds, trace_id)
+
+    def abort(self, attributes: Mapping[str, Any]) -> bool:
+        """The process is about to go (a signal): the open step and its open phases end now, ERROR, with the
+        run_end ``attributes`` (reason, detail, ...). Waits for the lock briefly only: the caller is racing a
+        SIGKILL. Returns whether a step was open."""
+        if not self._lock.acquire(timeout=0.5):
+            return False
+        try:
+            step = self._step
+            if step is None or step.tail:
+                return False
+            self._end_run(step, attributes)
+            self._end_step(metrics=step.metrics or None, tell=False)  # the observers' work would delay the write
+            return True
+        finally:
+            self._lock.release()
 
     def tokens_seen(self, prompt: int, response: int, separate: bool = False) -> None:
         """The open step's training batch came out of the rollout with these token counts (summed when the
@@ -298,7 +278,7 @@ class StepTracer:
         with self._lock:
             step = self._ensure_step()
             parent = step.open[-1].span if step.open else step.span
-            known = _known_id(step, phase) if phase in sc.WEIGHT_SYNC_PHASES else None
+            known = known_id(step, phase) if phase in sc.WEIGHT_SYNC_PHASES else None
             with self._svc.preset_span_id(known) if known else contextlib.nullcontext():
                 span = self._svc.tracer().start_span(
                     phase,
@@ -314,18 +294,36 @@ class StepTracer:
         self._notify("on_phase_start", phase, number)
         return token
 
+    def _end_run(self, step: _Step, attributes: Mapping[str, Any]) -> None:
+        """The run ends in this step: its open phases and the step carry what ended it (ERROR), the step also
+        the innermost phase open then."""
+        described = f"{attributes.get(sc.ATTR_RUN_END_REASON)}: {attributes.get(sc.ATTR_RUN_END_DETAIL)}"
+        for token in step.open:
+            token.span.set_attributes(attributes)
+            token.span.set_status(Status(StatusCode.ERROR, described))
+        attrs = dict(attributes)
+        phase = step.open[-1].name if step.open else step.failed_in
+        if phase:
+            attrs[sc.ATTR_RUN_END_PHASE] = phase
+        step.span.set_attributes(attrs)
+        if not step.error:  # an exception's own status (Ray's text: the pid and class) stays
+            step.span.set_status(Status(StatusCode.ERROR, described))
+        step.error = True
+
     def _fail(self, step: _Step, exc: BaseException, record: bool = True) -> None:
         step.error = True
         mark_failed(step.span, exc, self._svc.settings.max_text, record=record)
 
-    def _end_step(self, metrics: Mapping[str, Any] | None) -> None:
+    def _end_step(self, metrics: Mapping[str, Any] | None, tell: bool = True) -> None:
         step = self._step
         if step is None:
             return
         self._step = None
-        for token in reversed(step.open):  # phases left open by an exception path
-            token.span.set_status(Status(StatusCode.ERROR, "phase did not finish"))
+        for token in reversed(step.open):  # phases left open by an exception path or an abrupt end
+            if sc.ATTR_RUN_END_REASON not in getattr(token.span, "attributes", {}):
+                token.span.set_status(Status(StatusCode.ERROR, "phase did not finish"))
             token.span.end()
+            token.done = True
             self._unwatch(token)
         span = step.span
         stalls = self._svc.stalls()
@@ -356,6 +354,8 @@ class StepTracer:
             return
         span.end()
         self._last_number = step.number
+        if not tell:
+            return
         result = StepResult(
             step.number,
             seconds,

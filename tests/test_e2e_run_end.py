@@ -1,0 +1,165 @@
+"""A real run ended by a signal mid-step keeps the step it was in, ended and marked, and ``doctor`` says so
+(issue 39). Two short v1 demo runs, each started as a terminal starts a job (its own process group) and signalled
+while step 2's actor update runs (made 30 s long): Ctrl-C (SIGINT to the group), and a scheduler's time limit
+(SIGTERM to the job's driver, SIGKILL to the group after a grace period). Ray ends the trainer (its TaskRunner actor,
+in a process group of its own) with SIGTERM and SIGKILL milliseconds apart once its driver goes, too few on a loaded
+machine: the driver's note (``ends/``) is read by the trainer, which writes its open step before the driver goes on
+to end. (Where the SIGTERM also reaches the Ray daemons the driver started, in its group, the raylet ends the trainer
+at once and the trainer's own end watch races those milliseconds: ``tests/test_run_end.py`` tests that path.)
+About 1.5 minutes each on 2 cores."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from helpers.procs import clean_env
+from helpers.traces import load_spans
+
+from verl_otel import semconv as sc
+from verl_otel.cli.main import main
+
+pytestmark = pytest.mark.verl
+
+STEPS, SLOW_STEP = 3, 2
+GRACE_S = 10.0  # a scheduler's grace period between SIGTERM and SIGKILL
+_UPDATING = re.compile(r"ray::WorkerDict\.\S*update_actor")
+
+
+@dataclass
+class Ended:
+    out: Path
+    rc: int
+    after_s: float  # from the signal to the demo's exit
+
+
+def _tree(root: int) -> list[tuple[int, str]]:
+    """(pid, args) of ``root``'s descendants (Ray's workers included: they keep their parent, not its group)."""
+    ps = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True).stdout
+    children: dict[int, list[tuple[int, str]]] = {}
+    for row in (line.split(None, 2) for line in ps.splitlines()[1:]):
+        if len(row) == 3:
+            children.setdefault(int(row[1]), []).append((int(row[0]), row[2]))
+    found, todo = [], [root]
+    while todo:
+        for pid, args in children.get(todo.pop(), []):
+            found.append((pid, args))
+            todo.append(pid)
+    return found
+
+
+def _alive(procs: list[tuple[int, str]]) -> list[int]:
+    """Those of ``procs`` still running as themselves (a pid reused since is not ours)."""
+    alive = []
+    for pid, args in procs:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        ray_title = args.startswith("ray::") and cmdline.startswith("ray::")  # Ray retitles its workers
+        if cmdline.strip() == args.strip() or ray_title:
+            alive.append(pid)
+    return alive
+
+
+def _signalled_run(out: Path, sig: int, grace_s: float | None = None) -> Ended:
+    """The demo in its own process group; ``sig`` to the group while step 2's actor update runs (after step 1's
+    metrics are out); with ``grace_s``, ``sig`` to the job's processes only and SIGKILL to the group that much later,
+    as a scheduler does. Ray's processes (in groups of their own) are then given a minute to end as Ray ends them;
+    whatever is left is killed."""
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "verl_otel.demo", "--steps", str(STEPS), "--trainer", "v1", "--out", str(out)]
+    cmd += ["--slow", f"update_actor@{SLOW_STEP}=30"]
+    proc = subprocess.Popen(
+        cmd, env=clean_env(), start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+    )
+    seen: list[tuple[int, str]] = []
+    sent = 0.0
+    try:
+        deadline = time.monotonic() + 420
+        while proc.poll() is None and time.monotonic() < deadline and not sent:
+            seen = _tree(proc.pid) or seen
+            log = (out / "demo.log").read_text(errors="replace") if (out / "demo.log").exists() else ""
+            if re.search(r"(?:^|\s)step:1 - ", log) and any(_UPDATING.search(a) for _, a in seen):
+                time.sleep(2)  # well inside the update
+                seen = _tree(proc.pid) or seen
+                if grace_s is None:
+                    os.killpg(proc.pid, sig)
+                else:  # the job's processes (the demo, verl's driver), not the Ray daemons the driver started
+                    for pid in [proc.pid, *(p for p, a in seen if "verl.trainer.main_ppo" in a)]:
+                        os.kill(pid, sig)
+                sent = time.monotonic()
+            time.sleep(0.3)
+        assert sent, f"never saw step {SLOW_STEP}'s actor update: {(out / 'demo.log').read_text()[-3000:]}"
+        if grace_s is not None:
+            time.sleep(grace_s)
+            with contextlib.suppress(ProcessLookupError):  # the group may be gone already
+                os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(120)
+        gone = time.monotonic() + 60
+        while _alive(seen) and time.monotonic() < gone:
+            time.sleep(0.5)
+        return Ended(out, proc.returncode, time.monotonic() - sent)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+        for pid in _alive(seen):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory) -> Ended:
+    return _signalled_run(tmp_path_factory.mktemp("ctrl-c"), signal.SIGINT)
+
+
+@pytest.fixture(scope="module")
+def terminated(tmp_path_factory) -> Ended:
+    return _signalled_run(tmp_path_factory.mktemp("time-limit"), signal.SIGTERM, grace_s=GRACE_S)
+
+
+def _check_kept(run: Ended, reason: str, capsys) -> dict:
+    """Step SLOW_STEP is in the trace, ERROR, marked with ``reason``, with its phases so far; the steps before it
+    are whole and clean; doctor names it first."""
+    assert run.rc != 0 and run.after_s < 90, (run.rc, run.after_s)  # every process gone, Ray's too
+    spans = load_spans(run.out / sc.TRACES_FILE)
+    steps = {s.attributes[sc.ATTR_GLOBAL_STEP]: s for s in spans if s.name == sc.SPAN_STEP}
+    assert set(steps) == {0, 1, SLOW_STEP}, sorted(steps)
+    assert not steps[0].status_error and not steps[1].status_error
+    step = steps[SLOW_STEP]
+    assert step.status_error and step.attributes[sc.ATTR_RUN_END_REASON] == reason, step.attributes
+    assert step.attributes[sc.ATTR_RUN_END_PHASE] == sc.PHASE_UPDATE_ACTOR
+    phases = {s.name: s for s in spans if s.trace_id == step.trace_id and s.parent_id == step.span_id}
+    assert {sc.PHASE_ROLLOUT, sc.PHASE_OLD_LOG_PROB, sc.PHASE_UPDATE_ACTOR} <= set(phases), sorted(phases)
+    update = phases[sc.PHASE_UPDATE_ACTOR]
+    assert update.status_error and update.attributes[sc.ATTR_RUN_END_REASON] == reason
+    assert not phases[sc.PHASE_ROLLOUT].status_error  # what finished before stays as it was
+    assert main(["doctor", "--dir", str(run.out), "--json"]) == 0
+    end = json.loads(capsys.readouterr().out)["run_end"]
+    assert (end["reason"], end["step"], end["phase"]) == (reason, SLOW_STEP, sc.PHASE_UPDATE_ACTOR), end
+    assert main(["doctor", "--dir", str(run.out)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"run end:   {reason}") and f"in step {SLOW_STEP}, phase update_actor" in text, text
+    return end
+
+
+def test_ctrl_c_keeps_the_interrupted_step(interrupted, capsys):
+    end = _check_kept(interrupted, sc.END_INTERRUPTED, capsys)
+    assert end["role"] == sc.ROLE_DRIVER and any(n["signal"] == "SIGINT" for n in end["notes"]), end
+    assert "trainer pid" in end["trainer"]
+
+
+def test_a_time_limit_keeps_the_terminated_step(terminated, capsys):
+    end = _check_kept(terminated, sc.END_TERMINATED, capsys)
+    assert end["detail"].startswith("SIGTERM to the driver") and end["role"] == sc.ROLE_DRIVER, end
