@@ -1,6 +1,7 @@
 """``verl-otel``: ``demo`` (the CPU demo of a real verl run with telemetry on), ``top`` (a live view of a
 running job), ``slow-steps`` (the slowest steps and the phase that made them slow) and ``val-generations``
-(validation samples), both from Jaeger or the local trace file, ``doctor`` (a stuck run's stall evidence,
+(validation samples), both from Jaeger or the local trace file, ``compare`` (one run's trace file against
+another's), ``doctor`` (a stuck run's stall evidence,
 explained), ``stack write`` (the Docker stack) and ``push`` (spans a run could not deliver in time)."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 _COMMANDS = {
     "demo": "verl_otel.demo.cli",
     "slow-steps": "verl_otel.cli.slow_steps",
+    "compare": "verl_otel.cli.compare",
     "top": "verl_otel.cli.top",
     "val-generations": "verl_otel.cli.val_generations",
     "stack": "verl_otel.cli.stack",
