@@ -115,3 +115,30 @@ def test_the_cli_reads_files_and_directories_text_and_json(tmp_path, capsys):
     assert "changed beyond noise" in changed and sc.PHASE_UPDATE_ACTOR in changed and sc.PHASE_ROLLOUT in rest
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "missing")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_two_runs_in_jaeger_by_project_and_experiment(capsys):
+    """With --jaeger: both runs read from one Jaeger search (paged), told apart by the step spans'
+    verl.project / verl.experiment."""
+    from helpers.jaeger import FakeJaeger, Storage
+    from helpers.step_spans import otlp_json
+
+    slow = {**BASE_PHASES, sc.PHASE_UPDATE_ACTOR: 2.0}
+    t0 = time.time_ns() - 600 * 10**9
+    spans = run_spans(t0, attrs={sc.ATTR_PROJECT: "p", sc.ATTR_EXPERIMENT: "base"}) + run_spans(
+        t0 + 100 * 10**9, phases=slow, noise=jitter(2), attrs={sc.ATTR_PROJECT: "p", sc.ATTR_EXPERIMENT: "new"}
+    )
+    flat = [sp for rs in otlp_json(spans)["resourceSpans"] for ss in rs["scopeSpans"] for sp in ss["spans"]]
+    j = FakeJaeger({"/api/v3/traces": Storage(flat).v3})
+    try:
+        assert main(["compare", "--jaeger", j.url, "--since", "1h", "p/base", "p/new", "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["changed"] == [sc.PHASE_UPDATE_ACTOR] and (doc["baseline"]["steps"], doc["other"]["steps"]) == (8, 8)
+        assert doc["differences"] == [{"attribute": sc.ATTR_EXPERIMENT, "baseline": "base", "other": "new"}]
+        assert doc["baseline"]["source"] == f"p/base in Jaeger at {j.url}"
+        assert main(["compare", "--jaeger", j.url, "p/base", "p/missing"]) == 2
+        assert "no training step traces of run 'p/missing'" in capsys.readouterr().err
+        assert main(["compare", "--jaeger", j.url, "p/base", "nameless"]) == 2
+        assert "PROJECT/EXPERIMENT" in capsys.readouterr().err
+    finally:
+        j.close()
