@@ -6,6 +6,7 @@ lines of a trace file), laid out once when two nodes share a folder."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 from verl_otel import semconv as sc
@@ -53,7 +54,12 @@ def test_refresh_prunes_dead_nodes_and_stopped_beats(tmp_path, monkeypatch):
 def test_a_loopback_address_of_another_node_is_never_listed(tmp_path, caplog):
     cluster = ClusterTargets(tmp_path, refresh_s=0)
     entries = {b"a": _entry("127.0.0.1:7", "nodeA", 1, "hostA"), b"b": _entry("127.0.0.1:8", "nodeB", 1, "hostB")}
-    cluster.refresh(entries, {"nodeA": "hostA", "nodeB": "hostB"}, set(), here="nodeA")
+    ours = logging.getLogger("verl_otel")  # our lines do not reach the root logger once our console is on
+    ours.addHandler(caplog.handler)
+    try:
+        cluster.refresh(entries, {"nodeA": "hostA", "nodeB": "hostB"}, set(), here="nodeA")
+    finally:
+        ours.removeHandler(caplog.handler)
     assert [g["targets"] for g in cluster.groups] == [["127.0.0.1:7"]], "the driver's own node may say 127.0.0.1"
     assert "a process on hostB listens on 127.0.0.1:8 only" in caplog.text
 

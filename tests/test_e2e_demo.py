@@ -260,3 +260,31 @@ def test_v1_colocate_async_steps_are_traces(colocate_async_run):
     validate = next(s for s in by_step[2].spans if s.name == "validate")
     assert validate.attributes["verl.val_generations.count"] == 2
     assert event_names(validate).count("verl.val_generation") == 2
+
+
+def test_compare_names_the_trainer_and_phases_of_the_legacy_and_v1_runs(v1_run, legacy_run):
+    """`verl-otel compare` over two real runs' trace directories, as a user runs it: the trainers differ
+    (legacy vs v1), the verl version each run's step spans carry is the same and is not listed, every
+    phase of both runs has its medians, and step 0 (validation only) is listed apart."""
+    import importlib.metadata
+    import json
+    import subprocess
+    import sys
+
+    assert v1_run.rc == 0 and legacy_run.rc == 0
+    cmd = [sys.executable, "-m", "verl_otel.cli.main", "compare", str(legacy_run.out), str(v1_run.out)]
+    doc = json.loads(subprocess.run([*cmd, "--json"], capture_output=True, text=True, check=True, timeout=120).stdout)
+    diffs = {d["attribute"]: (d["baseline"], d["other"]) for d in doc["differences"]}
+    assert diffs[sc.ATTR_TRAINER] == (sc.TRAINER_LEGACY, sc.TRAINER_V1), diffs
+    version = importlib.metadata.version("verl")
+    assert doc["baseline"]["config"][sc.ATTR_VERL_VERSION] == doc["other"]["config"][sc.ATTR_VERL_VERSION] == version
+    assert sc.ATTR_VERL_VERSION not in diffs
+    assert doc["baseline"]["steps"] == legacy_run.steps and doc["other"]["steps"] == v1_run.steps
+    assert 0 in doc["baseline"]["steps_apart"] and 0 in doc["other"]["steps_apart"]
+    assert doc["other"]["samples"] == 4 * 2 * v1_run.steps  # batch 4 x n 2 a step
+    phases = {p["phase"]: p for p in doc["phases"]}
+    assert {sc.PHASE_ROLLOUT, sc.PHASE_UPDATE_ACTOR} <= set(phases)
+    assert all(p["baseline_s"] > 0 and p["other_s"] > 0 for p in phases.values())
+    assert phases[sc.PHASE_UPDATE_ACTOR]["other_s_per_1k_tokens"] is not None  # v1 phases carry tokens
+    text = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=120).stdout
+    assert f"{sc.ATTR_TRAINER}: {sc.TRAINER_LEGACY} -> {sc.TRAINER_V1}" in text, text

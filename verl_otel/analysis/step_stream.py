@@ -19,7 +19,7 @@ from verl_otel.analysis.step_traces import Span, StepTrace, build_step
 
 _SAMPLE_ATTRS = (sc.ATTR_SAMPLE_INDEX, sc.ATTR_SAMPLE_ROLLOUT_N)
 _ENGINE_ATTRS = (sc.ENGINE_ATTR_QUEUE, sc.ENGINE_ATTR_PREFILL, sc.ENGINE_ATTR_DECODE, sc.ATTR_ENGINE_REPLICA)
-_WORKER_ATTRS = (sc.ATTR_MODE, sc.ATTR_WORKER_INDEX, sc.ATTR_WORKER_SAMPLE_MEDIAN_S)
+_WORKER_ATTRS = (sc.ATTR_MODE, sc.ATTR_WORKER_INDEX, sc.ATTR_WORKER_SAMPLE_MEDIAN_S, sc.ATTR_SAMPLES)
 # what build_step reads of a phase (its tokens) or a worker call (its rank, for the stragglers)
 _OTHER_ATTRS = (
     *(sc.ATTR_PHASE, sc.ATTR_PHASE_TOKENS, sc.ATTR_WORKER_RANK, sc.ATTR_WORKER_METHOD, sc.ATTR_WORKER_ROLE),

@@ -113,6 +113,8 @@ class StepTrace:
     rank_calls: dict[tuple[str, str, str], dict[int, float]] = field(default_factory=dict)
     weight_syncs: list[SyncParts] = field(default_factory=list)  # each worker's side of the step's weight syncs
     weight_receives: list[ReceiveParts] = field(default_factory=list)  # each rollout replica's side of them
+    attributes: dict[str, Any] = field(default_factory=dict)  # the step span's own (trainer, config values, ...)
+    sample_count: int = 0  # training samples its rollout.worker spans say they handled (0: none say)
     #: hosts whose clock disagreed with the step's host (analysis/clock.py): host -> seconds added to its times
     clock_offsets: dict[str, float] = field(default_factory=dict)
 
@@ -170,12 +172,16 @@ def build_step(trace: list[Span]) -> StepTrace | None:
         root.seconds,
         root.service,
         root.status_error,
+        attributes=dict(root.attributes),
     )
     workers = {s.span_id: s.attributes for s in unique if s.name == sc.SPAN_ROLLOUT_WORKER}
     for attrs in workers.values():
         median = as_float(attrs.get(sc.ATTR_WORKER_SAMPLE_MEDIAN_S))
-        if median is not None and attrs.get(sc.ATTR_MODE) in (None, sc.MODE_TRAIN):
+        train = attrs.get(sc.ATTR_MODE) in (None, sc.MODE_TRAIN)
+        if median is not None and train:
             step.worker_medians.append(median)
+        if train:
+            step.sample_count += as_int(attrs.get(sc.ATTR_SAMPLES)) or 0
     requests: dict[str, list[Span]] = defaultdict(list)
     for s in unique:
         if s.name == sc.SPAN_ENGINE_REQUEST:

@@ -13,7 +13,6 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from verl_otel import runtime
 from verl_otel import semconv as sc
 from verl_otel.config import hostname
 from verl_otel.hooks._safe import safe
@@ -47,7 +46,9 @@ def _add_env(kwargs: dict[str, Any]) -> None:
 
 def _discover() -> None:
     """The process that called ray.init is the job's driver: it lists every node's processes for Prometheus."""
-    runtime.current().discover()
+    from verl_otel import model
+
+    model.current().runtime.discover()
 
 
 def init_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from verl_otel import semconv as sc
+from verl_otel.hooks.registry import verl_version
 from verl_otel.telemetry.steps import RunInfo
 from verl_otel.telemetry.values import to_scalar
 
@@ -87,6 +88,7 @@ def run_info(trainer: Any, kind: str) -> RunInfo:
         rollout_n=_int(config_value(config, "actor_rollout_ref.rollout.n")),
         batch_size=_int(config_value(config, "data.train_batch_size")),
         mode=None if mode is None else str(mode),
+        verl_version=verl_version(),
     )
 
 

@@ -64,6 +64,7 @@ ATTR_PROJECT: Final = "verl.project"
 ATTR_EXPERIMENT: Final = "verl.experiment"
 ATTR_TRAINER: Final = "verl.trainer"
 ATTR_TRAINER_MODE: Final = "verl.trainer_mode"  # v1: sync / colocate_async / separate_async
+ATTR_VERL_VERSION: Final = "verl.version"  # the installed verl's version (``verl-otel compare`` names a change)
 ATTR_ROLLOUT_N: Final = "verl.rollout_n"
 ATTR_BATCH_SIZE: Final = "verl.batch_size"
 ATTR_PHASE: Final = "verl.phase"

@@ -18,6 +18,7 @@ class RunInfo:
     rollout_n: int | None
     batch_size: int | None
     mode: str | None = None
+    verl_version: str | None = None
 
 
 @dataclass

@@ -265,6 +265,7 @@ class StepTracer:
                 (sc.ATTR_BATCH_SIZE, run.batch_size),
                 (sc.ATTR_STEPS_PLANNED, run.steps_planned),
                 (sc.ATTR_TRAINER_MODE, run.mode),
+                (sc.ATTR_VERL_VERSION, run.verl_version),
             ):
                 if val is not None:
                     attrs[key] = val
