@@ -1,5 +1,5 @@
 """A protocol-level OTLP receiver for tests: real gRPC (TraceService/MetricsService) and real
-OTLP/HTTP (protobuf POST /v1/traces, /v1/metrics) on 127.0.0.1, decoding what it receives.
+OTLP/HTTP (protobuf POST /v1/traces, /v1/metrics) on 127.0.0.1 (or ``host``), decoding what it receives.
 
 It can be stopped and restarted on the same ports (collector going away and coming back) and
 can answer slowly (a collector under load). Spans arrive as the tests' span reader gives them
@@ -96,7 +96,10 @@ class _MetricsSvc(metrics_service_pb2_grpc.MetricsServiceServicer):
 
 
 class OtlpReceiver:
-    def __init__(self, grpc_port: int | None = None, http_port: int | None = None, delay_s: float = 0.0) -> None:
+    def __init__(
+        self, grpc_port: int | None = None, http_port: int | None = None, delay_s: float = 0.0, host: str = "127.0.0.1"
+    ) -> None:
+        self.host = host
         self.grpc_port = grpc_port or free_port()
         self.http_port = http_port or free_port()
         self.delay_s = delay_s
@@ -112,11 +115,11 @@ class OtlpReceiver:
 
     @property
     def grpc_endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.grpc_port}"
+        return f"http://{self.host}:{self.grpc_port}"
 
     @property
     def http_endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+        return f"http://{self.host}:{self.http_port}"
 
     def _delay(self) -> None:
         if self.delay_s:
@@ -126,7 +129,7 @@ class OtlpReceiver:
         self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceSvc(self), self._grpc)
         metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(_MetricsSvc(self), self._grpc)
-        self._grpc.add_insecure_port(f"127.0.0.1:{self.grpc_port}")
+        self._grpc.add_insecure_port(f"{self.host}:{self.grpc_port}")
         self._grpc.start()
         rx = self
 
@@ -165,7 +168,7 @@ class OtlpReceiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._http = ThreadingHTTPServer(("127.0.0.1", self.http_port), Handler)
+        self._http = ThreadingHTTPServer((self.host, self.http_port), Handler)
         self._http.daemon_threads = True
         threading.Thread(target=self._http.serve_forever, daemon=True).start()
         return self

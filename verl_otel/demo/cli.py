@@ -100,6 +100,19 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         metavar="URL",
         help="OTLP endpoint for --telemetry otlp (e.g. http://localhost:4317, the docker-compose stack's collector)",
     )
+    p.add_argument(
+        "--ray-address",
+        metavar="HOST:PORT",
+        help="join this running Ray cluster (its head's GCS address) instead of starting one on this machine; "
+        "verl's driver runs here, its workers where Ray places them",
+    )
+    p.add_argument(
+        "--nnodes",
+        type=positive_int,
+        default=1,
+        help="spread verl's training workers over this many of the cluster's nodes (trainer.nnodes, one worker "
+        "per node) and its agent-loop workers over them too",
+    )
     return p
 
 
@@ -165,6 +178,8 @@ def run(args: argparse.Namespace) -> int:
             extra_env=telemetry_env(args.telemetry, args.otlp_endpoint),
             quiet=False if args.verbose else "ours",
             rollout=args.rollout,
+            ray_address=args.ray_address,
+            nnodes=args.nnodes,
         )
     except ValueError as exc:
         print(f"verl-otel demo: {exc}", file=sys.stderr)

@@ -191,6 +191,21 @@ def _fully_async(ov: list[str], steps: int) -> list[str]:
     ]
 
 
+def cluster_overrides(ov: list[str], ray_address: str | None, nnodes: int) -> list[str]:
+    """``--ray-address``: verl's driver joins that cluster (Ray refuses num_cpus for an existing one);
+    ``--nnodes N``: the training pools span N nodes (one placement group per node: the demo's CPU pools pin
+    each to its own node) and the agent-loop workers N of them at least (verl spreads those over the nodes)."""
+    if ray_address:
+        drop = ("ray_kwargs.ray_init.num_cpus=", "+ray_kwargs.ray_init.include_dashboard=")
+        ov = [o for o in ov if not o.startswith(drop)] + [f"+ray_kwargs.ray_init.address={ray_address}"]
+    if nnodes > 1:
+        workers = "actor_rollout_ref.rollout.agent.num_workers="
+        have = next((int(o.split("=")[1]) for o in ov if o.startswith(workers)), 1)
+        ov = [o for o in ov if not o.startswith(("trainer.nnodes=", workers))]
+        ov += [f"trainer.nnodes={nnodes}", f"{workers}{max(have, nnodes)}"]
+    return ov
+
+
 def telemetry_env(mode: str, otlp_endpoint: str | None = None) -> dict[str, str]:
     """What a user sets for each way of running (``verl-otel demo --telemetry``)."""
     if mode == "console":  # the [VERL_PROGRESS] switch alone; an empty VERL_OTEL_ENABLED reads as unset
@@ -299,6 +314,8 @@ def run_demo(
     extra_overrides: list[str] | None = None,
     quiet: bool | str = False,
     rollout: str = "stub",
+    ray_address: str | None = None,
+    nnodes: int = 1,
 ) -> int:
     if trainer not in TRAINERS:
         raise ValueError(f"--trainer must be one of {TRAINERS}")
@@ -318,7 +335,9 @@ def run_demo(
         sys.executable,
         "-m",
         _MAIN.get(trainer, "verl.trainer.main_ppo"),
-        *overrides(asset_dir, ckpt_dir, steps, test_freq, trainer, adv, rollout),
+        *cluster_overrides(
+            overrides(asset_dir, ckpt_dir, steps, test_freq, trainer, adv, rollout), ray_address, nnodes
+        ),
         *(vllm_slow.overrides(spec, hangs) if rollout == "vllm" else []),
         *hang_overrides(hangs),
         *(extra_overrides or []),

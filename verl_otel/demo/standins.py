@@ -40,10 +40,36 @@ from verl_otel.hooks.stall_watch import unwatch, watch
 SERVER_NAME = "verl_otel_demo_llm_{}"
 
 
+class _CpuPool(RayResourcePool):
+    """A pool of CPU bundles. Spanning several nodes (``trainer.nnodes``), each node's placement group is pinned to
+    its own node by Ray's ``node:<ip>`` resource: GPU bundles land on distinct nodes because each node has only
+    so many GPUs, CPU bundles would all fit on one."""
+
+    def get_placement_groups(self, strategy: str = "STRICT_PACK", name: Any = None, device_name: str = "cuda") -> Any:
+        if self.pgs is None and len(self._store) > 1:
+            from ray.util.placement_group import placement_group
+            from verl.single_controller.ray.base import sort_placement_group_by_node_ip
+
+            ips = sorted({n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU")})
+            if len(ips) >= len(self._store):
+                prefix = name or f"{self.name_prefix}verl_group_{'_'.join(map(str, self._store))}:"
+                pgs = [
+                    placement_group(
+                        [{"CPU": self.max_colocate_count, f"node:{ip}": 0.001} for _ in range(count)],
+                        strategy=strategy,
+                        name=f"{prefix}{i}",
+                    )
+                    for i, (ip, count) in enumerate(zip(ips, self._store, strict=False))
+                ]
+                ray.get([pg.ready() for pg in pgs])
+                self.pgs = sort_placement_group_by_node_ip(pgs)  # type: ignore[assignment]
+        return super().get_placement_groups(strategy, name, device_name)
+
+
 class CpuResourcePoolManager(ResourcePoolManager):
     def create_resource_pool(self) -> None:
         for name, process_on_nodes in self.resource_pool_spec.items():
-            self.resource_pool_dict[name] = RayResourcePool(
+            self.resource_pool_dict[name] = _CpuPool(
                 process_on_nodes=process_on_nodes, use_gpu=False, max_colocate_count=1, name_prefix=name
             )
 
