@@ -58,7 +58,7 @@ def test_a_killed_run_keeps_its_evidence_and_doctor_reads_it(tmp_path, capsys):
     assert evidence.name == f"step7-reward-trainer-{proc.pid}.txt"
     rc, text = _doctor(capsys, "--dir", str(data), "--json")
     assert rc == 0
-    [rec] = json.loads(text)
+    [rec] = json.loads(text)["stalls"]
     assert rec["step"] == 7 and rec["phase"] == sc.PHASE_REWARD and rec["role"] == sc.ROLE_TRAINER
     assert rec["pid"] == proc.pid and rec["in_trace"] and rec["evidence"] == str(evidence)
     assert rec["frame"].startswith("score_with_remote_judge (drive_stall.py:")
@@ -73,7 +73,7 @@ def test_doctor_on_a_run_without_a_stall(tmp_path, capsys):
     rc, text = _doctor(capsys, "--dir", str(tmp_path))
     assert rc == 0 and text.startswith("no stall in")
     rc, text = _doctor(capsys, "--dir", str(tmp_path), "--json")
-    assert rc == 0 and json.loads(text) == []
+    assert rc == 0 and json.loads(text) == {"incidents": [], "stalls": []}
 
 
 def test_doctor_on_a_missing_folder(tmp_path, capsys):
@@ -90,7 +90,7 @@ def test_doctor_reads_repeats(tmp_path, capsys):
     (stalls / "x.txt").write_text(head + body)
     (stalls / "other.txt").write_text("not ours\n")
     _, text = _doctor(capsys, "--dir", str(tmp_path), "--json")
-    [rec] = json.loads(text)
+    [rec] = json.loads(text)["stalls"]
     assert rec["repeats"] == 1 and rec["moved"] is False and "TORCH_NCCL" in rec["advice"]
     assert Path(rec["evidence"]).name == "x.txt"
 
@@ -125,7 +125,7 @@ def test_doctor_reads_stall_spans_from_jaeger(jaeger, capsys):
     doc = otlp_json(list(exporter.get_finished_spans()))
     j = jaeger({"/api/v3/traces": (200, json.dumps({"result": doc}).encode())})
     rc, text = _doctor(capsys, "--jaeger", j.url, "--json")
-    [rec] = json.loads(text)
+    [rec] = json.loads(text)["stalls"]
     assert rc == 0 and rec["step"] == 4 and rec["host"] == "node-3" and rec["kind"] == sc.STALL_COLLECTIVE
     assert "TORCH_NCCL" in rec["advice"] and j.queries[0][1]["query.operation_name"] == [sc.SPAN_STALL]
     rc, text = _doctor(capsys, "--jaeger", j.url)
@@ -152,7 +152,7 @@ def test_doctor_reads_jaeger_a_page_at_a_time(capsys):
         rc, text = _doctor(capsys, "--jaeger", j.url, "--since", "2h", "--json")
     finally:
         j.close()
-    got = json.loads(text)
+    got = json.loads(text)["stalls"]
     assert rc == 0 and sorted(r["step"] for r in got) == list(range(1, n + 1))
     assert all(r["pid"] == r["step"] for r in got)  # each stall with its own trace's step
     assert len(storage.answers) > 1 and max(storage.answers) <= DEFAULT_PAGE_TRACES, storage.answers

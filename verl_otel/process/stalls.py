@@ -80,6 +80,7 @@ class Stall:
     pid: int
     host: str
     stack: tuple[str, ...] = ()  # verl's and the user's frames of the stuck thread, innermost first
+    waiting_on: str = ""  # semconv STALL_WAIT_*: the stuck frame waits on another call ("": it does the work)
     dumps: int = 1
     last_dump: float = 0.0
     calls: set[int] = field(default_factory=set)
@@ -236,6 +237,7 @@ class StallWatch:
             stack=tuple(frames.frame_text(f) for f in reversed(stack.frames) if frames.is_relevant(f[0]))[:12]
             if stack
             else (),
+            waiting_on=frames.waiting_on(stack),
             last_dump=now,
         )
         self._phases.add(c.phase)
@@ -282,6 +284,7 @@ class StallWatch:
             "frame": s.frame,
             "stack": " <- ".join(s.stack),
             "kind": s.kind,
+            "waiting_on": s.waiting_on,
             "role": s.role,
             "pid": s.pid,
             "host": s.host,
@@ -298,6 +301,7 @@ class StallWatch:
             sc.ATTR_STALL_FRAME: s.frame,
             sc.ATTR_STALL_STACK: list(s.stack),
             sc.ATTR_STALL_KIND: s.kind,
+            sc.ATTR_STALL_WAITING_ON: s.waiting_on,
             sc.ATTR_STALL_EVIDENCE: s.evidence,
             sc.ATTR_STALL_ROLE: s.role,
             sc.ATTR_STALL_PID: s.pid,
