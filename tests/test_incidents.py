@@ -219,3 +219,14 @@ def test_doctor_says_one_incident_in_text_and_json(tmp_path, capsys):
     text = capsys.readouterr().out
     assert text.startswith("1 incident in ") and f"reward_worker pid {inc['root']['pid']} on node-0 stuck" in text
     assert text.count("   waiting:   ") == 3 and "(a Ray call)" in text and "4 stalls in" in text
+
+
+def test_the_console_line_says_what_a_waiter_waits_on():
+    from verl_otel.process.stalls import Stall
+    from verl_otel.progress.stall_line import stall_line
+
+    args = (sc.PHASE_ROLLOUT, sc.PHASE_ROLLOUT, 2, 11.0, 10.0, "fit (trainer_base.py:477)", sc.STALL_ROLLOUT, "")
+    waiter = Stall(*args, sc.ROLE_TRAINER, 1, "node-0", waiting_on=sc.STALL_WAIT_RAY)
+    assert ", waiting on a Ray call [rollout_engine]" in stall_line(waiter)
+    root = Stall(*args, sc.ROLE_ROLLOUT_SERVER, 2, "node-1")
+    assert "waiting on" not in stall_line(root) and "verl-otel doctor" in stall_line(root)
