@@ -181,22 +181,29 @@ def _waiting(incident: dict) -> set[tuple[str, str]]:
 
 def test_each_hang_is_one_incident_rooted_where_it_was_planted(hung_run, capsys):
     incidents = _doctor(hung_run, capsys, "incidents")
-    # four planted hangs, four incidents: every other stall is a process waiting on one of them
-    assert len(incidents) == 4 and all(i["root_caught"] and not i["peers"] for i in incidents), incidents
+    # four planted hangs, four incidents with a caught root; every other stall waits on one of them (a slow first
+    # validation on a loaded machine may stall on its own: an incident whose root was not caught)
+    caught = [i for i in incidents if i["root_caught"]]
+    assert len(caught) == 4 and not any(i["peers"] for i in incidents), incidents
     planted = "planted_hang (slow.py:"
-    reward = _incident(incidents, sc.ROLE_REWARD, sc.CALL_REWARD)
+    reward = _incident(caught, sc.ROLE_REWARD, sc.CALL_REWARD)
     assert reward["step"] == 1 and reward["root"]["frame"].startswith(planted), reward
     assert _waiting(reward) == {(sc.ROLE_AGENT_LOOP, sc.CALL_AGENT_SAMPLE), (sc.ROLE_TRAINER, sc.PHASE_ROLLOUT)}
     assert "timeout" in reward["root"]["advice"]
-    server = _incident(incidents, sc.ROLE_ROLLOUT_SERVER, sc.CALL_SERVER_REQUEST)
+    server = _incident(caught, sc.ROLE_ROLLOUT_SERVER, sc.CALL_SERVER_REQUEST)
     assert server["step"] == 2 and server["root"]["frame"].startswith(planted), server
     assert _waiting(server) == {(sc.ROLE_AGENT_LOOP, sc.CALL_AGENT_SAMPLE), (sc.ROLE_TRAINER, sc.PHASE_ROLLOUT)}
-    worker = _incident(incidents, sc.ROLE_WORKER, "worker.update_actor")
+    worker = _incident(caught, sc.ROLE_WORKER, "worker.update_actor")
     assert worker["step"] == 2 and worker["root"]["frame"].startswith(planted), worker
     assert _waiting(worker) == {(sc.ROLE_TRAINER, sc.PHASE_UPDATE_ACTOR)}
-    weights = _incident(incidents, sc.ROLE_WORKER, sc.CALL_WEIGHT_SEND)
+    weights = _incident(caught, sc.ROLE_WORKER, sc.CALL_WEIGHT_SEND)
     assert weights["root"]["frame"].startswith("_wait_for_transfer (cpu_checkpoint_engine.py:"), weights
     assert _waiting(weights) == {(sc.ROLE_TRAINER, sc.PHASE_UPDATE_WEIGHTS)}
+    # an agent-loop worker stalled in both hangs' steps: a file each (step-unknown, told apart by the trace)
+    samples = [r for r in _doctor(hung_run, capsys) if r["role"] == sc.ROLE_AGENT_LOOP]
+    assert len({r["evidence"] for r in samples}) == len(samples) >= 2, samples
+    # no agent-loop stall left on its own: each one waits on a caught root
+    assert all(i["root"]["role"] != sc.ROLE_AGENT_LOOP for i in incidents), incidents
     assert main(["doctor", "--dir", str(hung_run.out)]) == 0
     text = capsys.readouterr().out
-    assert text.startswith("4 incidents in ") and "   waiting:   trainer pid " in text
+    assert f"{len(incidents)} incidents in " in text and "   waiting:   trainer pid " in text

@@ -100,6 +100,18 @@ def test_an_llm_server_hang_is_rooted_in_the_server():
     assert inc.waiting[-1] is trainer  # the deepest waiters first, the trainer last
 
 
+def test_the_trace_decides_over_the_step():
+    """Two stalls in one trace are in one step, whatever step one of them says (a record merged from an older
+    file): the sample waits on the server's hang."""
+    server = rec(sc.ROLE_ROLLOUT_SERVER, sc.CALL_SERVER_REQUEST, at=3, elapsed=3, frame=PLANTED, trace_id="b" * 32)
+    sample = rec(sc.ROLE_AGENT_LOOP, sc.CALL_AGENT_SAMPLE, at=3, elapsed=3, waits=sc.STALL_WAIT_AWAIT, step=1)
+    sample.trace_id = "b" * 32
+    [inc] = group([sample, server])
+    assert inc.root is server and inc.waiting == [sample]
+    sample.trace_id = "c" * 32  # another trace and another step: not this hang's
+    assert len(group([sample, server])) == 2
+
+
 def test_two_unrelated_stalls_in_different_steps_are_two_incidents():
     first = reward_hang(step=1)
     worker = rec(sc.ROLE_WORKER, "worker.update_actor", at=300, elapsed=3, frame=PLANTED, step=3)

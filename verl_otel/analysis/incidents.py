@@ -85,13 +85,15 @@ def _overlap(a: StallRecord, b: StallRecord) -> float | None:
 
 
 def _together(a: StallRecord, b: StallRecord) -> bool:
-    """One hang's stalls: the same step (when both know it) and in flight at the same time (when both know
-    when; without a time, the same known step is enough)."""
-    if not _same_step(a, b):
+    """One hang's stalls: the same trace or step (when both know it; a v1 sample's step is the one that submitted
+    its prompt, its trace the step it runs in) and in flight at the same time (when both know when; without a
+    time, the same trace or known step is enough)."""
+    same_trace = bool(a.trace_id) and a.trace_id == b.trace_id
+    if not same_trace and not _same_step(a, b):
         return False
     both = _overlap(a, b)
     if both is None:
-        return a.step is not None and a.step == b.step
+        return same_trace or (a.step is not None and a.step == b.step)
     return both >= -SLACK_S
 
 

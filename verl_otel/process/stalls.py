@@ -245,6 +245,8 @@ class StallWatch:
         if self._evidence is not None:
             step = f"step{c.step}" if c.step >= 0 else "step-unknown"
             name = f"{step}-{c.phase}-{role}-{self.pid}"
+            if c.step < 0:  # one stall per phase and trace: the next step's must not replace this one's file
+                name += f"-{_trace_of(c.parent):032x}"[:9]
             first = [stack] if stack is not None else []  # the stuck thread first: the cap cuts the others
             rest = [x for x in stacks if x is not stack]
             path = self._evidence.write(name, self._header(stall) + frames.format_stacks(first + rest))
