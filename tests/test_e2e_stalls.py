@@ -1,7 +1,9 @@
-"""A real demo run that hangs twice (``--hang reward@1``, ``--hang update_actor@2``) with stall thresholds of
-seconds: each hang is caught in the process it happens in (the reward worker, the FSDP worker) with the planted
-frame in its evidence, its ``stall`` span is in traces.jsonl while its step is still open, /metrics shows it, the
-console says it, and ``verl-otel doctor`` names phase, step and function. One run shared by every test here."""
+"""A real demo run that hangs four times (``--hang reward@1``, ``update_actor@2``, ``rollout@2``,
+``update_weights@2``) with stall thresholds of seconds: each hang is caught in the process it happens in (the
+reward worker, the FSDP worker, the stand-in LLM server) with the planted frame in its evidence, its ``stall`` span
+is in traces.jsonl while its step is still open, /metrics shows it, the console says it, and ``verl-otel doctor``
+names phase, step and function, and makes each hang one incident: its root the planted process, the others waiting.
+One run shared by every test here."""
 
 from __future__ import annotations
 
@@ -74,16 +76,16 @@ def hung_run(tmp_path_factory):
         [],
         scrape=False,
         probe=probe,
-        hang=[f"reward@1={HANG_S}", f"update_actor@2={HANG_S}", f"rollout@1={HANG_S}", f"update_weights@2={HANG_S}"],
+        hang=[f"reward@1={HANG_S}", f"update_actor@2={HANG_S}", f"rollout@2={HANG_S}", f"update_weights@2={HANG_S}"],
         extra_env=STALL_ENV,
     )
     run.extra["probe"] = probe
     return run
 
 
-def _doctor(run, capsys) -> list[dict]:
+def _doctor(run, capsys, what: str = "stalls") -> list[dict]:
     assert main(["doctor", "--dir", str(run.out), "--json"]) == 0
-    return json.loads(capsys.readouterr().out)["stalls"]
+    return json.loads(capsys.readouterr().out)[what]
 
 
 def _one(records: list[dict], role: str, phase: str) -> dict:
@@ -140,6 +142,8 @@ def test_metrics_and_console_say_it(hung_run):
     log = (hung_run.out / "demo.log").read_text(errors="replace")
     lines = [ln for ln in log.splitlines() if "[verl-otel] STALL:" in ln]
     assert any("planted_hang" in ln and sc.ROLE_REWARD in ln and "evidence: " in ln for ln in lines), lines
+    assert not any("waiting on" in ln for ln in lines if "planted_hang" in ln), lines  # the roots work
+    assert any(f"{sc.ROLE_TRAINER} pid" in ln and ", waiting on a Ray call" in ln for ln in lines), lines
 
 
 def test_doctor_names_phase_step_and_function(hung_run, capsys):
@@ -153,7 +157,7 @@ def test_the_rollout_hang_is_caught_in_the_llm_server(hung_run, capsys):
     rec = _one(_doctor(hung_run, capsys), sc.ROLE_ROLLOUT_SERVER, sc.CALL_SERVER_REQUEST)
     assert rec["frame"].startswith("planted_hang (slow.py:"), rec
     assert any(f.startswith("_generate (standins.py:") for f in rec["stack"]), rec
-    assert rec["kind"] == sc.STALL_ROLLOUT and rec["step"] == 1, rec
+    assert rec["kind"] == sc.STALL_ROLLOUT and rec["step"] == 2, rec
 
 
 def test_the_weight_sync_hang_is_caught_in_the_checkpoint_engine(hung_run, capsys):
@@ -164,3 +168,44 @@ def test_the_weight_sync_hang_is_caught_in_the_checkpoint_engine(hung_run, capsy
     assert _one(records, sc.ROLE_TRAINER, sc.PHASE_UPDATE_WEIGHTS)["step"] == 2
     assert main(["doctor", "--dir", str(hung_run.out)]) == 0
     assert "phase update_weights" in capsys.readouterr().out
+
+
+def _incident(incidents: list[dict], role: str, call: str) -> dict:
+    found = [i for i in incidents if i["root"]["role"] == role and i["root"]["call"] == call]
+    assert len(found) == 1, [(i["step"], i["root"]["role"], i["root"]["call"]) for i in incidents]
+    return found[0]
+
+
+def _waiting(incident: dict) -> set[tuple[str, str]]:
+    assert all(w["waiting_on"] in sc.STALL_WAITS for w in incident["waiting"]), incident  # said by the process
+    return {(w["role"], w["call"]) for w in incident["waiting"]}
+
+
+def test_each_hang_is_one_incident_rooted_where_it_was_planted(hung_run, capsys):
+    incidents = _doctor(hung_run, capsys, "incidents")
+    # four planted hangs, four incidents with a caught root; every other stall waits on one of them (a slow first
+    # validation on a loaded machine may stall on its own: an incident whose root was not caught)
+    caught = [i for i in incidents if i["root_caught"]]
+    assert len(caught) == 4 and not any(i["peers"] for i in incidents), incidents
+    planted = "planted_hang (slow.py:"
+    reward = _incident(caught, sc.ROLE_REWARD, sc.CALL_REWARD)
+    assert reward["step"] == 1 and reward["root"]["frame"].startswith(planted), reward
+    assert _waiting(reward) == {(sc.ROLE_AGENT_LOOP, sc.CALL_AGENT_SAMPLE), (sc.ROLE_TRAINER, sc.PHASE_ROLLOUT)}
+    assert "timeout" in reward["root"]["advice"]
+    server = _incident(caught, sc.ROLE_ROLLOUT_SERVER, sc.CALL_SERVER_REQUEST)
+    assert server["step"] == 2 and server["root"]["frame"].startswith(planted), server
+    assert _waiting(server) == {(sc.ROLE_AGENT_LOOP, sc.CALL_AGENT_SAMPLE), (sc.ROLE_TRAINER, sc.PHASE_ROLLOUT)}
+    worker = _incident(caught, sc.ROLE_WORKER, "worker.update_actor")
+    assert worker["step"] == 2 and worker["root"]["frame"].startswith(planted), worker
+    assert _waiting(worker) == {(sc.ROLE_TRAINER, sc.PHASE_UPDATE_ACTOR)}
+    weights = _incident(caught, sc.ROLE_WORKER, sc.CALL_WEIGHT_SEND)
+    assert weights["root"]["frame"].startswith("_wait_for_transfer (cpu_checkpoint_engine.py:"), weights
+    assert _waiting(weights) == {(sc.ROLE_TRAINER, sc.PHASE_UPDATE_WEIGHTS)}
+    # an agent-loop worker stalled in both hangs' steps: a file each (step-unknown, told apart by the trace)
+    samples = [r for r in _doctor(hung_run, capsys) if r["role"] == sc.ROLE_AGENT_LOOP]
+    assert len({r["evidence"] for r in samples}) == len(samples) >= 2, samples
+    # no agent-loop stall left on its own: each one waits on a caught root
+    assert all(i["root"]["role"] != sc.ROLE_AGENT_LOOP for i in incidents), incidents
+    assert main(["doctor", "--dir", str(hung_run.out)]) == 0
+    text = capsys.readouterr().out
+    assert f"{len(incidents)} incidents in " in text and "   waiting:   trainer pid " in text

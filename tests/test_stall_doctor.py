@@ -74,7 +74,7 @@ def test_doctor_on_a_run_without_a_stall(tmp_path, capsys):
     rc, text = _doctor(capsys, "--dir", str(tmp_path))
     assert rc == 0 and "no stall in" in text and text.startswith("run end:   no step in the trace")
     rc, text = _doctor(capsys, "--dir", str(tmp_path), "--json")
-    assert rc == 0 and json.loads(text) == {"run_end": None, "stalls": []}
+    assert rc == 0 and json.loads(text) == {"run_end": None, "incidents": [], "stalls": []}
 
 
 def test_doctor_on_a_missing_folder(tmp_path, capsys):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,8 @@ class StallRecord:
     frame: str = ""
     stack: list[str] = field(default_factory=list)  # innermost first
     kind: str = sc.STALL_UNKNOWN
+    #: semconv STALL_WAIT_*: its stuck frame waits on another call; "": doing the work; None: not said (older)
+    waiting_on: str | None = None
     role: str = ""
     pid: int | None = None
     host: str = ""
@@ -34,6 +37,8 @@ class StallRecord:
     moved: bool | None = None  # did the innermost frame change between dumps
     trace_id: str = ""
     in_trace: bool = False  # its stall span was found
+    detected_at: float | None = None  # unix seconds the stall was caught
+    last_elapsed_s: float | None = None  # in flight this long at its last stack dump
     advice: str = ""
 
     def key(self) -> tuple[Any, ...]:
@@ -42,6 +47,13 @@ class StallRecord:
         if self.evidence:
             return (self.host, os.path.basename(self.evidence))
         return (self.trace_id, self.phase, self.host, self.pid)
+
+    def interval(self) -> tuple[float, float] | None:
+        """When its call was seen in flight (unix seconds): from its start to its last stack dump."""
+        if self.detected_at is None or self.elapsed_s is None:
+            return None
+        start = self.detected_at - self.elapsed_s
+        return start, start + max(self.elapsed_s, self.last_elapsed_s or 0.0)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -70,6 +82,7 @@ def parse_file(path: Path) -> StallRecord | None:
     step = _num(head.get("step", ""))
     pid = _num(head.get("pid", ""))
     repeats = [ln for ln in lines if ln.startswith(sc.STALL_REPEAT_MARK)]
+    again = [_num(ln[len(sc.STALL_REPEAT_MARK) :].split("s;")[0].replace("after", "").strip()) for ln in repeats]
     innermosts = {head.get("frame", "")} | {ln.rpartition("innermost: ")[2].strip("? ") for ln in repeats}
     return StallRecord(
         phase=head.get("phase", ""),
@@ -80,13 +93,23 @@ def parse_file(path: Path) -> StallRecord | None:
         frame=head.get("frame", ""),
         stack=[s for s in head.get("stack", "").split(" <- ") if s],
         kind=head.get("kind", sc.STALL_UNKNOWN),
+        waiting_on=head.get("waiting_on"),
         role=head.get("role", ""),
         pid=int(pid) if pid is not None else None,
         host=head.get("host", ""),
         evidence=str(path),
         repeats=len(repeats),
         moved=(len(innermosts) > 1) if repeats else None,
+        detected_at=_time(head.get("time", "")),
+        last_elapsed_s=max((a for a in again if a is not None), default=None),
     )
+
+
+def _time(text: str) -> float | None:
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S%z").timestamp()
+    except ValueError:
+        return None
 
 
 def read_dir(stalls_dir: Path) -> list[StallRecord]:
@@ -132,12 +155,14 @@ def from_spans(spans: Iterable[Span]) -> list[StallRecord]:
                 frame=str(a.get(sc.ATTR_STALL_FRAME, "")),
                 stack=[str(x) for x in a.get(sc.ATTR_STALL_STACK, ()) or ()],
                 kind=str(a.get(sc.ATTR_STALL_KIND, sc.STALL_UNKNOWN)),
+                waiting_on=str(a[sc.ATTR_STALL_WAITING_ON]) if sc.ATTR_STALL_WAITING_ON in a else None,
                 role=str(a.get(sc.ATTR_STALL_ROLE, "")),
                 pid=a.get(sc.ATTR_STALL_PID),
                 host=str(a.get(sc.ATTR_STALL_HOST, "")),
                 evidence=str(a.get(sc.ATTR_STALL_EVIDENCE, "")),
                 trace_id=s.trace_id,
                 in_trace=True,
+                detected_at=s.start_ns / 1e9 if s.start_ns else None,
             )
         )
     return out
@@ -155,6 +180,8 @@ def merge(files: list[StallRecord], traced: list[StallRecord]) -> list[StallReco
         rec.trace_id, rec.in_trace = t.trace_id, True
         if rec.step is None:
             rec.step = t.step
+        rec.waiting_on = rec.waiting_on if rec.waiting_on is not None else t.waiting_on
+        rec.detected_at = t.detected_at or rec.detected_at  # the span's clock is finer than the file's second
     out = list(by_key.values())
     for rec in out:
         rec.advice = advice(rec)

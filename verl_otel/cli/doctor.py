@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_otel import semconv as sc
-from verl_otel.analysis import run_end, stalls
+from verl_otel.analysis import incidents, run_end, stalls
 from verl_otel.analysis.jaeger import JaegerClient, JaegerError
 from verl_otel.analysis.jaeger_pages import walk
 from verl_otel.analysis.otlp_json import read_file
@@ -33,7 +33,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     src.add_argument("--jaeger", metavar="URL", help="read the stall spans from Jaeger, e.g. http://localhost:16686")
     p.add_argument("--service", default=sc.SERVICE_NAME_DEFAULT, help="service.name in Jaeger (default: %(default)s)")
     p.add_argument("--since", type=parse_since, default=parse_since("7d"), metavar="WINDOW", help="Jaeger window")
-    p.add_argument("--json", action="store_true", help="print JSON: {run_end: ..., stalls: [...]}")
+    p.add_argument("--json", action="store_true", help="print JSON: {run_end: ..., incidents: [...], stalls: [...]}")
     return p
 
 
@@ -73,7 +73,9 @@ def render(records: list[stalls.StallRecord], source: str, end: run_end.RunEnd |
             f"no stall in {source}: no evidence files and no stall spans (the run never stalled, or ran with "
             f"{sc.ENV_STALL}=0)\n"
         )
-    out = [first + f"{len(records)} stall{'s' * (len(records) != 1)} in {source}:"]
+    told = render_incidents(incidents.group(records), source)
+    out = [first + told[0], *told[1:]]
+    out.append(f"\n{len(records)} stall{'s' * (len(records) != 1)} in {source}:")
     for i, r in enumerate(records, 1):
         step = f"step {r.step}" if r.step is not None else "step ?"
         call = f" ({r.call})" if r.call and r.call != r.phase else ""
@@ -95,13 +97,40 @@ def render(records: list[stalls.StallRecord], source: str, end: run_end.RunEnd |
     return "\n".join(out) + "\n"
 
 
+def _who(r: stalls.StallRecord) -> str:
+    host = f" on {r.host}" if r.host else ""
+    return f"{r.role or '?'} pid {r.pid if r.pid is not None else '?'}{host}"
+
+
+def render_incidents(found: list[incidents.Incident], source: str) -> list[str]:
+    """One paragraph per hang: its root, what to do, who waited on it (the stalls follow, in detail)."""
+    out = [f"{len(found)} incident{'s' * (len(found) != 1)} in {source}:"]
+    for i, inc in enumerate(found, 1):
+        r = inc.root
+        step = f"step {inc.step}" if inc.step is not None else "step ?"
+        out.append(f"\n{i}. {step}: {_who(r)} stuck in {r.call or r.phase} at {r.frame or '(no Python frame)'}")
+        out.append(f"   root:      {r.kind}{'' if inc.root_caught else ' (waiting on a call not caught)'}")
+        out.append(f"   next:      {r.advice}")
+        for p in inc.peers:
+            out.append(f"   also stuck: {_who(p)} in {p.call or p.phase} at {p.frame or '?'}")
+        for w in inc.waiting:
+            what = incidents.waits_text(w.waiting_on)
+            out.append(f"   waiting:   {_who(w)} in {w.call or w.phase} at {w.frame or '?'} ({what})")
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         records, end, source = _read(args)
     except (OSError, JaegerError) as err:
         return fail(PROG, str(err))
     if args.json:
-        doc = {"run_end": None if end is None else end.as_dict(), "stalls": [r.as_dict() for r in records]}
+        found = incidents.group(records)
+        doc = {
+            "run_end": None if end is None else end.as_dict(),
+            "incidents": [inc.as_dict() for inc in found],
+            "stalls": [r.as_dict() for r in records],
+        }
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:

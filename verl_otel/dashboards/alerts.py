@@ -148,10 +148,12 @@ def _run_rules(t: Thresholds) -> list[Rule]:
             f"max by ({BY}, {sc.LABEL_PROCESS_ROLE}, {sc.LABEL_PHASE}) ({sc.STALL_ACTIVE.name}) > 0",
             t.stall_for,
             "critical",
-            "{{ $labels.verl_process_role }} stalled in {{ $labels.phase }}: run verl-otel doctor",
+            "{{ $labels.verl_process_role }} stalled in {{ $labels.phase }}: verl-otel doctor names the hang's root",
             "A call of this phase is past its stall threshold in this process (VERL_OTEL_STALL_SECONDS, or "
             "VERL_OTEL_STALL_FACTOR x its median): the process dumped its stacks to $VERL_OTEL_DIR/stalls/ and put a "
-            "stall span in the step's trace. `verl-otel doctor` says where it is stuck and what to do next.",
+            "stall span in the step's trace. One hang stalls several processes (the stuck one and those waiting on "
+            "it): `verl-otel doctor` groups them into one incident, names its root (where it is stuck, what to do "
+            "next) and lists the processes waiting on it.",
         ),
         *health.ROLLOUT_STUCK.alerts(t),
         *health.SCORE_STUCK.alerts(t),

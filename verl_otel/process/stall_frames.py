@@ -126,6 +126,37 @@ def innermost(stacks: Iterable[ThreadStack], prefer: int | None = None) -> tuple
     return None, None
 
 
+#: what a stuck thread or task waits on, by the frames inside its innermost verl or user frame: another process'
+#: call (a Ray call, an HTTP request to a server) rather than its own work
+_WAIT_PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (sc.STALL_WAIT_RAY, (f"{_SEP}ray{_SEP}",)),
+    (sc.STALL_WAIT_HTTP, tuple(f"{_SEP}{p}" for p in ("aiohttp", "httpx", "httpcore", "urllib3", "requests", "http"))),
+)
+
+#: verl's own frames that wait on other processes without a Ray or HTTP frame inside (a sleep between polls)
+_WAIT_FUNCS: dict[str, str] = {"_wait_for_next_poll": sc.STALL_WAIT_POLL}  # v1's ReplayBuffer, for samples
+
+
+def waiting_on(stack: ThreadStack | None) -> str:
+    """What the stuck stack waits on (semconv STALL_WAIT_*), "" when it is doing the work itself: a Ray
+    ``get``/``wait`` or an HTTP request inside its innermost verl or user frame, a verl frame known to poll for
+    other processes' results, or an asyncio task suspended in ``await`` (no thread runs its code: it waits on
+    what it awaits)."""
+    if stack is None:
+        return ""
+    inner: list[str] = []
+    for filename, _, func in reversed(stack.frames):
+        if is_relevant(filename):
+            if func in _WAIT_FUNCS and _VERL in filename:
+                return _WAIT_FUNCS[func]
+            break
+        inner.append(filename)
+    for what, parts in _WAIT_PARTS:
+        if any(p in fn for fn in inner for p in parts):
+            return what
+    return sc.STALL_WAIT_AWAIT if stack.ident == TASK_IDENT else ""
+
+
 _FRAME_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # a weight sync waits on its transfer (verl's checkpoint engines: NCCL/NIXL/gloo broadcasts), not on storage
     (

@@ -80,6 +80,7 @@ class Stall:
     pid: int
     host: str
     stack: tuple[str, ...] = ()  # verl's and the user's frames of the stuck thread, innermost first
+    waiting_on: str = ""  # semconv STALL_WAIT_*: the stuck frame waits on another call ("": it does the work)
     dumps: int = 1
     last_dump: float = 0.0
     calls: set[int] = field(default_factory=set)
@@ -255,6 +256,7 @@ class StallWatch:
             stack=tuple(frames.frame_text(f) for f in reversed(stack.frames) if frames.is_relevant(f[0]))[:12]
             if stack
             else (),
+            waiting_on=frames.waiting_on(stack),
             last_dump=now,
         )
         self._phases.add(c.phase)
@@ -262,6 +264,8 @@ class StallWatch:
         if self._evidence is not None:
             step = f"step{c.step}" if c.step >= 0 else "step-unknown"
             name = f"{step}-{c.phase}-{role}-{self.host}-{self.pid}"  # two hosts, one pid: two files
+            if c.step < 0:  # one stall per phase and trace: the next step's must not replace this one's file
+                name += f"-{_trace_of(c.parent):032x}"[:9]
             first = [stack] if stack is not None else []  # the stuck thread first: the cap cuts the others
             rest = [x for x in stacks if x is not stack]
             path = self._evidence.write(name, self._header(stall) + frames.format_stacks(first + rest))
@@ -301,6 +305,7 @@ class StallWatch:
             "frame": s.frame,
             "stack": " <- ".join(s.stack),
             "kind": s.kind,
+            "waiting_on": s.waiting_on,
             "role": s.role,
             "pid": s.pid,
             "host": s.host,
@@ -317,6 +322,7 @@ class StallWatch:
             sc.ATTR_STALL_FRAME: s.frame,
             sc.ATTR_STALL_STACK: list(s.stack),
             sc.ATTR_STALL_KIND: s.kind,
+            sc.ATTR_STALL_WAITING_ON: s.waiting_on,
             sc.ATTR_STALL_EVIDENCE: s.evidence,
             sc.ATTR_STALL_ROLE: s.role,
             sc.ATTR_STALL_PID: s.pid,

@@ -18,6 +18,9 @@ ATTR_STALL_EVIDENCE: Final = "verl.stall.evidence"  # the stack file's path
 ATTR_STALL_ROLE: Final = "verl.stall.process_role"
 ATTR_STALL_PID: Final = "verl.stall.pid"
 ATTR_STALL_HOST: Final = "verl.stall.host"
+#: what the stuck frame waits on (one of STALL_WAITS; "" when the process does the work itself): the
+#: incident's waiters (``verl-otel doctor``), not its root
+ATTR_STALL_WAITING_ON: Final = "verl.stall.waiting_on"
 ATTR_STALL_CALLS: Final = "verl.stall.calls"  # calls of this phase stalled in this process when detected
 #: On the step span: stalls detected in the trainer process during the step.
 ATTR_STEP_STALLS: Final = "verl.stalls"
@@ -38,6 +41,19 @@ STALL_KINDS: Final[tuple[str, ...]] = (
     STALL_TOOL,
     STALL_UNKNOWN,
 )
+
+STALL_WAIT_RAY: Final = "ray_call"  # ray.get / ray.wait on another actor's call
+STALL_WAIT_HTTP: Final = "http_request"  # an HTTP request (to the LLM server, ...)
+STALL_WAIT_AWAIT: Final = "awaited_call"  # an asyncio task suspended in await (a Ray actor call, a request)
+STALL_WAIT_POLL: Final = "poll"  # a loop polling for another process' results (verl v1's replay buffer)
+STALL_WAITS: Final[tuple[str, ...]] = (STALL_WAIT_RAY, STALL_WAIT_HTTP, STALL_WAIT_AWAIT, STALL_WAIT_POLL)
+#: each in words (the console's stall line, doctor)
+STALL_WAIT_TEXT: Final[dict[str, str]] = {
+    STALL_WAIT_RAY: "a Ray call",
+    STALL_WAIT_HTTP: "an HTTP request",
+    STALL_WAIT_AWAIT: "an awaited call",
+    STALL_WAIT_POLL: "a poll for results",
+}
 
 #: Hooked calls outside the trainer's phases (their ``phase`` label and call name)
 CALL_REWARD: Final = "reward.compute_score"
