@@ -111,13 +111,6 @@ def v1_run(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def v1_run_6(tmp_path_factory):
-    run = start_demo(tmp_path_factory.mktemp("demo-v1-6"), "v1", 6, [], scrape=True)
-    yield run
-    run.prom.stop()
-
-
-@pytest.fixture(scope="session")
 def legacy_run(tmp_path_factory):
     # the last step is not the slow one: its reward spans must come at its end, not after an idle wait.
     # tests/test_e2e_why_slow.py's too (scraped): a long tail in step 3 (the slowest step, above step 4's

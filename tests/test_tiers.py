@@ -46,7 +46,7 @@ def test_conftests_run_fixtures_are_e2e_from_their_own_code():
     """A session run fixture (conftest's ``*_run`` and ``*_run_N``) makes every test that asks for it e2e without
     a list to keep: its source starts the run."""
     runs = {n: s for n, s in _fixtures(TESTS / "conftest.py").items() if n.endswith("_run") or "_run_" in n}
-    assert {"v1_run", "v1_run_6", "legacy_run", "fully_async_run", "real_stack_run"} <= set(runs)
+    assert {"v1_run", "legacy_run", "fully_async_run", "real_stack_run"} <= set(runs)
     assert {n: tier_of([], [s]) for n, s in runs.items()} == dict.fromkeys(runs, "e2e")
 
 

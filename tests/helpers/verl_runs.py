@@ -39,11 +39,12 @@ class DemoRun:
     def log_tail(self, n: int = 4000) -> str:
         return (self.out / "demo.log").read_text(errors="replace")[-n:]
 
-    def series(self) -> set:
-        """Label sets of every series of the run, without the per-process identities."""
-        data = self.prom.api(
-            "series", **{"match[]": '{job="verl"}', "start": self.query_time - 600, "end": self.query_time}
-        )
+    def series(self, start: float | None = None, end: float | None = None) -> set:
+        """Label sets of every series with samples in [start, end] (the whole run by default), without the
+        per-process identities."""
+        end = self.query_time if end is None else end
+        start = end - 600 if start is None else start
+        data = self.prom.api("series", **{"match[]": '{job="verl"}', "start": start, "end": end})
         return {frozenset((k, v) for k, v in s.items() if k not in ("instance",)) for s in data}
 
 
@@ -54,6 +55,15 @@ def _settled(prom, steps: int) -> bool:
     except (OSError, ValueError):
         return False
     return step.get((), -1.0) >= float(steps) and active.get((), 1.0) == 0.0
+
+
+def _mark_step(prom, step_times: dict[int, float]) -> None:
+    try:
+        step = int(prom.scalar_by("max(verl_training_step)").get((), 0.0))
+    except (OSError, ValueError):
+        return
+    if step > 0:
+        step_times.setdefault(step, time.time())
 
 
 def start_demo(
@@ -87,11 +97,13 @@ def start_demo(
         th.start()
         query_time = None
         settled_since = None
+        step_times: dict[int, float] = {}  # when Prometheus first showed each step under way
         targets: list = []
         while th.is_alive():
             if probe is not None:
                 probe(out)
             if prom is not None and query_time is None:
+                _mark_step(prom, step_times)
                 if _settled(prom, steps):
                     settled_since = settled_since or time.time()
                     if time.time() - settled_since >= 3.0:  # a few scrapes of the final state
@@ -112,7 +124,7 @@ def start_demo(
         trainer=trainer,
         prom=prom,
         query_time=query_time,
-        extra={"targets": targets},
+        extra={"targets": targets, "step_times": step_times},
         slow=list(slow),
     )
     if prom is not None:
