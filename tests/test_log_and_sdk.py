@@ -83,3 +83,17 @@ def test_the_sdks_private_queue_fields_are_where_we_read_them(size):
 def test_the_instrumentation_version_is_the_packages():
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert sc.INSTRUMENTATION_VERSION == verl_otel.__version__ == version
+
+
+@pytest.mark.parametrize(
+    ("raw", "level"), [("debug", "DEBUG"), (" Warning ", "WARNING"), ("loud", "INFO"), ("", "INFO")]
+)
+def test_our_log_level_is_read_by_the_one_parser(raw, level):
+    """_log.py reads VERL_OTEL_LOG_LEVEL through _env.py (before any settings exist); a value naming no level is
+    INFO there, and config.load names it once."""
+    from verl_otel import _env, config
+
+    assert _env.LOG_LEVEL == sc.ENV_LOG_LEVEL
+    assert _env.log_level({sc.ENV_LOG_LEVEL: raw}) == level
+    problems = config.load({sc.ENV_LOG_LEVEL: raw}, report=False).problems
+    assert any(sc.ENV_LOG_LEVEL in p for p in problems) == (level == "INFO" and raw.strip() not in ("", "info"))

@@ -20,6 +20,8 @@ OTLP_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDP
 # tracing is on, for its own child processes; a rollout server that knows says which value that is here
 # (semconv.ENV_ENGINE_ENDPOINT), so neither it nor its children take vLLM's endpoint for the user's collector
 ENGINE_ENDPOINT = "VERL_OTEL_ENGINE_ENDPOINT"
+LOG_LEVEL = "VERL_OTEL_LOG_LEVEL"  # read by _log.py before any settings exist; config.load names a bad value
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 # what a process does: nothing, the [VERL_PROGRESS] console lines only, or telemetry (with the console lines if asked)
 MODE_OFF = "off"
@@ -43,6 +45,12 @@ def parse_number(raw: str) -> float | None:
     except (ValueError, AttributeError):
         return None
     return val if math.isfinite(val) else None
+
+
+def log_level(env: Mapping[str, str] | None = None) -> str:
+    """VERL_OTEL_LOG_LEVEL as a :mod:`logging` level name; ``INFO`` for a value that names none."""
+    name = (os.environ if env is None else env).get(LOG_LEVEL, "INFO").strip().upper()
+    return name if name in LOG_LEVELS else "INFO"
 
 
 def otlp_endpoint(env: Mapping[str, str], name: str) -> str:

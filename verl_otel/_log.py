@@ -11,8 +11,9 @@ own format (``logging.basicConfig``), which would drop our INFO lines (the step 
 from __future__ import annotations
 
 import logging
-import os
 import threading
+
+from verl_otel import _env
 
 logger = logging.getLogger("verl_otel")
 logger.addHandler(logging.NullHandler())
@@ -24,8 +25,7 @@ FORMAT = "[verl-otel] %(levelname)s %(message)s"
 
 
 def _level() -> int:
-    name = os.environ.get("VERL_OTEL_LOG_LEVEL", "INFO").upper()
-    return getattr(logging, name) if name in ("DEBUG", "INFO", "WARNING", "ERROR") else logging.INFO
+    return int(getattr(logging, _env.log_level()))
 
 
 def console() -> None:
