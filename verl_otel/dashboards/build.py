@@ -83,6 +83,21 @@ def outputs(root: Path = ROOT, thresholds: alerts.Thresholds = alerts.DEFAULTS) 
     return files
 
 
+def sync(generated: dict[Path, str], root: Path, check: bool) -> list[str]:
+    """Write each generated file under ``root`` or, with ``check``, list those whose committed text differs."""
+    drift = []
+    for rel, text in generated.items():
+        path = root / rel
+        if check:
+            if not path.exists() or path.read_text() != text:
+                drift.append(str(rel))
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            print(f"wrote {rel}")
+    return drift
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true", help="fail if the committed files differ from the generator")
@@ -109,16 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         args.rules_out.write_text(outputs(args.root, thresholds)[RULES])
         print(f"wrote {args.rules_out}")
         return 0
-    drift = []
-    for rel, text in outputs(args.root).items():
-        path = args.root / rel
-        if args.check:
-            if not path.exists() or path.read_text() != text:
-                drift.append(str(rel))
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            print(f"wrote {rel}")
+    drift = sync(outputs(args.root), args.root, args.check)
     if drift:
         print(
             "generated files drifted from verl_otel/dashboards (run `make dashboards` and commit): " + ", ".join(drift),

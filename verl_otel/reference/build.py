@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from verl_otel.dashboards.build import reference_markdown
+from verl_otel.dashboards.build import reference_markdown, sync
 from verl_otel.reference import commands, vocabulary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,16 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="fail if a committed page differs from the generator")
     ap.add_argument("--root", type=Path, default=ROOT)
     args = ap.parse_args(argv)
-    drift = []
-    for rel, text in outputs().items():
-        path = args.root / rel
-        if args.check:
-            if not path.exists() or path.read_text() != text:
-                drift.append(str(rel))
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            print(f"wrote {rel}")
+    drift = sync(outputs(), args.root, args.check)
     stale = sorted(str(p.relative_to(args.root)) for p in (args.root / REFERENCE).glob("*.md") if p.name not in PAGES)
     if drift or stale:
         print(
