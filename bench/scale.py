@@ -20,7 +20,11 @@
 - scale_rollouter_sample_us_10k: our cost per sample in fully_async's rollouter process (the real hooks around each
   sample and each parameter sync) at 10k samples per parameter version;
 - scale_rollouter_rss_growth_mb: the rollouter process' resident memory growth over 1,000 parameter versions
-  (100 samples each), after 20.
+  (100 samples each), after 20;
+- scale_sd_first_refresh_ms_256p/_refresh_ms_256p/_answer_kb_256p: the Ray driver's discovery of 32 nodes x 8
+  processes (its first refresh writes the head's file_sd file; then the steady state) and its http_sd answer;
+  scale_gather_s_32n/_mb_32n: `verl-otel gather`'s own work on 32 nodes' folders of a 1,000-step run (35 MB
+  each), without Ray's transport (bench/scale_hosts.py).
 
 ``--small`` runs each at a tiny size (tests/test_bench_scale.py), printing the same names; ``--rollout`` runs only
 the per-sample figures (1k/10k/100k, under a minute) and their ratio.
@@ -138,6 +142,11 @@ def main() -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     figures.update(_jaeger(small))
+    hosts = _child([str(HERE / "scale_hosts.py"), *(["small"] if small else [])], "SCALE_HOSTS")
+    print(f"hosts: {json.dumps(hosts)}", flush=True)
+    for name in ("sd_first_refresh_ms", "sd_refresh_ms", "sd_answer_kb"):
+        figures[f"scale_{name}_256p"] = hosts[name]
+    figures["scale_gather_s_32n"], figures["scale_gather_mb_32n"] = hosts["gather_s"], hosts["gather_mb"]
 
     ratio_us = figures["scale_sample_us_100k"] / max(1e-9, figures["scale_sample_us_1k"])
     ratio_flight = figures["scale_inflight_sample_us_100k"] / max(1e-9, figures["scale_inflight_sample_us_1k"])

@@ -38,6 +38,11 @@ FIGURES = {
     "scale_top_frame_ms_128w_1dead",
     "scale_rollouter_sample_us_10k",
     "scale_rollouter_rss_growth_mb",
+    "scale_sd_first_refresh_ms_256p",
+    "scale_sd_refresh_ms_256p",
+    "scale_sd_answer_kb_256p",
+    "scale_gather_s_32n",
+    "scale_gather_mb_32n",
 }
 JAEGER_FIGURES = {"scale_jaeger_steps_1000_s", "scale_jaeger_rss_mb", "scale_jaeger_max_page_kb"}
 
