@@ -1,22 +1,45 @@
 """verl-otel across real hosts on one machine (issue 34): two hosts made of Linux namespaces (helpers/hosts.py:
-own hostname, address, /tmp, PID space) and a real Ray cluster across them (head on host A, a worker node on B),
-shared by every test of this module (``cluster``: its hosts, each host's files via ``Host.outside``, and
-``Host.run`` / ``RayCluster.python`` to run a command on a given host)."""
+own hostname, address, /tmp, PID space), a real Ray cluster across them (head on host A, a worker node on B), and
+ONE real verl run (legacy trainer, 2 steps, the embedded default: no Collector, no shared filesystem) whose driver
+runs on A and whose training workers (ranks 0 and 1, gloo across the hosts) and agent-loop workers run on both
+(``verl-otel demo --ray-address A --nnodes 2``). Every assert of this module reads that one run
+(``multihost_run``: what the commands on A answered while it lingered and after it, each host's files) or the
+cluster under it (``cluster``).
+
+Each host's VERL_OTEL_DIR is the same path, ``/tmp/demo``, on that host's own /tmp: the run's data is split over
+the hosts as on real machines without a shared filesystem (``Host.outside`` reads one host's)."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 import time
+from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
 from helpers.hosts import Host, Hosts, hosts_or_skip
-from helpers.hosts_ray import RayCluster
+from helpers.hosts_ray import RayCluster, host_env
+
+from verl_otel import semconv as sc
+from verl_otel.analysis.otlp_json import read_file
+from verl_otel.analysis.step_traces import Span
 
 pytestmark = pytest.mark.verl
 
+OUT = "/tmp/demo"  # the demo's folder on host A, and every host's VERL_OTEL_DIR (each on its own /tmp)
+GATHERED = "/tmp/gathered"  # `verl-otel gather`'s folder on A
+STEPS = 2
+HANG = "old_log_prob@2=12"  # a stall in each training worker, so on host B too
+LINGER_S = 40  # the run's processes stay up this long after fit(): discovery and `top` are asked then
+SD_PORT = 9470  # the driver's http_sd endpoint, in host A's own port space
+STALL_ENV = {sc.ENV_STALL_SECONDS: "8", sc.ENV_STALL_MIN_SECONDS: "3", sc.ENV_STALL_FACTOR: "3"}
+VERL_OTEL = [sys.executable, "-m", "verl_otel.cli.main"]
 TIMINGS: dict[str, float] = {}
 
 
@@ -32,6 +55,26 @@ class Cluster:
     @property
     def b(self) -> Host:
         return self.hosts[1]
+
+
+@dataclass
+class MultiHostRun:
+    cluster: Cluster
+    rc: int
+    log: str
+    answers: dict[str, subprocess.CompletedProcess] = field(default_factory=dict)  # the commands run on A
+
+    def data(self, host: Host) -> Path:
+        """``host``'s VERL_OTEL_DIR, seen from here."""
+        return host.outside(OUT)
+
+    def spans(self) -> list[Span]:
+        """The whole run's spans, as `verl-otel gather` brought them to A."""
+        return read_file(self.cluster.a.outside(GATHERED) / sc.TRACES_FILE).spans
+
+    def failure(self) -> str:
+        demo_log = self.data(self.cluster.a) / "demo.log"
+        return self.log[-3000:] + (demo_log.read_text(errors="replace")[-6000:] if demo_log.exists() else "")
 
 
 @pytest.fixture(scope="module")
@@ -58,3 +101,92 @@ print(json.dumps(sorted(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive
     where, nodes = json.loads(lines[-2]), json.loads(lines[-1])
     assert where == {"hosta": ["hosta", cluster.a.addr], "hostb": ["hostb", cluster.b.addr]}
     assert nodes == sorted([cluster.a.addr, cluster.b.addr])
+
+
+def _on_a(a: Host, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return a.run([*VERL_OTEL, *args], host_env(), timeout=timeout, check=False)
+
+
+def _while_lingering(a: Host, answers: dict[str, subprocess.CompletedProcess]) -> None:
+    """What a user asks on the head while the run is up: the driver's service discovery, and `top`."""
+    fetch = (
+        f"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{SD_PORT}/targets').read().decode())"
+    )
+    answers["targets"] = a.run([sys.executable, "-c", fetch], host_env(), check=False)
+    answers["top"] = _on_a(a, "top", "--once", "--targets", OUT, "--width", "200")
+
+
+@pytest.fixture(scope="module")
+def multihost_run(cluster) -> Iterator[MultiHostRun]:
+    a, b = cluster.a, cluster.b
+    t0 = time.monotonic()
+    # the model and data on every node's own disk, at the same path (as a user copies them or uses a shared FS)
+    a.run([sys.executable, "-c", f"from verl_otel.demo import assets; assets.build('{OUT}/assets')"], host_env())
+    shutil.copytree(a.outside(f"{OUT}/assets"), b.outside(f"{OUT}/assets"), symlinks=True, dirs_exist_ok=True)
+    env = host_env(**STALL_ENV, **{sc.ENV_SD_PORT: str(SD_PORT)})
+    cmd = [*VERL_OTEL, "demo", "--trainer", "legacy", "--steps", str(STEPS), "--out", OUT, "--hang", HANG,
+           "--ray-address", cluster.ray.address, "--nnodes", "2", "--linger", str(LINGER_S)]  # fmt: skip
+    out_path = a.outside("/tmp/demo.out")
+    answers: dict[str, subprocess.CompletedProcess] = {}
+    with open(out_path, "w") as out:
+        proc = a.popen(cmd, env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        demo_log, deadline = a.outside(OUT) / "demo.log", time.monotonic() + 540
+        while proc.poll() is None and time.monotonic() < deadline:
+            if demo_log.exists() and "fit() done; keeping" in demo_log.read_text(errors="replace"):
+                time.sleep(3)  # every process' last registration
+                _while_lingering(a, answers)
+                break
+            time.sleep(2)
+        rc = proc.wait(timeout=max(10, deadline - time.monotonic() + LINGER_S))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    TIMINGS["run"] = time.monotonic() - t0
+    # the cluster outlives the run: bring every node's files to A, then read them there
+    answers["gather"] = _on_a(a, "gather", "--address", cluster.ray.address, "--dir", OUT, "--out", GATHERED)
+    answers["doctor"] = _on_a(a, "doctor", "--dir", GATHERED, "--json")
+    answers["slow-steps"] = _on_a(a, "slow-steps", "--file", f"{GATHERED}/{sc.TRACES_FILE}", "--json")
+    yield MultiHostRun(cluster, rc, out_path.read_text(errors="replace"), answers)
+
+
+def _answer(run: MultiHostRun, name: str) -> str:
+    """What ``name`` printed on A (it must have answered)."""
+    proc = run.answers.get(name)
+    assert proc is not None, f"`{name}` was not asked: the run never lingered\n{run.failure()}"
+    assert proc.returncode == 0, f"{proc.args}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+def test_the_run_ends_normally(multihost_run):
+    assert multihost_run.rc == 0, multihost_run.failure()
+
+
+def _host(span: Span) -> str:
+    return str(span.resource.get(sc.RES_NODE, ""))
+
+
+def test_training_ranks_on_different_hosts(multihost_run):
+    """World size 2 across the namespaces: rank 0's and rank 1's worker calls each from its own host."""
+    ranks: dict[int, set[str]] = defaultdict(set)
+    for s in multihost_run.spans():
+        if s.name.startswith("worker.") and sc.ATTR_WORKER_RANK in s.attributes:
+            ranks[int(s.attributes[sc.ATTR_WORKER_RANK])].add(_host(s))
+    assert set(ranks) == {0, 1}, dict(ranks)
+    assert len(ranks[0]) == len(ranks[1]) == 1 and ranks[0] != ranks[1], dict(ranks)
+
+
+def test_each_host_keeps_its_own_files(multihost_run):
+    """No shared filesystem: each host's processes wrote their trace file on their own host's disk."""
+    for host in multihost_run.cluster.hosts:
+        own = multihost_run.data(host) / sc.TRACES_FILE
+        assert own.exists() and own.stat().st_size > 0, host.name
+        assert {_host(s) for s in read_file(own).spans} == {host.name}
+
+
+def test_namespaces_share_one_clock(multihost_run):
+    """slow-steps on the gathered file: no clock skew between the hosts (one kernel, one clock)."""
+    ranking = json.loads(_answer(multihost_run, "slow-steps"))
+    assert len(ranking) == STEPS, ranking
+    assert all(not r["clock_skew_s"] for r in ranking), [(r["global_step"], r["clock_offsets"]) for r in ranking]

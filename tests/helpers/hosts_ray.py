@@ -57,7 +57,8 @@ class RayCluster:
             *args,
         ]
         for attempt in range(1, 4):  # Ray gives a raylet a fixed 30 s to register: a loaded machine misses it
-            proc = host.run(cmd, env=host_env(), timeout=180, check=False)
+            # every host's interface is eth0: gloo binds there, not to the address its hostname resolves to
+            proc = host.run(cmd, env=host_env(GLOO_SOCKET_IFNAME="eth0"), timeout=180, check=False)
             if proc.returncode == 0:
                 return
             if _STARTUP_TIMEOUT not in proc.stdout + proc.stderr or attempt == 3:
