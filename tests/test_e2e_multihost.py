@@ -11,6 +11,7 @@ the hosts as on real machines without a shared filesystem (``Host.outside`` read
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import shutil
 import subprocess
@@ -24,7 +25,8 @@ from pathlib import Path
 import pytest
 
 from helpers.hosts import Host, Hosts, hosts_or_skip
-from helpers.hosts_ray import RayCluster, host_env
+from helpers.hosts_ray import HostProm, RayCluster, host_env
+from helpers.prom import available as prom_available
 
 from verl_otel import semconv as sc
 from verl_otel.analysis.otlp_json import read_file
@@ -35,8 +37,8 @@ pytestmark = pytest.mark.verl
 OUT = "/tmp/demo"  # the demo's folder on host A, and every host's VERL_OTEL_DIR (each on its own /tmp)
 GATHERED = "/tmp/gathered"  # `verl-otel gather`'s folder on A
 STEPS = 2
-HANG = "old_log_prob@2=12"  # a stall in each training worker, so on host B too
-LINGER_S = 40  # the run's processes stay up this long after fit(): discovery and `top` are asked then
+HANG = "update_actor@2=12"  # a stall in each training worker (watched there), so on host B too
+LINGER_S = 45  # the run's processes stay up this long after fit(): discovery and `top` are asked then
 SD_PORT = 9470  # the driver's http_sd endpoint, in host A's own port space
 STALL_ENV = {sc.ENV_STALL_SECONDS: "8", sc.ENV_STALL_MIN_SECONDS: "3", sc.ENV_STALL_FACTOR: "3"}
 VERL_OTEL = [sys.executable, "-m", "verl_otel.cli.main"]
@@ -63,6 +65,7 @@ class MultiHostRun:
     rc: int
     log: str
     answers: dict[str, subprocess.CompletedProcess] = field(default_factory=dict)  # the commands run on A
+    up: list[dict] | None = None  # Prometheus on A: `up` while the run lingered (None: no Prometheus here)
 
     def data(self, host: Host) -> Path:
         """``host``'s VERL_OTEL_DIR, seen from here."""
@@ -107,6 +110,30 @@ def _on_a(a: Host, *args: str, timeout: float = 120) -> subprocess.CompletedProc
     return a.run([*VERL_OTEL, *args], host_env(), timeout=timeout, check=False)
 
 
+def _scraped(prom: HostProm, timeout: float = 30) -> list[dict]:
+    """``up`` once Prometheus found both hosts' processes and scraped each (or what it had at ``timeout``)."""
+    deadline, rows = time.monotonic() + timeout, []
+    while time.monotonic() < deadline:
+        rows = prom.query("up")
+        hosts = {r["metric"].get(sc.LABEL_HOST) for r in rows}
+        if hosts >= {"hosta", "hostb"} and all(r["value"][1] == "1" for r in rows):
+            break
+        time.sleep(1)
+    return rows
+
+
+def _fit_done(cluster: Cluster) -> bool:
+    """The last step's span is in the trainer's trace file (on whichever host verl's TaskRunner landed): fit()
+    is done and the run lingers. (Its console line reaches A's demo.log only as the run ends.)"""
+    for host in cluster.hosts:
+        path = host.outside(OUT) / sc.TRACES_FILE
+        if path.exists():
+            spans = read_file(path, keep=lambda s: s if s.name == sc.SPAN_STEP else None).spans
+            if any(s.attributes.get(sc.ATTR_GLOBAL_STEP) == STEPS for s in spans):
+                return True
+    return False
+
+
 def _while_lingering(a: Host, answers: dict[str, subprocess.CompletedProcess]) -> None:
     """What a user asks on the head while the run is up: the driver's service discovery, and `top`."""
     fetch = (
@@ -128,18 +155,24 @@ def multihost_run(cluster) -> Iterator[MultiHostRun]:
            "--ray-address", cluster.ray.address, "--nnodes", "2", "--linger", str(LINGER_S)]  # fmt: skip
     out_path = a.outside("/tmp/demo.out")
     answers: dict[str, subprocess.CompletedProcess] = {}
+    up = None
+    # one Prometheus on the head with nothing but the driver's http_sd address
+    prom = HostProm(a, f"http://127.0.0.1:{SD_PORT}/targets").start() if prom_available() else None
     with open(out_path, "w") as out:
         proc = a.popen(cmd, env, stdout=out, stderr=subprocess.STDOUT)
     try:
-        demo_log, deadline = a.outside(OUT) / "demo.log", time.monotonic() + 540
+        deadline = time.monotonic() + 540
         while proc.poll() is None and time.monotonic() < deadline:
-            if demo_log.exists() and "fit() done; keeping" in demo_log.read_text(errors="replace"):
-                time.sleep(3)  # every process' last registration
+            if _fit_done(cluster):
+                time.sleep(6)  # the driver's next discovery refresh (every 5 s)
                 _while_lingering(a, answers)
+                up = _scraped(prom) if prom is not None else None
                 break
             time.sleep(2)
         rc = proc.wait(timeout=max(10, deadline - time.monotonic() + LINGER_S))
     finally:
+        if prom is not None:
+            prom.stop()
         if proc.poll() is None:
             proc.kill()
             proc.wait()
@@ -148,7 +181,7 @@ def multihost_run(cluster) -> Iterator[MultiHostRun]:
     answers["gather"] = _on_a(a, "gather", "--address", cluster.ray.address, "--dir", OUT, "--out", GATHERED)
     answers["doctor"] = _on_a(a, "doctor", "--dir", GATHERED, "--json")
     answers["slow-steps"] = _on_a(a, "slow-steps", "--file", f"{GATHERED}/{sc.TRACES_FILE}", "--json")
-    yield MultiHostRun(cluster, rc, out_path.read_text(errors="replace"), answers)
+    yield MultiHostRun(cluster, rc, out_path.read_text(errors="replace"), answers, up)
 
 
 def _answer(run: MultiHostRun, name: str) -> str:
@@ -167,6 +200,31 @@ def _host(span: Span) -> str:
     return str(span.resource.get(sc.RES_NODE, ""))
 
 
+def test_one_trace_per_step_with_spans_of_both_hosts_every_parent_present(multihost_run):
+    """One trace per step: the other host's training-worker calls sit under the phases of the trainer's host
+    (verl's TaskRunner lands on either host; the driver stays on A), every parent there."""
+    spans = multihost_run.spans()
+    steps = [s for s in spans if s.name == sc.SPAN_STEP and s.attributes.get(sc.ATTR_GLOBAL_STEP, 0) >= 1]
+    assert sorted(s.attributes[sc.ATTR_GLOBAL_STEP] for s in steps) == list(range(1, STEPS + 1)), steps
+    by_trace: dict[str, list[Span]] = defaultdict(list)
+    for s in spans:
+        by_trace[s.trace_id].append(s)
+    for step in steps:
+        trace = by_trace[step.trace_id]
+        assert {_host(s) for s in trace} == {"hosta", "hostb"}, (step, {_host(s) for s in trace})
+        by_id = {s.span_id: s for s in trace}
+        orphans = [(s.name, _host(s)) for s in trace if s.parent_id and s.parent_id not in by_id]
+        assert not orphans, orphans
+        # the trainer's phases (on the host verl's TaskRunner landed on) hold the other host's worker calls
+        trainer = _host(step)
+        other = [s for s in trace if _host(s) != trainer]
+        assert other and all(s.parent_id for s in other), [(s.name, s.parent_id) for s in other if not s.parent_id]
+        workers = [s for s in other if s.name.startswith("worker.")]
+        assert workers and all(_host(by_id[s.parent_id]) == trainer for s in workers), [
+            (s.name, by_id[s.parent_id].name, _host(by_id[s.parent_id])) for s in workers
+        ]
+
+
 def test_training_ranks_on_different_hosts(multihost_run):
     """World size 2 across the namespaces: rank 0's and rank 1's worker calls each from its own host."""
     ranks: dict[int, set[str]] = defaultdict(set)
@@ -183,6 +241,50 @@ def test_each_host_keeps_its_own_files(multihost_run):
         own = multihost_run.data(host) / sc.TRACES_FILE
         assert own.exists() and own.stat().st_size > 0, host.name
         assert {_host(s) for s in read_file(own).spans} == {host.name}
+
+
+def test_the_drivers_service_discovery_lists_both_hosts(multihost_run):
+    """http_sd on the head, asked on A while the run lingers: every host's processes, B's on B's address."""
+    a, b = multihost_run.cluster.a, multihost_run.cluster.b
+    groups = json.loads(_answer(multihost_run, "targets"))
+    by_host: dict[str, list[str]] = defaultdict(list)
+    for g in groups:
+        by_host[g["labels"][sc.LABEL_HOST]] += g["targets"]
+    assert set(by_host) == {"hosta", "hostb"}, groups
+    for target in by_host["hostb"]:
+        addr = target.rsplit(":", 1)[0]
+        assert addr == b.addr and not ipaddress.ip_address(addr).is_loopback, target
+    assert all(t.rsplit(":", 1)[0] in ("127.0.0.1", a.addr) for t in by_host["hosta"]), by_host
+
+
+def test_one_prometheus_on_the_head_scrapes_every_process_of_both_hosts(multihost_run):
+    """Only an http_sd config, no per-node file: `up == 1` for every process the driver lists, B's on B's address."""
+    if multihost_run.up is None:
+        pytest.skip("no prometheus here (Debian's `prometheus`)")
+    b = multihost_run.cluster.b
+    listed = {t for g in json.loads(_answer(multihost_run, "targets")) for t in g["targets"]}
+    assert {r["metric"]["instance"] for r in multihost_run.up} == listed, multihost_run.up
+    assert {r["metric"].get(sc.LABEL_HOST) for r in multihost_run.up} == {"hosta", "hostb"}
+    assert all(r["value"][1] == "1" for r in multihost_run.up), multihost_run.up
+    on_b = [r["metric"]["instance"] for r in multihost_run.up if r["metric"].get(sc.LABEL_HOST) == "hostb"]
+    assert on_b and all(i.startswith(f"{b.addr}:") for i in on_b), on_b
+
+
+def test_top_on_the_head_lists_both_hosts(multihost_run):
+    frame = _answer(multihost_run, "top")
+    line = next((ln for ln in frame.splitlines() if "hosts:" in ln), "")
+    assert "hosta (" in line and "hostb (" in line, frame
+
+
+def test_a_stall_on_host_b_is_named_by_doctor_on_a(multihost_run):
+    """The hang in B's training worker left evidence on B's disk, named with its host; gathered to A, `doctor`
+    names host B, its process and the frame."""
+    on_b = list((multihost_run.data(multihost_run.cluster.b) / sc.STALLS_DIR).glob("*hostb*"))
+    assert on_b, list((multihost_run.data(multihost_run.cluster.b)).rglob("*"))
+    report = json.loads(_answer(multihost_run, "doctor"))
+    on_hostb = [r for r in report["stalls"] if r["host"] == "hostb"]
+    assert on_hostb, report
+    assert all(r["pid"] and r["frame"] for r in on_hostb), on_hostb
 
 
 def test_namespaces_share_one_clock(multihost_run):
