@@ -13,6 +13,7 @@ from pathlib import Path
 
 from helpers.hosts import Host, Hosts
 from helpers.procs import ROOT, clean_env
+from helpers.prom import PromServer
 
 GCS_PORT = 6379  # each host is its own port space: Ray's defaults do not clash
 BIN = Path(sys.executable).parent
@@ -57,7 +58,8 @@ class RayCluster:
             *args,
         ]
         for attempt in range(1, 4):  # Ray gives a raylet a fixed 30 s to register: a loaded machine misses it
-            proc = host.run(cmd, env=host_env(), timeout=180, check=False)
+            # every host's interface is eth0: gloo binds there, not to the address its hostname resolves to
+            proc = host.run(cmd, env=host_env(GLOO_SOCKET_IFNAME="eth0"), timeout=180, check=False)
             if proc.returncode == 0:
                 return
             if _STARTUP_TIMEOUT not in proc.stdout + proc.stderr or attempt == 3:
@@ -75,3 +77,21 @@ class RayCluster:
     def python(self, host: Host, code: str, timeout: float = 180, **env: str) -> str:
         """Run a Python snippet on ``host`` (a driver there when it calls ray.init(address=...)); its stdout."""
         return host.run([sys.executable, "-c", code], env=host_env(**env), timeout=timeout).stdout
+
+
+class HostProm(PromServer):
+    """A real Prometheus inside ``host`` (it reaches every host's addresses and that host's loopback), with only
+    an http_sd config pointing at ``sd_url``; it listens on the host's address, so the test queries it from
+    here. Its files are under the host's ``/tmp/prom``; it ends with the host or at ``stop()``."""
+
+    def __init__(self, host: Host, sd_url: str) -> None:
+        self.host = host
+        sd = {"job_name": "verl", "http_sd_configs": [{"url": sd_url, "refresh_interval": "2s"}]}
+        super().__init__(
+            host.outside("/tmp/prom"), config={"global": {"scrape_interval": "1s"}, "scrape_configs": [sd]}
+        )
+        self.url = f"http://{host.addr}:{self.port}"
+
+    def command(self) -> list[str]:
+        return [*self.host.nsenter(), "--", "prometheus", "--config.file=/tmp/prom/prometheus.yml",
+                f"--web.listen-address={self.host.addr}:{self.port}", "--storage.tsdb.path=/tmp/prom/data"]  # fmt: skip

@@ -191,13 +191,23 @@ def _fully_async(ov: list[str], steps: int) -> list[str]:
     ]
 
 
-def cluster_overrides(ov: list[str], ray_address: str | None, nnodes: int) -> list[str]:
-    """``--ray-address``: verl's driver joins that cluster (Ray refuses num_cpus for an existing one);
+# the demo's settings every verl process needs (demo_env); on a cluster of its own they are inherited
+_FORWARD = ("VERL_USE_EXTERNAL_MODULES", "VERL_PLATFORM", "VERL_ENGINE_DEVICE", "HF_MODULES_CACHE", "OMP_NUM_THREADS",
+            "TOKENIZERS_PARALLELISM", "HF_HUB_OFFLINE", "PYTHONUNBUFFERED")  # fmt: skip
+
+
+def cluster_overrides(
+    ov: list[str], ray_address: str | None, nnodes: int, env: dict[str, str] | None = None
+) -> list[str]:
+    """``--ray-address``: verl's driver joins that cluster (Ray refuses num_cpus for an existing one) and the
+    demo's own variables of ``env`` travel in its runtime_env (the nodes' raylets never saw this environment);
     ``--nnodes N``: the training pools span N nodes (one placement group per node: the demo's CPU pools pin
     each to its own node) and the agent-loop workers N of them at least (verl spreads those over the nodes)."""
     if ray_address:
         drop = ("ray_kwargs.ray_init.num_cpus=", "+ray_kwargs.ray_init.include_dashboard=")
         ov = [o for o in ov if not o.startswith(drop)] + [f"+ray_kwargs.ray_init.address={ray_address}"]
+        forward = {k: v for k, v in (env or {}).items() if k in _FORWARD}  # VERL_OTEL_*: our ray.init hook's
+        ov += [f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}='{v}'" for k, v in sorted(forward.items())]
     if nnodes > 1:
         workers = "actor_rollout_ref.rollout.agent.num_workers="
         have = next((int(o.split("=")[1]) for o in ov if o.startswith(workers)), 1)
@@ -331,18 +341,18 @@ def run_demo(
     if rollout == "vllm":
         assets.vllm_model(asset_dir)
     ckpt_dir = out / "checkpoints"
+    env = demo_env(out, asset_dir, spec, linger, extra_env, rollout, hangs)
     cmd = [
         sys.executable,
         "-m",
         _MAIN.get(trainer, "verl.trainer.main_ppo"),
         *cluster_overrides(
-            overrides(asset_dir, ckpt_dir, steps, test_freq, trainer, adv, rollout), ray_address, nnodes
+            overrides(asset_dir, ckpt_dir, steps, test_freq, trainer, adv, rollout), ray_address, nnodes, env
         ),
         *(vllm_slow.overrides(spec, hangs) if rollout == "vllm" else []),
         *hang_overrides(hangs),
         *(extra_overrides or []),
     ]
-    env = demo_env(out, asset_dir, spec, linger, extra_env, rollout, hangs)
     log_path = out / "demo.log"
     t0 = time.monotonic()
     for attempt in range(1, RAY_START_ATTEMPTS + 1):
