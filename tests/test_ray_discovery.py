@@ -154,7 +154,7 @@ def test_gather_brings_a_nodes_files_and_the_readers_read_them(cluster, tmp_path
     assert (out / sc.TRACES_FILE).read_bytes() == (node / sc.TRACES_FILE).read_bytes()
     assert main(["doctor", "--dir", str(out), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert [(r["host"], r["pid"], r["step"]) for r in doc] == [("hostB", 42, 3)]
+    assert [(r["host"], r["pid"], r["step"]) for r in doc["stalls"]] == [("hostB", 42, 3)]
     assert main(["slow-steps", "--file", str(out / sc.TRACES_FILE), "--since", "2h", "--json"]) == 0
     ranked = json.loads(capsys.readouterr().out)
     assert ranked and ranked[0]["global_step"] == 3  # helpers.step_spans.SLOW_STEP, read from the gathered file
