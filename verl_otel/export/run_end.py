@@ -9,12 +9,12 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from verl_otel import config as cfg
 from verl_otel import semconv as sc
 
 
@@ -30,7 +30,7 @@ def write_note(data_dir: Path, signal: str, role: str) -> Path | None:
     try:
         folder = data_dir / sc.ENDS_DIR
         folder.mkdir(parents=True, exist_ok=True)
-        host, pid = socket.gethostname(), os.getpid()
+        host, pid = cfg.hostname(), os.getpid()
         note = {"signal": signal, "pid": pid, "host": host, "role": role, "time": time.time()}
         path = folder / f"{host}-{pid}.json"
         path.write_text(json.dumps(note))
@@ -72,7 +72,7 @@ class NoteWatch:
         if mtime == self._seen_ns:
             return
         self._seen_ns = mtime
-        host, now = socket.gethostname(), time.time()
+        host, now = cfg.hostname(), time.time()
         for path in sorted(self._dir.glob("*.json")):
             if path.name in self._done:
                 continue
@@ -103,7 +103,7 @@ def read_notes(data_dir: Path) -> list[dict[str, Any]]:
 
 def fresh_interrupt(data_dir: Path, within_s: float = sc.END_NOTE_FRESH_S) -> dict[str, Any] | None:
     """The newest SIGINT note of this host written in the last ``within_s`` seconds, if any."""
-    host, now = socket.gethostname(), time.time()
+    host, now = cfg.hostname(), time.time()
     for note in reversed(read_notes(data_dir)):
         if (
             note.get("signal") == "SIGINT"
@@ -127,7 +127,7 @@ def signal_attributes(data_dir: Path, signum: int, role: str, pid: int) -> dict[
         sc.ATTR_RUN_END_DETAIL: name,
         sc.ATTR_RUN_END_ROLE: role,
         sc.ATTR_RUN_END_PID: pid,
-        sc.ATTR_RUN_END_HOST: socket.gethostname(),
+        sc.ATTR_RUN_END_HOST: cfg.hostname(),
     }
     note = None if interrupt else fresh_interrupt(data_dir)
     return attrs if note is None else _note_attributes(note, f"{name} to the {role}")
