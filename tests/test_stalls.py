@@ -243,7 +243,9 @@ def test_a_forked_child_gets_its_own_watch(monkeypatch, tmp_path):
             try:
                 child = runtime.current().stalls
                 token = child.enter(sc.PHASE_ADV, step=1)
-                time.sleep(0.5)  # its own thread catches it
+                deadline = time.monotonic() + 10  # its own thread catches it (polled: a loaded machine is slow)
+                while not child.stalls() and time.monotonic() < deadline:
+                    time.sleep(0.05)
                 ok = child is not parent and [s.pid for s in child.stalls()] == [os.getpid()]
                 child.exit(token)
                 code = 0 if ok else 1

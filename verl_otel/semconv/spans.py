@@ -53,12 +53,13 @@ SPAN_ROLLOUT_SAMPLE: Final = "rollout.sample"
 #: any fit_step: their phases go under this root (its own trace, global step = the last step), not a step
 SPAN_FIT_END: Final = "fit.end"
 
-# Attributes on the step span
-ATTR_GLOBAL_STEP: Final = "verl.global_step"
 # the OpenTelemetry semantic conventions' exception event attributes
 ATTR_EXC_TYPE: Final = "exception.type"
 ATTR_EXC_MESSAGE: Final = "exception.message"
 ATTR_EXC_STACKTRACE: Final = "exception.stacktrace"
+
+# Attributes on the step span
+ATTR_GLOBAL_STEP: Final = "verl.global_step"
 ATTR_EPOCH: Final = "verl.epoch"
 ATTR_PROJECT: Final = "verl.project"
 ATTR_EXPERIMENT: Final = "verl.experiment"
