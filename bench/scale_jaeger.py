@@ -139,15 +139,11 @@ def load_run(jaeger: MemoryJaeger, steps: int, workers: int = 128, samples: int 
     built = time.time_ns() - 3600 * 10**9  # the templates' times start an hour before they are made
     plain = _merged(readers._template(workers, samples, 1, replicas, False))
     val = _merged(readers._template(workers, samples, 1, replicas, True))
-    marker_trace, marker_step = f"{readers._TRACE:032x}".encode(), f'"{readers._STEP}"'.encode()
     total = 0
     for step in range(1, steps + 1):
         shift = (step - steps) * STEP_S * 10**9  # the template's times are an hour ago: the last step's
-        data = (val if step % 10 == 0 else plain).replace(marker_trace, f"{step:032x}".encode())
-        data = _TIME.sub(
-            lambda m, shift=shift: m[1] + str(int(m[2]) + shift).encode() + b'"',
-            data.replace(marker_step, f'"{step}"'.encode()),
-        )
+        data = readers.step_data(val if step % 10 == 0 else plain, step)
+        data = _TIME.sub(lambda m, shift=shift: m[1] + str(int(m[2]) + shift).encode() + b'"', data)
         jaeger.send(data)
         total += len(data)
     _wait_stored(jaeger, steps, (built - 10**9, time.time_ns() - 3600 * 10**9 + 10**9))

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 _TRACE = 0x7E57AB1E7E57AB1E7E57AB1E7E57AB1E
+_SUMMARY_TRACE = 0x5111A4E75111A4E75111A4E75111A4E7  # the step summary's own trace (telemetry/step_summary.py)
 _STEP = 987654321
 ROTATE_BYTES = 256 * 2**20  # the writer's default max_bytes
 
@@ -39,10 +40,14 @@ def _template(workers: int, samples: int, engine_per_sample: int, replicas: int,
 
     from verl_otel import semconv as sc
     from verl_otel.export.otlp_json import to_otlp_json
+    from verl_otel.telemetry.step_summary import summary_attributes
 
     class _MarkerIds(RandomIdGenerator):  # every root in the template's trace: replaced per step
+        def __init__(self, trace_id: int = _TRACE) -> None:
+            self.trace_id = trace_id
+
         def generate_trace_id(self) -> int:
-            return _TRACE
+            return self.trace_id
 
     t0 = time.time_ns() - 3600 * 10**9
     root_ctx = trace.set_span_in_context(
@@ -50,12 +55,12 @@ def _template(workers: int, samples: int, engine_per_sample: int, replicas: int,
     )
     lines = []
 
-    def process(role: str, index: int | None, build: Any) -> None:
+    def process(role: str, index: int | None, build: Any, trace_id: int = _TRACE) -> None:
         mem = InMemorySpanExporter()
         attrs = {"service.name": "verl", "verl.process.role": role}
         if index is not None:
             attrs["verl.worker.index"] = index
-        provider = TracerProvider(resource=Resource.create(attrs), id_generator=_MarkerIds())
+        provider = TracerProvider(resource=Resource.create(attrs), id_generator=_MarkerIds(trace_id))
         provider.add_span_processor(SimpleSpanProcessor(mem))
         build(provider.get_tracer("verl-otel"))
         lines.append(json.dumps(to_otlp_json(mem.get_finished_spans()), separators=(",", ":")))
@@ -80,8 +85,17 @@ def _template(workers: int, samples: int, engine_per_sample: int, replicas: int,
             at += seconds * 10**9
             span.end(end_time=at)
         step.end(end_time=at)
+        ran.update(phases=dict(phases + ([("validate", 10)] if validate else [])), attrs=dict(step.attributes))
+        ran.update(start=t0, end=at)
 
+    def summary(tracer: Any) -> None:  # as the trainer writes it at the step's end, in a trace of its own
+        p = ran["phases"]
+        attrs = summary_attributes(ran["attrs"], _TRACE, p, dict.fromkeys(p, 1), {}, False)
+        tracer.start_span(sc.SPAN_STEP_SUMMARY, start_time=ran["start"], attributes=attrs).end(end_time=ran["end"])
+
+    ran: dict[str, Any] = {}
     process("trainer", None, trainer)
+    process("trainer", None, summary, _SUMMARY_TRACE)
     sample_ids: list[tuple[int, int, int]] = []  # (worker, sample, span id): the engines' parents
     for w in range(workers):
 
@@ -119,18 +133,23 @@ def _template(workers: int, samples: int, engine_per_sample: int, replicas: int,
     return ("\n".join(lines) + "\n").encode()
 
 
+def step_data(template: bytes, step: int) -> bytes:
+    """A template's lines with step ``step``'s number and trace ids (its step trace's, its summary's)."""
+    data = template.replace(f"{_TRACE:032x}".encode(), f"{step:032x}".encode())
+    data = data.replace(f"{_SUMMARY_TRACE:032x}".encode(), f"{(1 << 127) | step:032x}".encode())
+    return data.replace(f'"{_STEP}"'.encode(), f'"{step}"'.encode())
+
+
 def write_run(
     folder: Path, steps: int, workers: int = 128, samples: int = 8, engine: int = 1, replicas: int = 16
 ) -> int:
     """The rotated file set of a ``steps``-step run in ``folder``; its total bytes."""
     plain = _template(workers, samples, engine, replicas, False)
     val = _template(workers, samples, engine, replicas, True)
-    marker_trace, marker_step = f"{_TRACE:032x}".encode(), f'"{_STEP}"'.encode()
     parts: list[Path] = []
     out, size, total = None, 0, 0
     for step in range(1, steps + 1):
-        data = (val if step % 10 == 0 else plain).replace(marker_trace, f"{step:032x}".encode())
-        data = data.replace(marker_step, f'"{step}"'.encode())
+        data = step_data(val if step % 10 == 0 else plain, step)
         if out is None or size + len(data) > ROTATE_BYTES:
             if out is not None:
                 out.close()

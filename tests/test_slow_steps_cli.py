@@ -149,8 +149,10 @@ def test_cli_on_jaeger(capsys):
         out = capsys.readouterr().out
         assert "#1 step 17 " in out and f"{j.url}/trace/{0xABC000 + 17:032x}" in out
         assert "cause: update_actor 3.4\u00d7 its median (3.40s vs 1.00s, +2.40s)" in out
-        q = j.queries[0][1]
-        assert q["query.service_name"] == ["verl"] and q["query.operation_name"] == ["step"]
+        # the step summaries first; a run without them (this one): its step traces whole
+        ops = [q["query.operation_name"] for _, q in j.queries]
+        assert ops[0] == ["step.summary"] and ops[-1] == ["step"]
+        assert all(q["query.service_name"] == ["verl"] for _, q in j.queries)
         assert run_cli("--jaeger", j.url, "--json", "--jaeger-ui", "https://ui.example") == 0
         assert json.loads(capsys.readouterr().out)[0]["link"].startswith("https://ui.example/trace/")
     finally:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from verl_otel import semconv as sc
 from verl_otel.analysis.jaeger import JaegerClient
 from verl_otel.analysis.step_stream import StepFold
+from verl_otel.analysis.step_summary import steps_from_summaries
 from verl_otel.analysis.step_traces import Span, StepTrace
 
 DEFAULT_PAGE_TRACES = 50  # at most this many traces in an answer
@@ -131,3 +132,33 @@ def steps(
             for span in engine:  # a page holds whole traces: their slowest samples are known by now
                 fold.add_engine(span)
     return fold.steps()
+
+
+SUMMARY_PAGE_TRACES = 500  # a summary's trace is one span (about 2 KB): answers of at most about 1 MB
+
+
+def summaries(
+    client: JaegerClient, service: str, start_ns: int, end_ns: int, stats: Pages | None = None
+) -> list[StepTrace]:
+    """The steps of the window from their summary spans (no step trace read): [] for a run written before
+    summaries existed."""
+    out: list[Span] = []
+    for spans in walk(client, service, start_ns, end_ns, sc.SPAN_STEP_SUMMARY, SUMMARY_PAGE_TRACES, stats=stats):
+        out += [s for s in spans if s.name == sc.SPAN_STEP_SUMMARY]
+    return steps_from_summaries(out)
+
+
+def whole(client: JaegerClient, steps: Iterable[StepTrace], samples_kept: int) -> dict[str, StepTrace]:
+    """The steps given, each read from its whole trace (one trace an answer), by trace id; a step whose trace
+    Jaeger no longer has is left out."""
+    fold = StepFold(samples_kept)
+    for step in steps:
+        engine = []
+        for span in client.get_trace(step.trace_id):
+            if span.name == sc.SPAN_ENGINE_REQUEST:
+                engine.append(span)
+            else:
+                fold.add(span)
+        for span in engine:
+            fold.add_engine(span)
+    return {s.trace_id: s for s in fold.steps()}

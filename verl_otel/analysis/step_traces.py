@@ -117,6 +117,9 @@ class StepTrace:
     sample_count: int = 0  # training samples its rollout.worker spans say they handled (0: none say)
     #: hosts whose clock disagreed with the step's host (analysis/clock.py): host -> seconds added to its times
     clock_offsets: dict[str, float] = field(default_factory=dict)
+    #: read from the step's summary span (analysis/step_summary.py): phases, tokens and attributes only, no
+    #: samples, worker calls or weight syncs until its whole trace is read
+    summarized: bool = False
 
     @property
     def clock_skew_s(self) -> float:

@@ -83,7 +83,11 @@ def _steps(arg: str, service: str) -> tuple[str, list[StepTrace]]:
 def _jaeger_runs(args: argparse.Namespace) -> tuple[tuple[str, list[StepTrace]], tuple[str, list[StepTrace]]]:
     client, now_ns = JaegerClient(args.jaeger), time.time_ns()
     try:
-        steps = jaeger_pages.steps(client, args.service, now_ns - int(args.since * 1e9), now_ns, (sc.SPAN_STEP,), 0)
+        start_ns = now_ns - int(args.since * 1e9)
+        # the steps' summaries (small traces); a run written without them: every step trace whole
+        steps = jaeger_pages.summaries(client, args.service, start_ns, now_ns) or jaeger_pages.steps(
+            client, args.service, start_ns, now_ns, (sc.SPAN_STEP,), 0
+        )
     except JaegerError as err:
         raise SourceError(str(err)) from None
     out = []

@@ -54,6 +54,12 @@ def run(args: argparse.Namespace) -> int:
             hint = f" (step traces exist for service {', '.join(map(repr, others))}: use --service)"
         return fail(PROG, f"no step traces found for service {args.service!r} {got.window} in {got.source}{hint}")
     ranking = slow_steps.rank(mine, args.top, per_token=args.per_token)
+    if got.whole is not None:  # ranked from Jaeger's step summaries: the steps shown are explained from their traces
+        try:
+            mine = got.completed(mine, [v.step for v in ranking.verdicts])
+        except SourceError as err:
+            return fail(PROG, str(err))
+        ranking = slow_steps.rank(mine, args.top, per_token=args.per_token)
     if args.json:
         print(json.dumps(slow_steps.to_json(ranking, ui), indent=2))
     else:

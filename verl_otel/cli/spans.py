@@ -72,6 +72,20 @@ class Read:
     start_ns: int = 0
     window: str = ""
     steps: list[StepTrace] | None = None  # read from a file with ``steps_samples``: the steps, not the spans
+    #: read from Jaeger's step summaries: the steps given, each read whole from its trace (by trace id)
+    whole: Callable[[list[StepTrace]], dict[str, StepTrace]] | None = None
+
+    def completed(self, steps: list[StepTrace], shown: list[StepTrace]) -> list[StepTrace]:
+        """``steps`` with those of ``shown`` read from a summary replaced by their whole trace (its samples,
+        worker calls, weight syncs: what explains a step), where Jaeger still has it."""
+        light = [s for s in shown if s.summarized]
+        if self.whole is None or not light:
+            return steps
+        try:
+            got = self.whole(light)
+        except JaegerError as err:
+            raise SourceError(str(err)) from None
+        return [got.get(s.trace_id, s) if s.summarized else s for s in steps]
 
 
 class SourceError(Exception):
@@ -95,9 +109,14 @@ def read_spans(
         client, pages, seen = JaegerClient(args.jaeger), jaeger_pages.Pages(), set[str]()
         try:
             if steps_samples is not None:
-                out.steps = jaeger_pages.steps(
-                    client, args.service, out.start_ns, now_ns, operations, steps_samples, pages
-                )
+                # the steps' summaries first (small traces); a run written without them: every step trace whole
+                out.steps = jaeger_pages.summaries(client, args.service, out.start_ns, now_ns, pages)
+                if out.steps:
+                    out.whole = lambda shown: jaeger_pages.whole(client, shown, steps_samples)
+                else:
+                    out.steps = jaeger_pages.steps(
+                        client, args.service, out.start_ns, now_ns, operations, steps_samples, pages
+                    )
             for op in operations if steps_samples is None else ():
                 for page in jaeger_pages.walk(client, args.service, out.start_ns, now_ns, op, seen=seen, stats=pages):
                     out.spans += page if keep is None else [k for k in map(keep, page) if k is not None]

@@ -53,6 +53,21 @@ SPAN_ROLLOUT_SAMPLE: Final = "rollout.sample"
 #: any fit_step: their phases go under this root (its own trace, global step = the last step), not a step
 SPAN_FIT_END: Final = "fit.end"
 
+# The step summary: at each step's end the trainer writes one more span, a root of its own trace (linked to the
+# step span), that copies the step span's attributes and adds its phases. A search for it answers small traces,
+# so a reader ranks a long run's steps from Jaeger without fetching every step's whole trace.
+SPAN_STEP_SUMMARY: Final = "step.summary"
+#: the step's trace (32 hex digits): the trace a reader fetches for a step it shows
+ATTR_SUMMARY_TRACE_ID: Final = "verl.summary.trace_id"
+#: the step's phases (names, in the order they first ran), and aligned with them: seconds (summed over a phase's
+#: runs), runs, and tokens handled (0: a phase that handles none)
+ATTR_SUMMARY_PHASES: Final = "verl.summary.phases"
+ATTR_SUMMARY_PHASE_SECONDS: Final = "verl.summary.phase_seconds"
+ATTR_SUMMARY_PHASE_RUNS: Final = "verl.summary.phase_runs"
+ATTR_SUMMARY_PHASE_TOKENS: Final = "verl.summary.phase_tokens"
+#: the step span ended with an error status
+ATTR_SUMMARY_ERROR: Final = "verl.summary.error"
+
 # the OpenTelemetry semantic conventions' exception event attributes
 ATTR_EXC_TYPE: Final = "exception.type"
 ATTR_EXC_MESSAGE: Final = "exception.message"
@@ -156,6 +171,7 @@ NON_PHASE_SPANS: Final[frozenset[str]] = frozenset(
     {
         SPAN_STEP,
         SPAN_FIT_END,
+        SPAN_STEP_SUMMARY,
         SPAN_ROLLOUT_WORKER,
         SPAN_ROLLOUT_SAMPLE,
         SPAN_REWARD_WORKER,

@@ -26,7 +26,9 @@ class _Step:
     number: int
     span: Span
     start: float
-    phases: dict[str, float] = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=dict)  # seconds, summed over a phase's runs
+    runs: dict[str, int] = field(default_factory=dict)
+    phase_tokens: dict[str, int] = field(default_factory=dict)  # tokens handled, summed over a phase's runs
     open: list[_Open] = field(default_factory=list)
     error: bool = False
     scoped: bool = False  # ends at fit_step()'s return, not at the metrics log
@@ -37,6 +39,13 @@ class _Step:
     tokens: StepTokens | None = None  # the training batch's (rollout's output), once the hooks counted them
     failed_in: str | None = None  # the phase an exception came out of first (the innermost)
     sync_id_given: bool = False  # a weight-sync phase span of this step has the derivable id (phase_span_id)
+
+    def add_phase(self, name: str, seconds: float, tokens: int | None = None) -> None:
+        """A run of phase ``name`` ended (what the step span's summary says of its phases)."""
+        self.phases[name] = self.phases.get(name, 0.0) + seconds
+        self.runs[name] = self.runs.get(name, 0) + 1
+        if tokens:
+            self.phase_tokens[name] = self.phase_tokens.get(name, 0) + tokens
 
 
 def known_id(step: _Step, phase: str) -> int | None:

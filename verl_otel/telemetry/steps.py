@@ -28,6 +28,7 @@ from verl_otel.telemetry.run_end import attributes_of
 from verl_otel.telemetry.services import Services
 from verl_otel.telemetry.step_events import RunInfo, StepObserver, StepResult
 from verl_otel.telemetry.step_state import _Open, _Step, is_stop, known_id
+from verl_otel.telemetry.step_summary import write_summary
 from verl_otel.telemetry.step_tokens import StepTokens
 from verl_otel.telemetry.text import mark_failed
 from verl_otel.telemetry.values import to_scalar
@@ -95,15 +96,18 @@ class StepTracer:
                 if step is not None:
                     step.failed_in = step.failed_in or token.name
                     self._fail(step, exc, record=False)
+            tokens = None
             if step is not None and step.tokens is not None:
-                token.span.set_attributes(step.tokens.phase_attributes(token.name, seconds))
+                attrs = step.tokens.phase_attributes(token.name, seconds)
+                token.span.set_attributes(attrs)
+                tokens = attrs.get(sc.ATTR_PHASE_TOKENS)
             token.span.end()
             self._unwatch(token)
             number = -1
             trace_id = format(token.span.get_span_context().trace_id, "032x")
             if step is not None:
                 number = step.number
-                step.phases[token.name] = step.phases.get(token.name, 0.0) + seconds
+                step.add_phase(token.name, seconds, tokens)
                 if token in step.open:
                     step.open.remove(token)
         self._notify("on_phase_end", token.name, number, seconds, trace_id)
@@ -204,7 +208,7 @@ class StepTracer:
             )
             span.end()
             seconds = max(0.0, (time.time_ns() - start_ns) / 1e9)
-            step.phases[sc.PHASE_VALIDATE] = step.phases.get(sc.PHASE_VALIDATE, 0.0) + seconds
+            step.add_phase(sc.PHASE_VALIDATE, seconds)
             number, trace_id = step.number, format(span.get_span_context().trace_id, "032x")
         # known only now that its metrics came back: the start is told late, so observers see start, then end
         self._notify("on_phase_start", sc.PHASE_VALIDATE, number)
@@ -354,6 +358,7 @@ class StepTracer:
             self._svc.flush_soon()
             return
         span.end()
+        write_summary(self._svc.tracer(), span, step)
         self._last_number = step.number
         if not tell:
             return
