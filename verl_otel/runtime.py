@@ -342,6 +342,7 @@ def _make() -> Runtime:
     with _lock:
         if _current is not None and _current.pid == os.getpid():
             return _current
+        cfg.apply_job_otel()  # the driver's OTEL_* reach this process now: verl-otel instruments it
         problems = cfg.sanitize_otel_env()
         for line in problems:
             warn_once(f"setting:{line}", line)
