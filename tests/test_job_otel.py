@@ -40,10 +40,13 @@ def test_ray_init_starts_ray_without_them_and_gives_them_back(monkeypatch):
         seen["env_vars"] = kwargs["runtime_env"]["env_vars"]  # type: ignore[index]
         return "context"
 
+    made: list[dict[str, str]] = []  # the driver's runtime is made before they leave (read with its settings)
+    monkeypatch.setattr("verl_otel.runtime.current", lambda: made.append(dict(os.environ)))
     monkeypatch.setattr("verl_otel.hooks.ray_env._discover", lambda: None)
     monkeypatch.setattr("verl_otel.hooks.ray_env._note_ends", lambda: None)
     assert init_wrapper(ray_init, None, (), {}) == "context"
     assert seen["otel"] == {}
+    assert len(made) == 1 and {k: made[0][k] for k in OURS} == OURS
     assert json.loads(seen["env_vars"][sc.ENV_JOB_OTEL]) == OURS  # type: ignore[index]
     assert {k: os.environ[k] for k in OURS} == OURS  # the driver keeps its own
 

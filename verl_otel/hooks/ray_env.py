@@ -61,7 +61,11 @@ def _discover() -> None:
 
 def _take_otel() -> dict[str, str]:
     """A local ``ray.init`` starts the raylet from this process, and every worker inherits its environment: the
-    OTEL_* variables leave it while Ray starts (they travel in VERL_OTEL_JOB_OTEL), and come back after."""
+    OTEL_* variables leave it while Ray starts (they travel in VERL_OTEL_JOB_OTEL), and come back after. This
+    process' runtime is made first: its settings are read with them."""
+    from verl_otel import runtime
+
+    runtime.current()
     return {k: os.environ.pop(k) for k in [k for k in os.environ if k.startswith(sc.CARRIED_ENV_PREFIX)]}
 
 
