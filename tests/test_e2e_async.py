@@ -233,6 +233,8 @@ def test_rl_insight_beside_it_gets_its_events_and_none_of_our_otel_settings(sepa
     header = OURS["OTEL_EXPORTER_OTLP_HEADERS"].split("=")[0]
     assert rli.rx.received.trace_headers and not [h for h in rli.rx.received.trace_headers if header in h]
     assert not [s.resource for s in lanes if "verl_otel.test" in s.resource]
+    log = (run.out / "demo.log").read_text(errors="replace")
+    assert "telemetry error in" not in log and "telemetry set-up for" not in log, "verl-otel failed beside RL-Insight"
     # ours: every process verl-otel instrumented applied them
     roles = {s.resource["verl.process.role"] for s in spans}
     assert {"trainer", "train_worker", "agent_loop_worker"} <= roles, roles

@@ -38,6 +38,7 @@ class RLInsight:
     def overrides(self) -> list[str]:
         return [
             "trainer.logger=[console,rl_insight]",
+            "actor_rollout_ref.rollout.disable_log_stats=false",  # verl refuses rl_insight without the servers' stats
             f"+trainer.rl_insight.prometheus.metrics_report_port={self.hub_port}",
         ]
 
@@ -71,12 +72,14 @@ class RLInsight:
         raise RuntimeError(f"RL-Insight's server did not start: {(self.root / 'server.log').read_text()[-2000:]}")
 
     def hub_targets(self) -> list[str]:
-        """What the hub registered with the server (file_sd: [{targets: [...], labels: {...}}])."""
+        """What the hub registered with the server (file_sd: [{targets: [...], labels: {...}}]; verl registers the
+        rollout servers' addresses there too, under the rollout's name)."""
         try:
             groups = yaml.safe_load(self.targets_file.read_text()) or []
         except (OSError, yaml.YAMLError):
             return []
-        return [t for g in groups for t in g.get("targets", [])]
+        hub = [g for g in groups if (g.get("labels") or {}).get("rl_insight_job") == "trainer_metrics"]
+        return [t for g in hub for t in g.get("targets", [])]
 
     def probe(self, _out: Path) -> None:
         for target in self.hub_targets():
