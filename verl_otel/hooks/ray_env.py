@@ -63,9 +63,9 @@ def _take_otel() -> dict[str, str]:
     """A local ``ray.init`` starts the raylet from this process, and every worker inherits its environment: the
     OTEL_* variables leave it while Ray starts (they travel in VERL_OTEL_JOB_OTEL), and come back after. This
     process' runtime is made first: its settings are read with them."""
-    from verl_otel import runtime
+    from verl_otel import model
 
-    runtime.current()
+    model.current()  # the hooks reach the runtime through the model
     return {k: os.environ.pop(k) for k in [k for k in os.environ if k.startswith(sc.CARRIED_ENV_PREFIX)]}
 
 
