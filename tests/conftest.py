@@ -135,8 +135,26 @@ def colocate_async_run(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def separate_async_run(tmp_path_factory):
-    # scraped: the phase histograms must count each of a step's repeated phases
-    run = start_demo(tmp_path_factory.mktemp("demo-separate"), "separate_async", 3, [], scrape=True)
+    """Scraped: the phase histograms must count each of a step's repeated phases. RL-Insight on beside verl-otel
+    (helpers/rl_insight.py: its server, its hub actor in the run; ``run.extra["rl_insight"]``), with OTEL_* values
+    meant for verl-otel's Collector in the environment: every other test of the run checks ours stay whole."""
+    from helpers.rl_insight import RLInsight
+
+    rli = RLInsight(tmp_path_factory.mktemp("rl-insight")).start()
+    try:
+        run = start_demo(
+            tmp_path_factory.mktemp("demo-separate"),
+            "separate_async",
+            3,
+            [],
+            scrape=True,
+            probe=rli.probe,
+            extra_env=rli.env,
+            extra_overrides=rli.overrides,
+        )
+    finally:
+        rli.stop()
+    run.extra["rl_insight"] = rli
     yield run
     run.prom.stop()
 

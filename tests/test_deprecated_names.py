@@ -88,3 +88,20 @@ def test_dashboards_and_rules_use_the_new_names():
             for old, _new in metric.renamed:
                 # a label of this metric's selector or of an aggregation over it
                 assert not re.search(rf"[{{(,]\s*{old}\s*(=|!=|=~|!~|,|\)|\}})", expr), (where, expr)
+
+
+@pytest.mark.parametrize(
+    ("role", "key"),
+    [(sc.ROLE_AGENT_LOOP, sc.RES_ROLLOUT_WORKER_INDEX), (sc.ROLE_ROLLOUT_SERVER, sc.RES_REPLICA_INDEX)],
+)
+def test_a_process_index_is_named_for_its_role_and_under_the_old_key_for_a_release(role, key):
+    """``verl.process.worker_index`` held an agent-loop worker's index or a replica's rank ("worker" is a training
+    worker): each has its own key now, the old one goes in the release after 0.1.0."""
+    from verl_otel.export.providers import resource
+
+    both = resource(role, 3, {}).attributes
+    assert both[key] == 3 and both[sc.RES_DEPRECATED_WORKER_INDEX] == 3
+    assert both[sc.RES_INSTANCE].endswith(f"/{role}-3/{both[sc.RES_PID]}")
+    new_only = resource(role, 3, {}, deprecated_names=False).attributes
+    assert new_only[key] == 3 and sc.RES_DEPRECATED_WORKER_INDEX not in new_only
+    assert not {k for k in resource(sc.ROLE_WORKER, None, {}).attributes if "index" in k}

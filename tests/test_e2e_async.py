@@ -77,6 +77,13 @@ def test_rollout_spans_cross_ray_into_the_step_traces(separate_async_run):
         ]
         assert {w.attributes["verl.rollout.worker"] for w in workers} == {0, 1}, number
         assert all(w.resource["verl.process.role"] == "agent_loop_worker" for w in workers)
+        # its index within its process role, under the new key and the deprecated one (CHANGELOG.md)
+        assert all(
+            w.resource[sc.RES_ROLLOUT_WORKER_INDEX]
+            == w.resource[sc.RES_DEPRECATED_WORKER_INDEX]
+            == w.attributes["verl.rollout.worker"]
+            for w in workers
+        )
         assert all(parent_chain(w, by_step[number].spans)[-1] == "step" for w in workers)
         samples = sum(w.attributes["verl.rollout.samples"] for w in workers)
         assert samples >= BATCH, (number, samples)
@@ -206,3 +213,31 @@ def test_each_mini_batchs_phases_carry_its_own_tokens(separate_async_run):
                 )
     per_1k = run.prom.scalar_by(sc.PHASE_S_PER_1K_TOKENS.name, "phase")
     assert {sc.PHASE_ROLLOUT, sc.PHASE_OLD_LOG_PROB, sc.PHASE_UPDATE_ACTOR} <= set(per_1k) and min(per_1k.values()) > 0
+
+
+def test_rl_insight_beside_it_gets_its_events_and_none_of_our_otel_settings(separate_async_run):
+    """verl's RL-Insight on in the same run (trainer.logger=[console,rl_insight], the rl-insight package's hub actor,
+    helpers/rl_insight.py): its hub served verl's scalars and exported its lanes, with its own OTel settings, while
+    the OTEL_* values meant for verl-otel's Collector reached every process verl-otel instruments (issue 38 item 6).
+    The module's other tests check that verl-otel's spans and metrics of this run are whole."""
+    from helpers.rl_insight import OURS
+
+    run = separate_async_run
+    rli = run.extra["rl_insight"]
+    spans = _spans(run)
+    assert rli.hub_targets(), "the hub never registered its /metrics with RL-Insight's server"
+    assert "rl_insight_monitor_" in rli.hub_metrics, rli.hub_metrics[-2000:]
+    lanes = rli.rx.received.spans
+    assert lanes, "RL-Insight's hub exported no span"
+    assert all(s.resource.get("service.name") == "rl_insight_monitor" for s in lanes), lanes[0].resource
+    header = OURS["OTEL_EXPORTER_OTLP_HEADERS"].split("=")[0]
+    assert rli.rx.received.trace_headers and not [h for h in rli.rx.received.trace_headers if header in h]
+    assert not [s.resource for s in lanes if "verl_otel.test" in s.resource]
+    log = (run.out / "demo.log").read_text(errors="replace")
+    assert "telemetry error in" not in log and "telemetry set-up for" not in log, "verl-otel failed beside RL-Insight"
+    # ours: every process verl-otel instrumented applied them
+    roles = {s.resource["verl.process.role"] for s in spans}
+    assert {"trainer", "train_worker", "agent_loop_worker"} <= roles, roles
+    assert all(s.resource.get("verl_otel.test") == "ours" for s in spans), {
+        s.resource["verl.process.role"] for s in spans if s.resource.get("verl_otel.test") != "ours"
+    }

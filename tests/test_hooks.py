@@ -93,6 +93,8 @@ def test_hook_outside_version_range_is_skipped():
         ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}, True),
         ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "VERL_OTEL_ENABLED": "0"}, False),
         ({"VERL_OTEL_ENABLED": "1", "OTEL_SDK_DISABLED": "true"}, False),
+        # a Ray worker of a job whose driver set only an endpoint: it came in VERL_OTEL_JOB_OTEL
+        ({"VERL_OTEL_JOB_OTEL": '{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}'}, True),
         ({}, False),
     ],
 )
@@ -109,13 +111,13 @@ def test_ray_init_carries_settings_to_workers(monkeypatch, tmp_path):
     from verl_otel.hooks.ray_env import job_env, merge_runtime_env
 
     monkeypatch.setenv("VERL_OTEL_DIR", "rel-dir")
-    monkeypatch.setenv("OTEL_SERVICE_NAME", "svc")
+    monkeypatch.setenv("VERL_PROGRESS_LOG", "1")
     monkeypatch.chdir(tmp_path)
     env = job_env()
     assert env["VERL_OTEL_DIR"] == str(tmp_path / "rel-dir")
-    merged = merge_runtime_env({"env_vars": {"OTEL_SERVICE_NAME": "user-choice"}, "pip": ["x"]}, env)
-    assert merged["env_vars"]["OTEL_SERVICE_NAME"] == "user-choice"  # the user's value wins
-    assert merged["env_vars"]["VERL_OTEL_DIR"] == str(tmp_path / "rel-dir")
+    merged = merge_runtime_env({"env_vars": {"VERL_OTEL_DIR": "user-choice"}, "pip": ["x"]}, env)
+    assert merged["env_vars"]["VERL_OTEL_DIR"] == "user-choice"  # the user's value wins
+    assert merged["env_vars"]["VERL_PROGRESS_LOG"] == "1"
     assert merged["pip"] == ["x"]
 
 

@@ -16,7 +16,7 @@ def _run() -> None:
     try:
         from verl_otel import _env
 
-        if _env.mode() == _env.MODE_OFF:
+        if _env.mode(_env.with_job_otel()) == _env.MODE_OFF:  # an endpoint the driver carried switches it on
             return
         from verl_otel.hooks.targets import install_all
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 
 TRUTHY = frozenset({"1", "true", "yes", "on"})
 FALSY = frozenset({"", "0", "false", "no", "off"})
@@ -20,6 +20,9 @@ OTLP_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDP
 # tracing is on, for its own child processes; a rollout server that knows says which value that is here
 # (semconv.ENV_ENGINE_ENDPOINT), so neither it nor its children take vLLM's endpoint for the user's collector
 ENGINE_ENDPOINT = "VERL_OTEL_ENGINE_ENDPOINT"
+# the driver's OTEL_* variables as one JSON object, set on ray.init (hooks/ray_env.py; semconv.ENV_JOB_OTEL): they
+# apply in a process verl-otel instruments, never in another (RL-Insight's hub keeps its own OTel settings)
+JOB_OTEL = "VERL_OTEL_JOB_OTEL"
 LOG_LEVEL = "VERL_OTEL_LOG_LEVEL"  # read by _log.py before any settings exist; config.load names a bad value
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -86,3 +89,33 @@ def mode(env: Mapping[str, str] | None = None) -> str:
     if parse_flag(env.get(PROGRESS_LOG, "")) is True:
         return MODE_CONSOLE
     return MODE_OFF
+
+
+def job_otel(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The OTEL_* variables the driver carried in ``VERL_OTEL_JOB_OTEL`` ({} when none or unreadable)."""
+    raw = (os.environ if env is None else env).get(JOB_OTEL, "")
+    if not raw.strip():
+        return {}
+    import json  # only where a job carries them: the start-up hook of every other process stays light
+
+    try:
+        carried = json.loads(raw)
+    except ValueError:
+        return {}
+    if not isinstance(carried, dict):
+        return {}
+    return {k: v for k, v in carried.items() if isinstance(k, str) and k.startswith("OTEL_") and isinstance(v, str)}
+
+
+def with_job_otel(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``env`` as a process verl-otel instruments sees it: its own values, then what the driver carried."""
+    env = os.environ if env is None else env
+    return {**job_otel(env), **env}
+
+
+def apply_job_otel(env: MutableMapping[str, str] | None = None) -> None:
+    """Put the carried OTEL_* variables where the SDK reads them, in this process only (its runtime is being
+    made: verl-otel instruments it); a value the process has of its own wins."""
+    env = os.environ if env is None else env
+    for key, val in job_otel(env).items():
+        env.setdefault(key, val)

@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 
 from verl_otel import _env
 from verl_otel import semconv as sc
+from verl_otel._env import apply_job_otel
 from verl_otel._log import warn_once
 from verl_otel.otel_env import OTEL_VARIABLES, sanitize_otel_env
 from verl_otel.otel_env import show as _show
@@ -360,6 +361,7 @@ __all__ = [
     "ProgressSettings",
     "Settings",
     "StallSettings",
+    "apply_job_otel",
     "hostname",
     "load",
     "load_progress",

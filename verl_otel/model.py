@@ -140,7 +140,7 @@ class Model:
         role: str,
         *,
         key: str | None = None,
-        worker_index: int | None = None,
+        index: int | None = None,
         project: Any = None,
         experiment: Any = None,
         **parts: Any,
@@ -152,7 +152,7 @@ class Model:
         row = ROLES.get(key)
         self.runtime.wire(
             role,
-            worker_index=worker_index,
+            index=index,
             project=project,
             experiment=experiment,
             setup=None if row is None else (lambda _rt: row(self, **parts)),

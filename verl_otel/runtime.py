@@ -1,11 +1,9 @@
-"""One telemetry runtime per process: settings, the tracer (ours or the caller's), the metric state,
-the exporters and the one flusher thread.
-
-:func:`current` never raises: the runtime is made on first use (again in a forked child), its SDK parts
-lazily, each behind a boundary that degrades (a no-op tracer, no exporter) with one log line instead of
-raising into verl. It owns the process' telemetry model (verl_otel/model.py, which the hooks reach). A process
-says what it is with :meth:`Runtime.wire` (role, run, the role's own set-up, once per role); training threads
-only *ask* for a flush (:meth:`Runtime.flush_soon`); fit end waits ``VERL_OTEL_SHUTDOWN_TIMEOUT`` s at most.
+"""One telemetry runtime per process: settings, the tracer (ours or the caller's), the metric state, the exporters and
+the one flusher thread. :func:`current` never raises: the runtime is made on first use (again in a forked child), its
+SDK parts lazily, each behind a boundary that degrades (a no-op tracer, no exporter) with one log line instead of
+raising into verl. It owns the process' telemetry model (verl_otel/model.py, which the hooks reach). A process says
+what it is with :meth:`Runtime.wire` (role, run, the role's own set-up, once per role); training threads only *ask*
+for a flush (:meth:`Runtime.flush_soon`); fit end waits ``VERL_OTEL_SHUTDOWN_TIMEOUT`` s at most.
 """
 
 from __future__ import annotations
@@ -72,7 +70,7 @@ class Runtime:
         self,
         role: str,
         *,
-        worker_index: int | None = None,
+        index: int | None = None,
         project: Any = None,
         experiment: Any = None,
         setup: Callable[[Runtime], None] | None = None,
@@ -89,7 +87,7 @@ class Runtime:
                 return
             self._wired.add(key)  # one try: a set-up that failed is reported, not retried per call
             try:
-                self.declare(role, worker_index, project, experiment)
+                self.declare(role, index, project, experiment)
                 self._start_metrics()
                 if setup is not None:
                     setup(self)
@@ -116,15 +114,20 @@ class Runtime:
     def wired(self, key: str) -> bool:
         return key in self._wired
 
-    def declare(self, role: str, worker_index: int | None = None, project: Any = None, experiment: Any = None) -> None:
-        """What this process is (the resource is fixed once the first span exists)."""
+    def declare(self, role: str, index: int | None = None, project: Any = None, experiment: Any = None) -> None:
+        """What this process is, its index in that role (the resource is fixed once the first span exists)."""
         with self._lock:
             if self._tracer is None:
-                self._role = (role, worker_index)
+                self._role = (role, index)
             if project:
                 self._run[sc.RES_PROJECT] = str(project)[:256]
             if experiment:
                 self._run[sc.RES_EXPERIMENT] = str(experiment)[:256]
+
+    def _resource(self) -> Any:
+        from verl_otel.export.providers import resource
+
+        return resource(*self._role, self._run, self.settings.deprecated_names)
 
     @property
     def role(self) -> str:
@@ -162,7 +165,7 @@ class Runtime:
             from verl_otel.export import providers
 
             providers.quiet_sdk_logs()
-            res = providers.resource(self._role[0], self._role[1], self._run)
+            res = self._resource()
             self._provider, self.destination = providers.tracer_provider(
                 self.settings, res, self.state.drop, on_buffer=self.unsent.add
             )
@@ -183,7 +186,7 @@ class Runtime:
                 try:
                     from verl_otel.export import providers
 
-                    res = getattr(self._provider, "resource", None) or providers.resource(*self._role, self._run)
+                    res = getattr(self._provider, "resource", None) or self._resource()
                     self._engine_provider, _ = providers.tracer_provider(
                         self.settings,
                         res,
@@ -263,7 +266,7 @@ class Runtime:
         res = None
         if self.settings.metrics_endpoint is not None and _given.get("meter_provider") is None:
             self.tracer  # noqa: B018 - the resource is the tracer provider's
-            res = getattr(self._provider, "resource", None) or providers.resource(*self._role, self._run)
+            res = getattr(self._provider, "resource", None) or self._resource()
         self._meter_provider = providers.start_push(self.state, self.settings, res, _given.get("meter_provider"))
 
     # -- flushing -----------------------------------------------------------------------------------
@@ -342,8 +345,8 @@ def _make() -> Runtime:
     with _lock:
         if _current is not None and _current.pid == os.getpid():
             return _current
-        problems = cfg.sanitize_otel_env()
-        for line in problems:
+        cfg.apply_job_otel()  # the driver's OTEL_* reach this process now: verl-otel instruments it
+        for line in cfg.sanitize_otel_env():
             warn_once(f"setting:{line}", line)
         try:
             settings = cfg.load()
@@ -357,11 +360,9 @@ def _make() -> Runtime:
 
 def _at_exit(rt: Runtime) -> None:
     """Export what is left, within VERL_OTEL_SHUTDOWN_TIMEOUT (the SDK's exit hooks wait without a deadline)."""
-    try:
+    with contextlib.suppress(Exception):
         if rt.pid == os.getpid():
             rt.finish()
-    except Exception:  # noqa: BLE001
-        pass
 
 
 def preset_span_id(span_id: int | None) -> contextlib.AbstractContextManager[None]:
@@ -379,8 +380,8 @@ def configure(tracer_provider: Any = None, meter_provider: Any = None) -> None:
     """Use the caller's providers (``instrument(tracer_provider=..., meter_provider=...)``), as the
     contrib instrumentors do. Takes effect for parts not made yet."""
     with _lock:
-        given = {"tracer_provider": tracer_provider, "meter_provider": meter_provider}
-        _given.update((key, part) for key, part in given.items() if part is not None)
+        given = (("tracer_provider", tracer_provider), ("meter_provider", meter_provider))
+        _given.update((key, part) for key, part in given if part is not None)
 
 
 def reset_for_tests() -> None:

@@ -37,6 +37,7 @@ class Received:
     metric_points: list[tuple[str, dict[str, str], float]] = field(default_factory=list)
     exemplars: list[tuple[str, str]] = field(default_factory=list)  # (metric, trace id) of histogram points
     requests: int = 0
+    trace_headers: list[dict[str, str]] = field(default_factory=list)  # each OTLP/HTTP trace request's headers
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add_traces(self, req: trace_service_pb2.ExportTraceServiceRequest) -> None:
@@ -148,6 +149,8 @@ class OtlpReceiver:
                 if self.path == "/v1/traces":
                     req = trace_service_pb2.ExportTraceServiceRequest()
                     req.ParseFromString(body)
+                    with rx.received.lock:
+                        rx.received.trace_headers.append({k.lower(): v for k, v in self.headers.items()})
                     rx.received.add_traces(req)
                     resp = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
                 elif self.path == "/v1/metrics":

@@ -76,7 +76,7 @@ def client_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any,
 # -- server side -----------------------------------------------------------------------------------
 def _switch_tracing_on(server: Any, ns: Any) -> None:
     m = model.current()
-    m.wire(sc.ROLE_ROLLOUT_SERVER, worker_index=_replica(server))
+    m.wire(sc.ROLE_ROLLOUT_SERVER, index=_replica(server))
     rt = m.runtime
     replica = _replica(server)
     attrs = {} if replica is None else {sc.ATTR_ENGINE_REPLICA: replica}

@@ -36,7 +36,7 @@ from verl_otel.progress.total import TotalBar
 from verl_otel.telemetry.rollout import RolloutTracker
 
 
-def _worker_index() -> int | None:
+def _rollout_worker_index() -> int | None:
     """Agent-loop actors are named ``agent_loop_worker_{i}_{uuid}`` by verl's manager."""
     try:
         import ray
@@ -53,10 +53,10 @@ def _wire(worker: Any = None) -> None:
     m = model.current()
     if m.wired(sc.ROLE_AGENT_LOOP):
         return
-    m.rollout.worker = _worker_index()
+    m.rollout.worker = _rollout_worker_index()
     m.wire(
         sc.ROLE_AGENT_LOOP,
-        worker_index=m.rollout.worker,
+        index=m.rollout.worker,
         describe=sample_attributes,
         **run_names(worker),
     )

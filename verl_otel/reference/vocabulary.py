@@ -145,7 +145,9 @@ def settings_markdown() -> str:
         "value that cannot be used logs one line naming the variable and the default used, and the default is "
         "used. Set them in the driver's environment: the `ray.init` hook copies every "
         + ", ".join(f"`{p}*`" for p in sc.PROPAGATED_ENV_PREFIXES)
-        + " variable to the job's workers on every node.",
+        + " variable to the job's workers on every node, and the `OTEL_*` ones inside `"
+        + sc.ENV_JOB_OTEL
+        + "`, applied only in the processes verl-otel instruments (another SDK in the job keeps its own).",
         "",
         "| variable | default | meaning |",
         "|---|---|---|",

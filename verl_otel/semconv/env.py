@@ -43,6 +43,9 @@ ENV_ENGINE_ENDPOINT: Final = "VERL_OTEL_ENGINE_ENDPOINT"  # the start-up parser'
 # set by us on `ray.init` (hooks/ray_env.py): the driver's hostname, so a process on another node can tell that
 # a loopback OTLP endpoint it was forwarded is not the driver's Collector
 ENV_DRIVER_HOST: Final = "VERL_OTEL_DRIVER_HOST"
+# set by us on `ray.init`: the driver's OTEL_* variables as one JSON object, applied only in a process verl-otel
+# instruments (a process it does not, such as RL-Insight's hub actor, keeps its own OTel settings)
+ENV_JOB_OTEL: Final = "VERL_OTEL_JOB_OTEL"  # the start-up parser's copy: _env.JOB_OTEL
 # read by the Collector agent (deploy/otel-collector/agent.yaml), not by verl-otel: the gateway's OTLP address,
 # the agent's OTLP bind address and its queue's folder
 ENV_GATEWAY_ENDPOINT: Final = "VERL_OTEL_GATEWAY_ENDPOINT"
@@ -61,7 +64,10 @@ ENV_ROLLOUT_PROGRESS_BAR_WIDTH: Final = "VERL_ROLLOUT_PROGRESS_BAR_WIDTH"
 #: ours that stay in their process (a host's own name)
 NOT_PROPAGATED_ENV: Final[tuple[str, ...]] = (ENV_HOSTNAME,)
 #: Environment prefixes that travel to every Ray worker of the job (runtime_env env_vars).
-PROPAGATED_ENV_PREFIXES: Final[tuple[str, ...]] = ("VERL_OTEL_", "OTEL_", "VERL_PROGRESS_", "VERL_ROLLOUT_PROGRESS_")
+PROPAGATED_ENV_PREFIXES: Final[tuple[str, ...]] = ("VERL_OTEL_", "VERL_PROGRESS_", "VERL_ROLLOUT_PROGRESS_")
+#: OpenTelemetry's own variables travel inside ENV_JOB_OTEL instead: another library's SDK in the job (RL-Insight's
+#: hub) must not export with a sampler, headers or a switch meant for verl-otel's
+CARRIED_ENV_PREFIX: Final = "OTEL_"
 
 # Embedded-default file names under VERL_OTEL_DIR
 TRACES_FILE: Final = "traces.jsonl"

@@ -20,6 +20,7 @@ from verl_otel.semconv.env import (
     ENV_EXPORT_BUFFER_MB,
     ENV_GATEWAY_ENDPOINT,
     ENV_HOSTNAME,
+    ENV_JOB_OTEL,
     ENV_LOG_LEVEL,
     ENV_MAX_FILE_MB,
     ENV_MAX_FILES,
@@ -164,4 +165,8 @@ ENV_INTERNAL: Final[dict[str, str]] = {
     ENV_ROLE: "a process' role before a hook says it (default `other`; the demo's stand-ins set it)",
     ENV_ENGINE_ENDPOINT: "the OTLP endpoint verl-otel gave a rollout engine's own tracing (not the user's collector)",
     ENV_DRIVER_HOST: "the driver's hostname, set on `ray.init`: a process on another host names a loopback endpoint",
+    ENV_JOB_OTEL: (
+        "the driver's `OTEL_*` variables (JSON), set on `ray.init` and applied only where verl-otel instruments the "
+        "process; another SDK in the job (RL-Insight's hub) never sees them"
+    ),
 }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from verl_otel.semconv.engine import ROLE_ROLLOUT_SERVER
 from verl_otel.semconv.stall import SPAN_STALL
 
 INSTRUMENTATION_NAME: Final = "verl_otel"
@@ -186,7 +187,12 @@ NON_PHASE_SPANS: Final[frozenset[str]] = frozenset(
 RES_PROJECT: Final = ATTR_PROJECT
 RES_EXPERIMENT: Final = ATTR_EXPERIMENT
 RES_ROLE: Final = "verl.process.role"
-RES_WORKER_INDEX: Final = "verl.process.worker_index"
+#: the process' index within its process role, named for what it counts (a training worker's rank is ATTR_WORKER_RANK
+#: on its spans): an agent-loop (rollout) worker's index, a rollout replica's rank
+RES_ROLLOUT_WORKER_INDEX: Final = "verl.process.rollout_worker_index"
+RES_REPLICA_INDEX: Final = "verl.process.replica_index"
+#: both, before 0.1.0's rename ("worker" is a training worker): exported too for a release (CHANGELOG.md)
+RES_DEPRECATED_WORKER_INDEX: Final = "verl.process.worker_index"
 RES_NODE: Final = "host.name"
 RES_PID: Final = "process.pid"
 #: One process (the Collector's prometheus exporter makes it the series' ``instance``, as host:port is on the
@@ -202,6 +208,11 @@ ROLE_WORKER: Final = "train_worker"
 ROLE_OTHER: Final = "ray_worker"
 #: a standalone rollout replica's worker (verl's ``CheckpointEngineWorker``, not its LLM server): receives weights
 ROLE_REPLICA_WORKER: Final = "replica_worker"
+#: which resource key carries a process' index within its role (the others have none)
+INDEX_OF_ROLE: Final[dict[str, str]] = {
+    ROLE_AGENT_LOOP: RES_ROLLOUT_WORKER_INDEX,
+    ROLE_ROLLOUT_SERVER: RES_REPLICA_INDEX,
+}
 
 # --------------------------------------------------------------------------------------------
 # Async trainers (fully_async): the rollouter service, parameter versions, staleness
