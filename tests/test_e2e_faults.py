@@ -66,8 +66,8 @@ def test_collector_unreachable_slow_and_gone_mid_run(tmp_path):
             ["update_actor@2=6"],
             scrape=False,
             extra_env={
-                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": rx.http_endpoint,
-                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": f"http://127.0.0.1:{free_port()}",
+                "OTEL_EXPORTER_OTLP_ENDPOINT": rx.http_endpoint,  # /v1/traces appended (a signal's own is not)
+                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": f"http://127.0.0.1:{free_port()}/v1/metrics",
                 "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
                 "OTEL_METRIC_EXPORT_INTERVAL": "1000",
             },
