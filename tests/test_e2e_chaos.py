@@ -2,12 +2,12 @@
 without telemetry (same exit code, same steps), within VERL_OTEL_SHUTDOWN_TIMEOUT + 10% of the clean
 run's wall time, with drops counted and no verl-otel traceback.
 
-Faults: a collector that never answers, one that resets every connection, one that answers garbage;
-a trace directory that does not answer (a FIFO) and one that is full (a tmpfs with 8 KB left); OTEL_* values the
-SDK rejects and non-finite numbers in our settings; an agent-loop worker and an FSDP worker killed
-mid-run (the FSDP kill compared with the same kill in a run without telemetry).
+Faults: a collector that resets every connection and one that answers garbage, both then never answering (one
+run); a trace directory that does not answer (a FIFO) and one that is full (a tmpfs with 8 KB left); OTEL_* values
+the SDK rejects and non-finite numbers in our settings; an FSDP worker killed mid-run (compared with the same kill
+in a run without telemetry).
 
-Each run is a 2-step legacy GRPO run (~1-2 min on 2 cores). The issue's bound, ``1.1 x clean + timeout``,
+Each run is a 2-step legacy GRPO run (~1-2 min on 2 cores): 6 runs. The issue's bound, ``1.1 x clean + timeout``,
 is checked on verl's ``fit()`` as the demo's plugin times it (with ``FIT_JITTER_S`` for a 2-step fit's noise);
 the whole run's wall time includes Ray's start-up, which varies by tens of seconds on a loaded machine, and
 gets ``RAY_JITTER_S`` on top: enough for that, not for a hang at exit."""
@@ -53,6 +53,7 @@ class Run:
 def _run(
     out: Path, extra_env: dict[str, str], slow: list[str] | None = None, killer: threading.Thread | None = None
 ) -> Run:
+    """One demo run; ``killer``: a thread started with it, which acts on the run from outside."""
     from verl_otel.demo.runner import run_demo
 
     out.mkdir(parents=True, exist_ok=True)
@@ -142,29 +143,48 @@ BAD_SETTINGS = {
 }
 
 
-@pytest.mark.parametrize("traces,metrics", [("blackhole", "blackhole"), ("reset", "garbage")])
-def test_broken_collector(tmp_path, clean_run, traces, metrics):
-    """The collector never answers (traces and metrics), or resets every trace export while answering
-    garbage to every metric export; the SDK-rejected settings and non-finite numbers ride along on the
-    never-answering one."""
-    extra = BAD_SETTINGS if traces == "blackhole" else {}
-    with BadCollector(traces) as bad_traces, BadCollector(metrics) as bad_metrics:
+def _broken_then_silent(traces: BadCollector, metrics: BadCollector, settle_s: float = 5.0) -> threading.Thread:
+    """Once both collectors were reached (the trace exporter resets, the metric exporter reads garbage) and
+    ``settle_s`` more went by, both stop answering at all for the rest of the run: its end, the exporters' last
+    flush against a collector that never answers, is the case that tests the shutdown bound."""
+
+    def switch() -> None:
+        deadline, first = time.monotonic() + 600, None
+        while time.monotonic() < deadline:
+            if traces.connections and metrics.connections:
+                first = first or time.monotonic()
+                if time.monotonic() - first >= settle_s:
+                    traces.become("blackhole")
+                    metrics.become("blackhole")
+                    return
+            time.sleep(0.5)
+
+    return threading.Thread(target=switch, daemon=True)
+
+
+def test_broken_collector(tmp_path, clean_run):
+    """One run through three broken collectors: every trace export reset and garbage answered to every metric
+    export, then a collector that never answers either (to the run's end); the SDK-rejected settings and
+    non-finite numbers ride along."""
+    with BadCollector("reset") as bad_traces, BadCollector("garbage") as bad_metrics:
         run = _run(
             tmp_path,
             {
                 "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": bad_traces.endpoint,
                 "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": bad_metrics.endpoint,
                 "OTEL_METRIC_EXPORT_INTERVAL": "1000",
-                **extra,
+                **BAD_SETTINGS,
             },
+            killer=_broken_then_silent(bad_traces, bad_metrics),
         )
-        assert bad_traces.connections > 0 and bad_metrics.connections > 0, "the exporters did try"
+        seen = {"traces": dict(bad_traces.seen), "metrics": dict(bad_metrics.seen)}
+    # the exporters did try each kind
+    assert set(seen["traces"]) == {"reset", "blackhole"} and set(seen["metrics"]) == {"garbage", "blackhole"}, seen
     _assert_like_clean(run, clean_run)
     assert "cannot send spans to" in run.log or "Failed to export" in run.log, run.log[-3000:]
-    if extra:
-        for name in ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "VERL_OTEL_MAX_TEXT", "VERL_PROGRESS_LOG_INTERVAL"):
-            assert name in run.log, name
-        assert "[VERL_PROGRESS]" in run.log, "the seed's lines still print with their defaults"
+    for name in ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "VERL_OTEL_MAX_TEXT", "VERL_PROGRESS_LOG_INTERVAL"):
+        assert name in run.log, name
+    assert "[VERL_PROGRESS]" in run.log, "the seed's lines still print with their defaults"
 
 
 def test_unresponsive_trace_directory(tmp_path, clean_run):

@@ -7,7 +7,11 @@ runs on A and whose training workers (ranks 0 and 1, gloo across the hosts) and 
 cluster under it (``cluster``).
 
 Each host's VERL_OTEL_DIR is the same path, ``/tmp/demo``, on that host's own /tmp: the run's data is split over
-the hosts as on real machines without a shared filesystem (``Host.outside`` reads one host's)."""
+the hosts as on real machines without a shared filesystem (``Host.outside`` reads one host's).
+
+Then ONE v1 run on the same cluster (``multihost_v1``, helpers/multihost_v1.py): the Collector as users deploy it
+across hosts (the gateway and Jaeger on A, an agent on B, the agent SIGKILLed for part of the run) and one
+``VERL_OTEL_DIR`` shared by both hosts (the collisions of a shared folder, on a real run)."""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -26,7 +31,9 @@ import pytest
 
 from helpers.hosts import Host, Hosts, hosts_or_skip
 from helpers.hosts_ray import HostProm, RayCluster, host_env
+from helpers.multihost_v1 import V1Run, v1_run
 from helpers.prom import available as prom_available
+from helpers.real_stack import go_binaries, wait_until
 
 from verl_otel import semconv as sc
 from verl_otel.analysis.otlp_json import read_file
@@ -184,7 +191,7 @@ def multihost_run(cluster) -> Iterator[MultiHostRun]:
     yield MultiHostRun(cluster, rc, out_path.read_text(errors="replace"), answers, up)
 
 
-def _answer(run: MultiHostRun, name: str) -> str:
+def _answer(run: MultiHostRun | V1Run, name: str) -> str:
     """What ``name`` printed on A (it must have answered)."""
     proc = run.answers.get(name)
     assert proc is not None, f"`{name}` was not asked: the run never lingered\n{run.failure()}"
@@ -203,7 +210,10 @@ def _host(span: Span) -> str:
 def test_one_trace_per_step_with_spans_of_both_hosts_every_parent_present(multihost_run):
     """One trace per step: the other host's training-worker calls sit under the phases of the trainer's host
     (verl's TaskRunner lands on either host; the driver stays on A), every parent there."""
-    spans = multihost_run.spans()
+    _assert_step_traces(multihost_run.spans())
+
+
+def _assert_step_traces(spans: list[Span]) -> None:
     steps = [s for s in spans if s.name == sc.SPAN_STEP and s.attributes.get(sc.ATTR_GLOBAL_STEP, 0) >= 1]
     assert sorted(s.attributes[sc.ATTR_GLOBAL_STEP] for s in steps) == list(range(1, STEPS + 1)), steps
     by_trace: dict[str, list[Span]] = defaultdict(list)
@@ -292,3 +302,80 @@ def test_namespaces_share_one_clock(multihost_run):
     ranking = json.loads(_answer(multihost_run, "slow-steps"))
     assert len(ranking) == STEPS, ranking
     assert all(not r["clock_skew_s"] for r in ranking), [(r["global_step"], r["clock_offsets"]) for r in ranking]
+
+
+# -- the v1 run: the Collector agent on B, one shared VERL_OTEL_DIR ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def multihost_v1(cluster) -> Iterator[V1Run]:
+    bins = go_binaries()  # without Go: skipped, failed under CI=true
+    state = Path(tempfile.mkdtemp(prefix="verl-otel-multihost-", dir="/var/tmp"))  # outside every host's /tmp
+    t0 = time.monotonic()
+    try:
+        with v1_run(cluster.ray, state, bins) as run:
+            TIMINGS["v1 run"] = time.monotonic() - t0
+            yield run
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def test_the_v1_run_ends_normally_through_the_agents_outage(multihost_v1):
+    o = multihost_v1.outage
+    assert multihost_v1.rc == 0, multihost_v1.failure()
+    assert not o.errors and o.killed and o.restarted, (o, multihost_v1.failure())
+
+
+def test_every_step_whole_in_jaeger_once_the_agent_on_b_is_back(multihost_v1):
+    """B's processes send to B's agent (the driver's loopback endpoint, on B), which forwards to the gateway on
+    A: step 2's spans made on B while the agent was down (SIGKILL) reach Jaeger once it is back, every step one
+    trace with spans of both hosts and every parent present."""
+    o = multihost_v1.outage
+
+    def whole() -> list[Span]:
+        spans = multihost_v1.jaeger_spans()
+        try:
+            _assert_step_traces(spans)
+        except AssertionError:
+            return []
+        return spans
+
+    spans = wait_until(whole, timeout=90, every=3)
+    if not spans:
+        _assert_step_traces(multihost_v1.jaeger_spans())
+    assert o.killed and o.restarted
+    during = [s for s in spans if _host(s) == "hostb" and o.killed < s.end_ns / 1e9 < o.restarted]
+    assert during, "no span of host B ended while its agent was down"
+
+
+def test_a_loopback_endpoint_forwarded_to_b_is_named_there(multihost_v1):
+    """The driver's loopback endpoint reached B's processes as it is: they say so in one start-up line."""
+    log = (multihost_v1.shared / "demo.log").read_text(errors="replace")
+    assert "is loopback on host hostb (the driver runs on hosta)" in log, multihost_v1.failure()
+
+
+def test_the_shared_targets_file_keeps_both_hosts_processes(multihost_v1):
+    """Every process of both hosts writes the one shared prometheus_targets.json: read five times while the run
+    lingered, it always lists both hosts' processes, B's on B's address (none dropped as a dead local pid)."""
+    assert len(multihost_v1.targets) == 5, multihost_v1.failure()
+    for groups in multihost_v1.targets:
+        assert groups is not None
+        by_host: dict[str, list[str]] = defaultdict(list)
+        for g in groups:
+            by_host[g["labels"][sc.LABEL_HOST]] += g["targets"]
+        assert set(by_host) == {"hosta", "hostb"}, groups
+        assert all(t.rsplit(":", 1)[0] == multihost_v1.b.addr for t in by_host["hostb"]), by_host
+
+
+def test_the_shared_folder_keeps_both_hosts_evidence_apart(multihost_v1):
+    """The hang in both training workers (one per host) of the same step and phase: two evidence files in the
+    one stalls/ folder, each named with its host; `doctor` on A reads both, one record per host. Spans a process
+    kept back while B's agent was down (unsent/) carry the host in their name as well."""
+    stalls = sorted(p.name for p in (multihost_v1.shared / sc.STALLS_DIR).glob("*"))
+    for host in ("hosta", "hostb"):
+        assert any(host in n and "update_actor" in n for n in stalls), stalls
+    report = json.loads(_answer(multihost_v1, "doctor"))
+    hosts = {r["host"] for r in report["stalls"] if r["phase"] == sc.PHASE_UPDATE_ACTOR}
+    assert hosts == {"hosta", "hostb"}, report["stalls"]
+    unsent = [p.name for p in (multihost_v1.shared / sc.UNSENT_DIR).glob("*")]
+    assert all("hosta" in n or "hostb" in n for n in unsent), unsent

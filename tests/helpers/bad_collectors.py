@@ -1,13 +1,15 @@
 """TCP servers on 127.0.0.1 that misbehave as a broken collector does: ``blackhole`` accepts and never
 answers, ``reset`` accepts and resets the connection at once, ``garbage`` answers every request with
-bytes that are neither HTTP/2 (gRPC) nor HTTP/1. Bounded: daemon threads, at most 64 connections held,
-closed by :meth:`BadCollector.close`."""
+bytes that are neither HTTP/2 (gRPC) nor HTTP/1. ``become(mode)`` changes how it misbehaves mid-run (one run
+sees several kinds of broken collector); ``seen`` counts the connections of each mode. Bounded: daemon threads, at
+most 64 connections held, closed by :meth:`BadCollector.close`."""
 
 from __future__ import annotations
 
 import socket
 import struct
 import threading
+from collections import Counter
 
 
 class BadCollector:
@@ -20,6 +22,7 @@ class BadCollector:
         self._held: list[socket.socket] = []
         self._stop = threading.Event()
         self.connections = 0
+        self.seen: Counter[str] = Counter()
         threading.Thread(target=self._serve, daemon=True).start()
 
     @property
@@ -33,6 +36,7 @@ class BadCollector:
             except (TimeoutError, OSError):
                 continue
             self.connections += 1
+            self.seen[self.mode] += 1
             if self.mode == "reset":
                 conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 conn.close()
@@ -48,6 +52,14 @@ class BadCollector:
                 self._held.append(conn)
                 if len(self._held) > 64:
                     self._held.pop(0).close()
+
+    def become(self, mode: str) -> None:
+        """Misbehave as ``mode`` from the next connection on; the held ones are closed (the client reconnects)."""
+        assert mode in ("blackhole", "reset", "garbage")
+        self.mode = mode
+        held, self._held = self._held, []
+        for conn in held:
+            conn.close()
 
     def close(self) -> None:
         self._stop.set()
