@@ -5,10 +5,13 @@ a screenshot shows the lanes. The shared v1 run's page: tests/test_e2e_timeline.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from helpers import timeline_spans as syn
 from helpers.browser_page import colours, hex_rgb, open_page
+from helpers.jaeger import FakeJaeger
 
 from verl_otel import semconv as sc
 from verl_otel.analysis import timeline as tlm
@@ -148,3 +151,22 @@ def test_png_shows_the_lanes(tmp_path):
     assert all(n > 500 for n in phase_px.values()), phase_px  # the driver's bars and the ranks' calls
     assert seen[hex_rgb(timeline_page.SAMPLE_COLOR)] > 1000  # the samples on the agent-loop workers' lanes
     assert sum(seen.values()) - seen[(255, 255, 255)] > 50_000  # a picture, not a blank page
+
+
+def test_from_jaeger(tmp_path, capsys):
+    """--jaeger: the step found by a search of step traces, then its trace read whole (a local Jaeger query
+    service answering in Jaeger's v3 shape: tests/helpers/jaeger.py)."""
+    lines = syn.write(tmp_path / "traces.jsonl").read_text().splitlines()
+    body = json.dumps({"result": {"resourceSpans": [json.loads(x)["resourceSpans"][0] for x in lines]}}).encode()
+    jaeger = FakeJaeger({"/api/v3/traces": (200, body), "/api/v3/traces/": (200, body)})
+    try:
+        out = tmp_path / "j.html"
+        args = ["timeline", "--jaeger", jaeger.url, "--since", "4000d", "--step", "5", "-o", str(out)]
+        assert main(args) == 0, capsys.readouterr().err
+        assert "8 lanes" in capsys.readouterr().out
+        assert f"/api/v3/traces/{syn.TRACE}" in jaeger.paths  # the trace read by its id
+        assert "Jaeger at" in out.read_text()
+        assert main([*args[:-4], "--step", "6", "-o", str(out)]) == 2
+        assert "no trace of step 6" in capsys.readouterr().err
+    finally:
+        jaeger.close()
