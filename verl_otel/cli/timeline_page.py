@@ -199,8 +199,8 @@ def render(tl: tlm.Timeline, source: str) -> str:
 <body data-ready="">
 <h2>verl-otel timeline, {escape(title)}</h2>
 <p class="note">service {escape(tl.service or "?")}, trace {escape(tl.trace_id)}, from {escape(source)};
-{lanes} process lane{"s" * (lanes != 1)} under the driver's phases; {escape(samples)}; shaded: stretches
-without a call, by bucket.</p>
+{lanes} process lane{"s" * (lanes != 1)} under the driver's phases; {escape(samples)}; shaded: the stretches
+without a call on each lane, found from the spans, by bucket.</p>
 <div id="readout"></div>
 <div id="main">{_svg(tl)}{_side(tl)}</div>
 <script>{_JS}</script>
