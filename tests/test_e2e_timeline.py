@@ -68,8 +68,10 @@ def test_page_and_png_in_chromium(v1_run, step3, tmp_path):
 
 def test_phase_per_process_panel_over_the_run(v1_run):
     """The state timeline's query over the run's real Prometheus: one row per process; the trainer's row takes
-    the rollout and update_actor states, an agent-loop worker's the rollout state, a training worker's the
-    update_actor state, and every row is between phases at the end."""
+    the rollout and update_actor states, an agent-loop worker's the rollout state (the planted slow sample keeps
+    one in flight for 2 s), and every row is between phases at the end. The CPU demo's mini-batches take
+    milliseconds, too short for a scrape: a training worker's update state is tested in
+    tests/test_phase_timeline_panel.py."""
     prom, end = v1_run.prom, v1_run.query_time
     assert end is not None, v1_run.log_tail()
     expr = timeline_panels.phase_per_process()
@@ -84,6 +86,6 @@ def test_phase_per_process_panel_over_the_run(v1_run):
         states.setdefault(role, set()).update(text[str(int(float(v)))] for _, v in row["values"])
     assert {sc.PHASE_ROLLOUT, sc.PHASE_UPDATE_ACTOR, timeline_panels.IDLE_TEXT} <= states[sc.ROLE_TRAINER], states
     assert sc.PHASE_ROLLOUT in states[sc.ROLE_AGENT_LOOP], states
-    assert sc.PHASE_UPDATE_ACTOR in states[sc.ROLE_WORKER], states
+    assert {sc.ROLE_WORKER, sc.ROLE_REWARD} <= set(states), states  # a row for every process
     last = {row["metric"]["instance"]: row["values"][-1][1] for row in rows}
     assert set(last.values()) == {"0"}, last  # the run settled: every process between phases

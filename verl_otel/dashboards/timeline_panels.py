@@ -29,7 +29,7 @@ def _state(selector: str, phase: str) -> str:
 
 def phase_per_process() -> str:
     """One series per process (run, process role, instance), valued as the state it is in now."""
-    parts = [f"max by ({_BY}) ({m(sc.PROCESS_RESIDENT_MEMORY.name)}) * 0"]
+    parts = []
     for p in _PHASES:
         only = f'{sc.LABEL_PHASE}="{p}"'
         parts.append(_state(f"{m(sc.PHASE_ACTIVE.name, only)} == 1", p))
@@ -38,6 +38,9 @@ def phase_per_process() -> str:
         only = f'{sc.LABEL_ROLE}="{role}"'
         left = f"{m(sc.UPDATE_MINIBATCHES_COMPLETED.name, only)} < {m(sc.UPDATE_MINIBATCHES_EXPECTED.name, only)}"
         parts.append(_state(left, phase))
+    # last: ``or`` keeps a right-hand series only where no left-hand one has its labels, and an agent-loop worker's
+    # rollout state has exactly the baseline's labels (first, it would hide the state)
+    parts.append(f"max by ({_BY}) ({m(sc.PROCESS_RESIDENT_MEMORY.name)}) * 0")
     return f"max by ({_BY}) ({' or '.join(parts)})"
 
 
