@@ -33,7 +33,7 @@ CHECK_CPU_TORCH = $(1)/bin/python -c 'import importlib.metadata as m, sys, torch
 	sys.exit(f"$(1): torch {torch.__version__} is not the CPU build (cuda={torch.version.cuda}, {cuda})") \
 	if torch.version.cuda or cuda else print(f"[verl-otel] $(1): torch {torch.__version__}, no CUDA packages")'
 
-.PHONY: install install-vllm demo test test-fast test-integration test-min lint prometheus stack-bin stack-up stack-down verl-compat bench bench-scale dashboards docs clean
+.PHONY: install install-vllm demo test test-fast test-integration test-min lint prometheus chromium stack-bin stack-up stack-down verl-compat bench bench-scale dashboards docs clean
 
 $(STAMP): pyproject.toml verl_otel/_pth/verl_otel_autoload.pth
 	@echo "[verl-otel] creating $(VENV) and installing: $(TORCH_PIN) from $(or $(TORCH_WHEELS),$(TORCH_INDEX)), then verl $(VERL_VERSION) and verl-otel (a few minutes)"
@@ -71,6 +71,11 @@ prometheus:
 	@command -v promtool >/dev/null 2>&1 && command -v amtool >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null; }
 	@promtool --version 2>&1 | head -1
 
+# a real headless Chromium for `verl-otel timeline --png` and its page's browser tests (tests/test_timeline.py)
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	@chromium --version 2>&1 | head -1
+
 # the stack's real Collector and Jaeger, built from deploy/otel-collector/build and deploy/jaeger/build (Go >= 1.25)
 # into a cache outside the repository (deploy/stack-bin.sh): minutes the first time, seconds after
 stack-bin:
@@ -89,7 +94,7 @@ stack-down: install
 
 # install-vllm: tests/test_e2e_vllm.py runs the real vLLM demo from .venv-vllm (about 5 minutes to build, once)
 # every tier (docs/testing.md); the 25 slowest tests, fixture set-ups included, close the output
-test: install install-vllm prometheus stack-bin lint test-min
+test: install install-vllm prometheus chromium stack-bin lint test-min
 	$(PY) -m pytest -q -p no:cacheprovider --durations=25 tests
 
 # the push-path and metric tests on the OpenTelemetry and prometheus-client floors pyproject.toml declares, in a
@@ -119,7 +124,7 @@ test-fast: install
 	$(PY) -m pytest -q -p no:cacheprovider -m unit tests
 
 # unit and integration: everything but the real verl runs (a few minutes)
-test-integration: install prometheus stack-bin
+test-integration: install prometheus chromium stack-bin
 	$(PY) -m pytest -q -p no:cacheprovider --durations=25 -m 'not e2e' tests
 
 # the same hook tests against older verl releases, each in its own venv

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from grafana_foundation_sdk.cog import runtime
-from grafana_foundation_sdk.models import bargauge, prometheus, stat, table, timeseries
+from grafana_foundation_sdk.models import bargauge, prometheus, stat, statetimeline, table, timeseries
 from grafana_foundation_sdk.models import dashboard as dm
 
 from verl_otel.dashboards import builders, grafana, panels
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def typed_runtime():
     """Panel options, field configs and Prometheus queries decode into their typed models (else they stay dicts
     and any key would survive the round trip)."""
-    for mod in (timeseries, stat, bargauge, table):
+    for mod in (timeseries, stat, bargauge, table, statetimeline):
         runtime.register_panelcfg_variant(mod.variant_config())
     runtime.register_dataquery_variant(prometheus.variant_config())
 
@@ -45,7 +45,9 @@ def test_committed_json_is_the_sdk_model_but_for_the_declared_raw_parts(dash, ty
     assert [q.data["datasource"]["type"] for q in raw] == ["jaeger"] * len(raw), "only the Jaeger search is raw"
     assert len(raw) == sum(p.kind == "traces-table" for p in dash.panels)
     assert all(
-        isinstance(p.options, (timeseries.Options, stat.Options, bargauge.Options, table.Options))
+        isinstance(
+            p.options, (timeseries.Options, stat.Options, bargauge.Options, table.Options, statetimeline.Options)
+        )
         for p in model.panels or []
     )
 

@@ -256,13 +256,14 @@ class Runtime:
         self._metrics_started = True
         if self.settings.console_only and _given.get("meter_provider") is None:
             return  # no /metrics server, no file_sd entry, no OTLP push
-        from verl_otel.export import providers
+        from verl_otel.export import gpu_sampler, providers
         from verl_otel.export.process_memory import ResidentMemory
 
         for reason in sc.DROP_REASONS:  # counters start at 0, so "nothing dropped" is a visible 0
             self.state.drop(reason, 0)
         providers.start_pull(self.state, self.settings, self.run_labels(), self.targets.add)
         self.every_tick(ResidentMemory(self.state))  # read on the flusher's tick, never a training thread
+        self.gpus = gpu_sampler.start_for(self.role, self.state)  # a GPU process' own GPUs, on its own thread
         res = None
         if self.settings.metrics_endpoint is not None and _given.get("meter_provider") is None:
             self.tracer  # noqa: B018 - the resource is the tracer provider's

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any, TypeVar
 
-from grafana_foundation_sdk.builders import bargauge, prometheus, stat, table, timeseries
+from grafana_foundation_sdk.builders import bargauge, prometheus, stat, statetimeline, table, timeseries
 from grafana_foundation_sdk.builders import common as cb
 from grafana_foundation_sdk.builders import dashboard as db
 from grafana_foundation_sdk.cog import builder as cogbuilder
@@ -40,6 +40,7 @@ _PANEL_BUILDERS: dict[str, Any] = {
     "bargauge": bargauge.Panel,
     "table": table.Panel,
     "traces-table": table.Panel,
+    "state-timeline": statetimeline.Panel,
 }
 
 
@@ -179,11 +180,18 @@ def _kind_options(p: g.Panel, b: Any) -> None:
             b.thresholds(
                 db.ThresholdsConfig().mode(dm.ThresholdsMode.ABSOLUTE).steps([dm.Threshold(value=None, color="blue")])
             )
+    elif p.kind == "state-timeline":  # one row per series, coloured by its value's state (p.mappings)
+        b.show_value(cm.VisibilityMode.NEVER).merge_values(True).fill_opacity(80).line_width(0)
+        b.legend(cb.VizLegendOptions().display_mode(cm.LegendDisplayMode.LIST).placement(cm.LegendPlacement.BOTTOM))
+        states = {v: dm.ValueMappingResult(text=t, color=c, index=i) for i, (v, t, c) in enumerate(p.mappings)}
+        b.mappings([dm.ValueMap(states)])
     else:
         b.show_header(True)
 
 
 def _color(p: g.Panel) -> dm.FieldColorModeId:
+    if p.kind == "state-timeline":  # each state's own colour (its value mapping)
+        return dm.FieldColorModeId.FIXED
     if p.kind == "bargauge":  # a progress bar (percentunit) keeps its threshold colour, durations grade to red
         return dm.FieldColorModeId.THRESHOLDS if p.unit == "percentunit" else dm.FieldColorModeId.CONTINUOUS_GR_YL_RD
     return dm.FieldColorModeId.PALETTE_CLASSIC

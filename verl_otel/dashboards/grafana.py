@@ -52,7 +52,7 @@ class Target:
 class Panel:
     title: str
     description: str  # what it shows and what healthy looks like
-    kind: str  # timeseries | stat | bargauge | table | traces-table
+    kind: str  # timeseries | stat | bargauge | table | traces-table | state-timeline
     targets: tuple[Target, ...]
     unit: str = "short"
     stacked: bool = False
@@ -60,6 +60,7 @@ class Panel:
     cpu_empty: str | None = None  # why this may show nothing in the CPU demo
     links: tuple[dict[str, Any], ...] = ()
     repeat: str | None = None  # a variable: one copy of the panel per selected value (vertically)
+    mappings: tuple[tuple[str, str, str], ...] = ()  # value -> (text, colour): a state timeline's states
     # where the dashboard puts it: its rows set both (laid_out); x, y, w, h, and a panel left at x=y=0 is placed by
     # the SDK's dashboard builder after the one before it
     grid: tuple[int, int, int, int] = (0, 0, 12, 8)

@@ -19,6 +19,7 @@ LABEL_SIDE: Final = "side"  # the side of fully_async's MessageQueue that saw it
 LABEL_KEY: Final = "key"
 LABEL_REASON: Final = "reason"
 LABEL_METHOD: Final = "method"  # a training-worker method (verl_worker_call_seconds)
+LABEL_GPU: Final = "gpu"  # a GPU's NVML index on its node: bounded by the node's GPUs
 LABEL_RANK: Final = "rank"  # a training worker's rank: bounded by the world size, not by the run's length
 #: Per-process labels. Pull path: file_sd target labels; push path: the same names come from the
 #: resource attributes through the Collector's resource_to_telemetry_conversion (`.` -> `_`).

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Final
 
 from verl_otel.semconv.metric_def import (
+    LABEL_GPU,
     LABEL_METHOD,
     LABEL_PHASE,
     LABEL_RANK,
@@ -114,9 +115,36 @@ PROCESS_RESIDENT_MEMORY: Final = MetricDef(
     unit="By",
 )
 
+# -- GPUs (NVML, where nvidia-ml-py and a GPU are there: export/gpu_sampler.py) ----------------------------------
+#: a training worker's or rollout replica's own GPUs (CUDA_VISIBLE_DEVICES), read off the training threads
+GPU_UTILIZATION: Final = MetricDef(
+    "verl_gpu_utilization_ratio",
+    "gauge",
+    "Share of the last sample period in which a kernel ran on this GPU (NVML), per GPU this process sees.",
+    (LABEL_GPU,),
+    unit="",
+)
+GPU_MEMORY_USED: Final = MetricDef(
+    "verl_gpu_memory_used_bytes",
+    "gauge",
+    "GPU memory in use on this GPU (NVML; every process on it), per GPU this process sees.",
+    (LABEL_GPU,),
+    unit="By",
+)
+GPU_MEMORY_TOTAL: Final = MetricDef(
+    "verl_gpu_memory_total_bytes",
+    "gauge",
+    "GPU memory of this GPU (NVML), per GPU this process sees.",
+    (LABEL_GPU,),
+    unit="By",
+)
+
 WHY_METRICS: Final[tuple[MetricDef, ...]] = (
     PHASE_S_PER_1K_TOKENS,
     ROLLOUT_TAIL_RATIO,
     WORKER_CALL_SECONDS,
     PROCESS_RESIDENT_MEMORY,
+    GPU_UTILIZATION,
+    GPU_MEMORY_USED,
+    GPU_MEMORY_TOTAL,
 )
