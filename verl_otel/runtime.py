@@ -229,10 +229,10 @@ class Runtime:
 
     def _make_stall_watch(self) -> StallWatch | None:
         try:
-            from verl_otel.export.stall_evidence import EvidenceFiles
+            from verl_otel.export import captures, stall_evidence
 
             s = self.settings
-            evidence = None if s.console_only else EvidenceFiles(s.data_dir / sc.STALLS_DIR)
+            evidence = None if s.console_only else stall_evidence.EvidenceFiles(s.data_dir / sc.STALLS_DIR)
             return StallWatch(
                 s.stall,
                 tracer=lambda: self.tracer,
@@ -241,6 +241,7 @@ class Runtime:
                 evidence=evidence,
                 role=lambda: self.role,
                 on_stall=lambda stall: [tell(stall) for tell in list(self.stall_listeners)],
+                capture=captures.for_settings(s),
             )
         except Exception as exc:  # noqa: BLE001 - no stall detection, never raise
             warn_once("stalls", f"cannot set up stall detection ({exc!r}); it is off in pid {os.getpid()}")
