@@ -297,6 +297,7 @@ class StallWatch:
         if got is None:
             return
         stall.capture, tool = got
+        self._state.inc(sc.CAPTURES_TOTAL, (c.phase,))
         span = trace.get_current_span(c.parent) if c.parent is not None else None
         if span is not None and span.is_recording():  # the stalled call's span: a capture ran in it
             attrs = {sc.ATTR_CAPTURE_FILE: stall.capture, sc.ATTR_CAPTURE_TOOL: tool}
