@@ -275,7 +275,10 @@ class StallWatch:
         if c.step < 0:  # one stall per phase and trace: the next step's must not replace this one's file
             name += f"-{_trace_of(c.parent):032x}"[:9]
         if self._capture is not None:  # while it is stuck: started first, the evidence's header names it
-            self._start_capture(stall, c, name)
+            # the profile opens on the thread the stuck frame is on (an executor's, for a reward call run off the
+            # event loop; the calling thread's without one); a coroutine waiting in await is on no thread: all
+            on = c.thread if stack is None else (None if stack.ident == frames.TASK_IDENT else stack.ident)
+            self._start_capture(stall, c, name, on)
         if self._evidence is not None:
             first = [stack] if stack is not None else []  # the stuck thread first: the cap cuts the others
             rest = [x for x in stacks if x is not stack]
@@ -291,9 +294,9 @@ class StallWatch:
                 self._on_stall(stall)
         return stall
 
-    def _start_capture(self, stall: Stall, c: _Call, name: str) -> None:
+    def _start_capture(self, stall: Stall, c: _Call, name: str, thread: int | None) -> None:
         assert self._capture is not None
-        got = self._capture.start(name, c.phase, self.pid, c.thread)
+        got = self._capture.start(name, c.phase, self.pid, thread)
         if got is None:
             return
         stall.capture, tool = got
