@@ -127,6 +127,7 @@ def main() -> None:
 
         print(f"demo fit() ratio (on/off): {demo_fit_ratio(tmp):.4f}")
 
+    import capture
     import micro
 
     fg, bg = micro.span_us()
@@ -149,6 +150,7 @@ def main() -> None:
     print(f"progress_update_us {micro.progress_update_us():.3f}")
     print(f"stall_watch_us {micro.stall_watch_us():.3f}")
     print(f"stall_dump_ms {micro.stall_dump_ms():.2f}")
+    print(f"capture_slowdown_ratio {capture.capture_slowdown():.4f} (loop rate while py-spy samples / without)")
     stats = blackhole_run()
     print(f"step_end_us {micro.step_end_us():.1f}")
     print(f"startup_ms {micro.startup_ms():.1f}")

@@ -15,7 +15,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 CODE = f"""
 import json, sys
 sys.path.insert(0, {str(BENCH)!r})
-import export_buffer, micro
+import capture, export_buffer, micro
 fg, bg = micro.span_us(n=20, rounds=2)
 ours_us, sdk_us, _ = export_buffer.buffer_export_us(batch=32, rounds=2)
 drain, _, _ = export_buffer.drain_s(mb=0.05, batch=32)
@@ -32,6 +32,7 @@ print("FIGURES " + json.dumps({{
     "stall_watch_us": micro.stall_watch_us(n=200),
     "weight_sync_tensor_us": micro.weight_sync_tensor_us(n=200)[0],
     "stall_dump_ms": micro.stall_dump_ms(repeats=2),
+    "capture_slowdown_ratio": capture.capture_slowdown(window_s=0.3, rounds=1),
     "buffer_export_us": ours_us, "sdk_export_us": sdk_us, "buffer_drain_s": drain,
 }}))
 """

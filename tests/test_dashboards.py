@@ -304,7 +304,7 @@ def test_both_dashboards_annotate_firing_alerts_and_validation_runs(prom_with_da
     for dash in panels.DASHBOARDS:
         doc = _doc(dash.uid)
         ann = {a["name"]: a for a in doc["annotations"]["list"]}
-        assert set(ann) == {"Alerts firing", "Validation runs"}
+        assert set(ann) == {"Alerts firing", "Validation runs", "Captures"}
         assert all(a["datasource"] == grafana.PROM_DS and a["enable"] for a in ann.values())
     alerts_expr = next(a.expr for a in panels.ANNOTATIONS if a.name == "Alerts firing")
     rows = prom_with_data.query(concrete(alerts_expr.replace("$experiment", "e2")))
@@ -313,6 +313,9 @@ def test_both_dashboards_annotate_firing_alerts_and_validation_runs(prom_with_da
     assert [r["metric"]["alertname"] for r in rows] == ["DashboardCheck"]
     validate = next(a.expr for a in panels.ANNOTATIONS if a.name == "Validation runs")
     assert {r["metric"][sc.LABEL_EXPERIMENT] for r in prom_with_data.query(concrete(validate))} == {"e1", "e2"}
+    captured = next(a.expr for a in panels.ANNOTATIONS if a.name == "Captures")
+    rows = prom_with_data.query(concrete(captured))
+    assert rows and all(sc.LABEL_PHASE in r["metric"] for r in rows), rows  # the title names the phase
 
 
 def test_validation_panel_shows_both_generations_of_verl_keys(prom_with_data):

@@ -209,3 +209,24 @@ def test_each_hang_is_one_incident_rooted_where_it_was_planted(hung_run, capsys)
     assert main(["doctor", "--dir", str(hung_run.out)]) == 0
     text = capsys.readouterr().out
     assert f"{len(incidents)} incidents in " in text and "   waiting:   trainer pid " in text
+
+
+def test_each_planted_hang_was_captured_while_it_hung(hung_run, capsys):
+    """py-spy recorded the reward worker and the FSDP worker while their calls hung: each capture opens on the stuck
+    thread, whose innermost frame is the planted one, and doctor prints it."""
+    from verl_otel.analysis import captures
+
+    hung = [
+        r
+        for r in _doctor(hung_run, capsys)
+        if (r["role"], r["phase"]) in ((sc.ROLE_REWARD, sc.CALL_REWARD), (sc.ROLE_WORKER, sc.PHASE_UPDATE_ACTOR))
+    ]
+    assert len(hung) == 2, hung
+    for rec in hung:
+        assert rec["capture"].endswith(sc.CAPTURE_SUFFIX) and Path(rec["capture"]).is_file(), rec
+        got = captures.read(Path(rec["capture"]))
+        assert got.thread and got.samples > 50, (rec["role"], captures.to_text(got))
+        assert got.innermost[0].frame.startswith("planted_hang (slow.py:"), (rec["role"], captures.to_text(got))
+    assert main(["doctor", "--dir", str(hung_run.out)]) == 0
+    text = capsys.readouterr().out
+    assert text.count("   capture:   ") >= 2 and "planted_hang (slow.py:" in text.split("   capture:   ", 1)[1]

@@ -190,6 +190,27 @@ class StallSettings:
         return min(self.seconds, max(self.min_seconds, self.factor * median_s))
 
 
+@dataclass(frozen=True)
+class CaptureSettings:
+    """Captures (docs/guides/hangs.md): a sampling profile of a stalled process, while it is stuck; bounded."""
+
+    enabled: bool = True
+    seconds: float = 5.0
+    max_per_process: int = 4
+    max_per_phase: int = 2
+    cooldown_s: float = 60.0  # between two captures of a process
+    rate_hz: int = 100
+    max_bytes: int = 16 * 2**20  # a capture file past this is cut to its summary
+
+
+def _capture(r: _Reader) -> CaptureSettings:
+    return CaptureSettings(
+        enabled=r.flag(sc.ENV_CAPTURE, True),
+        seconds=r.number(sc.ENV_CAPTURE_SECONDS, 5.0, 0.1, 600.0),
+        max_per_process=r.integer(sc.ENV_CAPTURE_MAX, 4, 0, 1000),
+    )
+
+
 def _stall(r: _Reader) -> StallSettings:
     return StallSettings(
         enabled=r.flag(sc.ENV_STALL, True),
@@ -225,6 +246,7 @@ class Settings:
     prometheus_host_given: bool = False  # VERL_OTEL_PROMETHEUS_HOST set: no node-IP default on a Ray worker node
     sd_port: int = 0  # VERL_OTEL_SD_PORT: the Ray driver's http_sd endpoint (0: none; the file is kept all the same)
     stall: StallSettings = field(default_factory=lambda: StallSettings())
+    capture: CaptureSettings = field(default_factory=lambda: CaptureSettings())
     problems: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -272,6 +294,7 @@ def load(env: Mapping[str, str] | None = None, *, report: bool = True) -> Settin
         prometheus_host_given=bool((r.env.get(sc.ENV_PROM_HOST) or "").strip()),
         sd_port=r.integer(sc.ENV_SD_PORT, 0, 0, 65535),
         stall=_stall(r),
+        capture=_capture(r),
     )
     r.choice(sc.ENV_LOG_LEVEL, "info", ("debug", "info", "warning", "error"))
     r.flag(sc.ENV_ENABLED, False)

@@ -232,18 +232,17 @@ class Runtime:
 
     def _make_stall_watch(self) -> StallWatch | None:
         try:
-            from verl_otel.export.stall_evidence import EvidenceFiles
+            from verl_otel.export import captures, stall_evidence
 
-            s = self.settings
-            evidence = None if s.console_only else EvidenceFiles(s.data_dir / sc.STALLS_DIR)
             return StallWatch(
-                s.stall,
+                self.settings.stall,
                 tracer=lambda: self.tracer,
                 state=self.state,
                 flush_soon=self.flush_soon,
-                evidence=evidence,
+                evidence=stall_evidence.for_settings(self.settings),
                 role=lambda: self.role,
                 on_stall=lambda stall: [tell(stall) for tell in list(self.stall_listeners)],
+                capture=captures.for_settings(self.settings),
             )
         except Exception as exc:  # noqa: BLE001 - no stall detection, never raise
             warn_once("stalls", f"cannot set up stall detection ({exc!r}); it is off in pid {os.getpid()}")

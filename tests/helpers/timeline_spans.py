@@ -41,7 +41,7 @@ class Proc:
     def __init__(self, role: str, pid: int, index: int | None = None, host: str = "node-a") -> None:
         self.resource = {"service.name": "verl", sc.RES_ROLE: role, sc.RES_NODE: host, sc.RES_PID: pid}
         if index is not None:
-            self.resource[sc.RES_WORKER_INDEX] = index
+            self.resource[sc.INDEX_OF_ROLE.get(role, sc.RES_DEPRECATED_WORKER_INDEX)] = index
         self.spans: list[dict[str, Any]] = []
 
     def span(self, name: str, start_s: float, end_s: float, parent: str = "", **attrs: Any) -> str:

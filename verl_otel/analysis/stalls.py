@@ -33,6 +33,7 @@ class StallRecord:
     pid: int | None = None
     host: str = ""
     evidence: str = ""
+    capture: str = ""  # the sampling profile recorded while it was stuck (analysis/captures.py reads it)
     repeats: int = 0  # stacks taken again after the first
     moved: bool | None = None  # did the innermost frame change between dumps
     trace_id: str = ""
@@ -98,6 +99,7 @@ def parse_file(path: Path) -> StallRecord | None:
         pid=int(pid) if pid is not None else None,
         host=head.get("host", ""),
         evidence=str(path),
+        capture=head.get("capture", ""),
         repeats=len(repeats),
         moved=(len(innermosts) > 1) if repeats else None,
         detected_at=_time(head.get("time", "")),
@@ -160,6 +162,7 @@ def from_spans(spans: Iterable[Span]) -> list[StallRecord]:
                 pid=a.get(sc.ATTR_STALL_PID),
                 host=str(a.get(sc.ATTR_STALL_HOST, "")),
                 evidence=str(a.get(sc.ATTR_STALL_EVIDENCE, "")),
+                capture=str(a.get(sc.ATTR_STALL_CAPTURE, "")),
                 trace_id=s.trace_id,
                 in_trace=True,
                 detected_at=s.start_ns / 1e9 if s.start_ns else None,
@@ -178,6 +181,7 @@ def merge(files: list[StallRecord], traced: list[StallRecord]) -> list[StallReco
             by_key[t.key()] = t
             continue
         rec.trace_id, rec.in_trace = t.trace_id, True
+        rec.capture = rec.capture or t.capture
         if rec.step is None:
             rec.step = t.step
         rec.waiting_on = rec.waiting_on if rec.waiting_on is not None else t.waiting_on

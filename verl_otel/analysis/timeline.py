@@ -147,6 +147,13 @@ def _is_phase(s: Span, root: Span) -> bool:
     return sc.ATTR_PHASE in s.attributes or s.parent_id == root.span_id
 
 
+def _index(s: Span, role: str) -> int | None:
+    """A process' index within its role: the key named for the role, else the one before the rename."""
+    key = sc.INDEX_OF_ROLE.get(role)
+    found = as_int(s.resource.get(key)) if key else None
+    return as_int(s.resource.get(sc.RES_DEPRECATED_WORKER_INDEX)) if found is None else found
+
+
 def _lane_of(s: Span, lanes: dict[tuple[str, str], Lane]) -> Lane | None:
     """The lane of the process that made ``s`` (made on first use); None for the driver's own spans."""
     role = str(s.resource.get(sc.RES_ROLE) or "")
@@ -156,17 +163,17 @@ def _lane_of(s: Span, lanes: dict[tuple[str, str], Lane]) -> Lane | None:
     if s.name == sc.SPAN_ENGINE_REQUEST or role == sc.ROLE_ROLLOUT_SERVER:
         replica = as_int(s.attributes.get(sc.ATTR_ENGINE_REPLICA))
         if replica is None:
-            replica = as_int(s.resource.get(sc.RES_WORKER_INDEX))
+            replica = _index(s, role)
         group, label = GROUP_REPLICA, f"replica {'?' if replica is None else replica}"
     elif role == sc.ROLE_REPLICA_WORKER:
-        index = as_int(s.resource.get(sc.RES_WORKER_INDEX))
+        index = _index(s, role)
         group, label = GROUP_REPLICA, f"replica worker {'?' if index is None else index}"
     elif role == sc.ROLE_WORKER or rank is not None:
         group, label = GROUP_RANK, f"rank {'?' if rank is None else rank}"
     elif role == sc.ROLE_AGENT_LOOP or s.name in (sc.SPAN_ROLLOUT_WORKER, sc.SPAN_ROLLOUT_SAMPLE):
         index = as_int(s.attributes.get(sc.ATTR_WORKER_INDEX))
         if index is None:
-            index = as_int(s.resource.get(sc.RES_WORKER_INDEX))
+            index = _index(s, role)
         group, label = GROUP_AGENT, f"agent-loop worker {'?' if index is None else index}"
     elif role in ("", sc.ROLE_TRAINER, sc.ROLE_DRIVER):
         return None  # the driver's spans that are no phase (stall spans, ...): its lane shows the phases

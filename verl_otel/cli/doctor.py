@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_otel import semconv as sc
-from verl_otel.analysis import incidents, run_end, stalls
+from verl_otel.analysis import captures, incidents, run_end, stalls
 from verl_otel.analysis.jaeger import JaegerClient, JaegerError
 from verl_otel.analysis.jaeger_pages import walk
 from verl_otel.analysis.otlp_json import read_file
@@ -66,7 +66,9 @@ def _read(args: argparse.Namespace) -> tuple[list[stalls.StallRecord], run_end.R
     return stalls.merge(files, traced), end, str(root)
 
 
-def render(records: list[stalls.StallRecord], source: str, end: run_end.RunEnd | None = None) -> str:
+def render(
+    records: list[stalls.StallRecord], source: str, end: run_end.RunEnd | None = None, root: Path | None = None
+) -> str:
     first = "\n".join(run_end.render(end)) + "\n\n"
     if not records:
         return first + (
@@ -91,10 +93,26 @@ def render(records: list[stalls.StallRecord], source: str, end: run_end.RunEnd |
         if r.evidence:
             again = f" (stacks taken {r.repeats} more time{'s' * (r.repeats != 1)})" if r.repeats else ""
             out.append(f"   evidence:  {r.evidence}{again}")
+        if r.capture:
+            out += _capture_lines(r.capture, root)
         if r.trace_id:
             out.append(f"   trace:     {r.trace_id}")
         out.append(f"   next:      {r.advice}")
     return "\n".join(out) + "\n"
+
+
+def _capture_lines(path: str, root: Path | None) -> list[str]:
+    """Where a stall's capture is and its hottest frames (the file where it was written, or where `verl-otel
+    gather` brought it)."""
+    here = Path(path)
+    if not here.is_file() and root is not None:
+        here = root / sc.CAPTURES_DIR / Path(path).name
+    try:
+        got = captures.read(here, top=3)
+    except captures.CaptureError:
+        return [f"   capture:   {path} (not readable here: still recording, or on another host: verl-otel gather)"]
+    lines = [f"   capture:   {here} ({got.samples} samples; verl-otel capture FILE, or speedscope in a browser)"]
+    return lines + [f"              {h.share:6.1%}  {h.frame}" for h in got.innermost]
 
 
 def _who(r: stalls.StallRecord) -> str:
@@ -134,5 +152,6 @@ def run(args: argparse.Namespace) -> int:
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(render(records, source, end))
+        root = None if args.jaeger else Path(args.dir or os.environ.get(sc.ENV_DIR) or DEFAULT_DIR)
+        sys.stdout.write(render(records, source, end, root))
     return 0

@@ -39,7 +39,7 @@ class NodeFiles:
 def _candidates(root: Path) -> list[Path]:
     """The node's files in the order they are worth bringing."""
     out: list[Path] = []
-    for sub in (sc.STALLS_DIR, sc.UNSENT_DIR):
+    for sub in (sc.STALLS_DIR, sc.CAPTURES_DIR, sc.UNSENT_DIR):
         try:
             entries = sorted(os.scandir(root / sub), key=lambda e: e.stat().st_mtime, reverse=True)
         except OSError:

@@ -1,8 +1,8 @@
 """``verl-otel``: ``demo`` (the CPU demo of a real verl run with telemetry on), ``top`` (a live view of a
 running job), ``slow-steps`` (the slowest steps and the phase that made them slow) and ``val-generations``
 (validation samples), both from Jaeger or the local trace file, ``timeline`` (one step as a picture),
-``compare`` (one run against another),
-``doctor`` (a stuck run's stall evidence, explained), ``stack write`` (the Docker stack), ``push`` (spans a run
+``compare`` (one run against another), ``doctor`` (a stuck run's stall evidence, explained), ``capture`` (a
+stalled process' sampling profile), ``stack write`` (the Docker stack), ``push`` (spans a run
 could not deliver in time) and ``gather`` (every Ray node's files on this machine)."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ _COMMANDS = {
     "val-generations": "verl_otel.cli.val_generations",
     "stack": "verl_otel.cli.stack",
     "doctor": "verl_otel.cli.doctor",
+    "capture": "verl_otel.cli.capture",
     "push": "verl_otel.cli.push",
     "gather": "verl_otel.cli.gather",
 }

@@ -33,4 +33,13 @@ ANNOTATIONS = (
         "{{verl_experiment}}",
         "blue",
     ),
+    # a stalled process recorded a sampling profile of itself (export/captures.py): doctor names the file
+    Annotation(
+        "Captures",
+        f"max by ({_RUN}, {sc.LABEL_PHASE}) (changes({sc.CAPTURES_TOTAL.name}[1m])) > 0",
+        "capture {{" + sc.LABEL_PHASE + "}}",
+        "{{verl_experiment}}: a stalled process' profile (verl-otel doctor names the file)",
+        "purple",
+        cpu_empty="the healthy CPU demo never stalls",
+    ),
 )

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from verl_otel import semconv as sc
 from verl_otel._log import warn_once
+from verl_otel.config import Settings
 from verl_otel.export.otlp_json import open_regular, write_all
 
 MAX_FILE_BYTES = 1 << 20
@@ -25,7 +26,7 @@ class EvidenceFiles:
     def __init__(self, root: Path, max_bytes: int = MAX_FILE_BYTES, py_spy: str | None = None) -> None:
         self.root = Path(root)
         self.max_bytes = max_bytes
-        self._py_spy = py_spy if py_spy is not None else _find_py_spy()
+        self._py_spy = py_spy if py_spy is not None else find_py_spy()
 
     def path(self, name: str) -> Path:
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[:200]
@@ -79,7 +80,12 @@ class EvidenceFiles:
         return done.stdout
 
 
-def _find_py_spy() -> str:
+def for_settings(settings: Settings) -> EvidenceFiles | None:
+    """A process' evidence writer (None in console-only mode: no files at all)."""
+    return None if settings.console_only else EvidenceFiles(settings.data_dir / sc.STALLS_DIR)
+
+
+def find_py_spy() -> str:
     """py-spy on PATH, or beside this Python (a venv's bin/, which a Ray worker's PATH may lack)."""
     beside = Path(sys.executable).parent / "py-spy"
     return shutil.which("py-spy") or (str(beside) if os.access(beside, os.X_OK) else "")

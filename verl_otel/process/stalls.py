@@ -52,6 +52,12 @@ class Evidence(Protocol):
     def native(self, pid: int) -> str: ...
 
 
+class Capture(Protocol):
+    """Starts a sampling profile of a stalled process (export/captures.py::Captures)."""
+
+    def start(self, name: str, phase: str, pid: int, thread: int | None = None) -> tuple[str, str] | None: ...
+
+
 @dataclass
 class _Call:
     phase: str
@@ -81,6 +87,7 @@ class Stall:
     host: str
     stack: tuple[str, ...] = ()  # verl's and the user's frames of the stuck thread, innermost first
     waiting_on: str = ""  # semconv STALL_WAIT_*: the stuck frame waits on another call ("": it does the work)
+    capture: str = ""  # the sampling profile recorded while it was stuck ("": none)
     dumps: int = 1
     last_dump: float = 0.0
     calls: set[int] = field(default_factory=set)
@@ -97,8 +104,10 @@ class StallWatch:
         evidence: Evidence | None,
         role: Callable[[], str],
         on_stall: Callable[[Stall], object] | None = None,
+        capture: Capture | None = None,
     ) -> None:
         self.settings = settings
+        self._capture = capture
         self._tracer, self._state, self._flush_soon = tracer, state, flush_soon
         self._evidence, self._role, self._on_stall = evidence, role, on_stall  # on_stall: the console line (progress/)
         self._ids = itertools.count(1)
@@ -261,11 +270,16 @@ class StallWatch:
         )
         self._phases.add(c.phase)
         self._state.inc(sc.STALLS_TOTAL, (c.phase,))
+        step = f"step{c.step}" if c.step >= 0 else "step-unknown"
+        name = f"{step}-{c.phase}-{role}-{self.host}-{self.pid}"  # two hosts, one pid: two files
+        if c.step < 0:  # one stall per phase and trace: the next step's must not replace this one's file
+            name += f"-{_trace_of(c.parent):032x}"[:9]
+        if self._capture is not None:  # while it is stuck: started first, the evidence's header names it
+            # the profile opens on the thread the stuck frame is on (an executor's, for a reward call run off the
+            # event loop; the calling thread's without one); a coroutine waiting in await is on no thread: all
+            on = c.thread if stack is None else (None if stack.ident == frames.TASK_IDENT else stack.ident)
+            self._start_capture(stall, c, name, on)
         if self._evidence is not None:
-            step = f"step{c.step}" if c.step >= 0 else "step-unknown"
-            name = f"{step}-{c.phase}-{role}-{self.host}-{self.pid}"  # two hosts, one pid: two files
-            if c.step < 0:  # one stall per phase and trace: the next step's must not replace this one's file
-                name += f"-{_trace_of(c.parent):032x}"[:9]
             first = [stack] if stack is not None else []  # the stuck thread first: the cap cuts the others
             rest = [x for x in stacks if x is not stack]
             path = self._evidence.write(name, self._header(stall) + frames.format_stacks(first + rest))
@@ -279,6 +293,18 @@ class StallWatch:
             with contextlib.suppress(Exception):  # a listener never stops the watchdog
                 self._on_stall(stall)
         return stall
+
+    def _start_capture(self, stall: Stall, c: _Call, name: str, thread: int | None) -> None:
+        assert self._capture is not None
+        got = self._capture.start(name, c.phase, self.pid, thread)
+        if got is None:
+            return
+        stall.capture, tool = got
+        self._state.inc(sc.CAPTURES_TOTAL, (c.phase,))
+        span = trace.get_current_span(c.parent) if c.parent is not None else None
+        if span is not None and span.is_recording():  # the stalled call's span: a capture ran in it
+            attrs = {sc.ATTR_CAPTURE_FILE: stall.capture, sc.ATTR_CAPTURE_TOOL: tool}
+            span.add_event(sc.EVENT_CAPTURE, {**attrs, sc.ATTR_STALL_PID: self.pid, sc.ATTR_STALL_HOST: self.host})
 
     def _dump_again(self, stall: Stall, c: _Call, elapsed: float, now: float) -> None:
         stall.dumps += 1
@@ -306,6 +332,7 @@ class StallWatch:
             "stack": " <- ".join(s.stack),
             "kind": s.kind,
             "waiting_on": s.waiting_on,
+            "capture": s.capture,
             "role": s.role,
             "pid": s.pid,
             "host": s.host,
@@ -324,6 +351,7 @@ class StallWatch:
             sc.ATTR_STALL_KIND: s.kind,
             sc.ATTR_STALL_WAITING_ON: s.waiting_on,
             sc.ATTR_STALL_EVIDENCE: s.evidence,
+            sc.ATTR_STALL_CAPTURE: s.capture,
             sc.ATTR_STALL_ROLE: s.role,
             sc.ATTR_STALL_PID: s.pid,
             sc.ATTR_STALL_HOST: s.host,

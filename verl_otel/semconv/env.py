@@ -36,6 +36,9 @@ ENV_STALL_SECONDS: Final = "VERL_OTEL_STALL_SECONDS"  # absolute threshold (the 
 ENV_STALL_MIN_SECONDS: Final = "VERL_OTEL_STALL_MIN_SECONDS"  # the relative threshold's floor
 ENV_STALL_FACTOR: Final = "VERL_OTEL_STALL_FACTOR"  # x the median of earlier runs of the phase/call
 ENV_STALL_REPEAT_SECONDS: Final = "VERL_OTEL_STALL_REPEAT_SECONDS"  # stacks again after this many more seconds
+ENV_CAPTURE: Final = "VERL_OTEL_CAPTURE"  # 0: no sampling profile of a stalled process
+ENV_CAPTURE_SECONDS: Final = "VERL_OTEL_CAPTURE_SECONDS"  # how long a capture samples
+ENV_CAPTURE_MAX: Final = "VERL_OTEL_CAPTURE_MAX"  # captures per process and run
 # set by us in a rollout server whose engine tracing we switched on: the OTLP endpoint we gave the engine
 # (vLLM then exports OTEL_EXPORTER_OTLP_TRACES_ENDPOINT with it; that one is not the user's collector)
 ENV_ENGINE_ENDPOINT: Final = "VERL_OTEL_ENGINE_ENDPOINT"  # the start-up parser's copy: _env.ENGINE_ENDPOINT

@@ -9,6 +9,9 @@ from typing import Final
 from verl_otel.semconv.env import (
     ENV_AGENT_BIND,
     ENV_AGENT_QUEUE_DIR,
+    ENV_CAPTURE,
+    ENV_CAPTURE_MAX,
+    ENV_CAPTURE_SECONDS,
     ENV_CAPTURE_TEXT,
     ENV_CONSOLE,
     ENV_DEPRECATED_NAMES,
@@ -130,6 +133,13 @@ ENV_DOC: Final[dict[str, tuple[str, str]]] = {
         "`600`",
         "a stall's stacks are taken again after this many more seconds (does it move?), up to 4 dumps",
     ),
+    ENV_CAPTURE: (
+        "`1`",
+        "a stalled process records a sampling profile of itself while it is stuck (`py-spy record`, or its own "
+        "stack sampling where py-spy is missing or refused) under `captures/`; `0`: none",
+    ),
+    ENV_CAPTURE_SECONDS: ("`5`", "how long a capture samples (at 100 Hz, without pausing the process)"),
+    ENV_CAPTURE_MAX: ("`4`", "captures per process and run (at most 2 per phase, 60 s apart)"),
     ENV_PROGRESS_LOG: (
         "`0`",
         "`1`: the seed's `[VERL_PROGRESS]` lines; alone (no `VERL_OTEL_ENABLED=1`, no endpoint) it is console-only "

@@ -209,6 +209,14 @@ STALLS_TOTAL = MetricDef(
     (LABEL_PHASE,),
     unit="{stall}",
 )
+CAPTURES_TOTAL = MetricDef(
+    "verl_captures_total",
+    "counter",
+    "Sampling profiles this process recorded of itself while a call was stalled, by phase (their files: "
+    "verl-otel doctor; the dashboards' Captures annotation).",
+    (LABEL_PHASE,),
+    unit="{capture}",
+)
 
 OTEL_DROPPED = MetricDef(
     "verl_otel_dropped_total",
@@ -311,6 +319,7 @@ METRICS: Final[tuple[MetricDef, ...]] = (
     PHASE_PEAK_MEMORY,
     STALL_ACTIVE,
     STALLS_TOTAL,
+    CAPTURES_TOTAL,
     OTEL_DROPPED,
     ASYNC_SAMPLES_PRODUCED,
     ASYNC_SAMPLES_DROPPED,

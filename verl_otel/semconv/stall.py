@@ -22,6 +22,12 @@ ATTR_STALL_HOST: Final = "verl.stall.host"
 #: incident's waiters (``verl-otel doctor``), not its root
 ATTR_STALL_WAITING_ON: Final = "verl.stall.waiting_on"
 ATTR_STALL_CALLS: Final = "verl.stall.calls"  # calls of this phase stalled in this process when detected
+#: the sampling profile recorded while it was stuck (speedscope JSON; its summary beside it, ``.txt``)
+ATTR_STALL_CAPTURE: Final = "verl.stall.capture"
+#: On the stalled call's span: a capture was started (its file, process, host and tool)
+EVENT_CAPTURE: Final = "verl.capture"
+ATTR_CAPTURE_FILE: Final = "verl.capture.file"
+ATTR_CAPTURE_TOOL: Final = "verl.capture.tool"  # py-spy, or in-process (its own stack sampling)
 #: On the step span: stalls detected in the trainer process during the step.
 ATTR_STEP_STALLS: Final = "verl.stalls"
 
@@ -77,3 +83,10 @@ STALL_FILE_SUFFIX: Final = ".txt"
 #: The first line of an evidence file, then ``key: value`` header lines, a blank line and the stacks
 STALL_FILE_MAGIC: Final = "# verl-otel stall evidence"
 STALL_REPEAT_MARK: Final = "# stacks again"
+#: Captures: $VERL_OTEL_DIR/captures/<the evidence file's name>.speedscope.json and its .txt summary
+CAPTURES_DIR: Final = "captures"
+CAPTURE_SUFFIX: Final = ".speedscope.json"
+CAPTURE_TOOL_PY_SPY: Final = "py-spy"
+CAPTURE_TOOL_IN_PROCESS: Final = "in-process"
+#: set (true) in a capture whose speedscope ``activeProfileIndex`` is the stalled thread's profile
+CAPTURE_FOCUS_KEY: Final = "verl_otel_focus"
