@@ -40,6 +40,7 @@ from verl_otel.process.metrics import MetricsState, Reading
 MAX_STALLS = 32  # stalls a process reports in a run (each: a file, a span)
 MAX_DUMPS = 4  # stack dumps per stall (the first and the repeats), per phase and step
 HISTORY = 64  # durations kept per phase for the median
+MAX_SENT = 32  # calls to other processes remembered (whom a stalled call waits on), the oldest dropped
 
 
 class Evidence(Protocol):
@@ -65,6 +66,24 @@ class _Call:
 
 
 @dataclass
+class _Sent:
+    """A call this process sent to other processes (a worker group's method): whom a stalled call waits on."""
+
+    what: str  # e.g. "1 train_worker call compute_log_prob, rank 0"
+    thread: int
+    start: float
+    blocking: bool  # the sender waits in the call itself (else on its futures, later in the same phase)
+
+
+def sent_text(role: str, method: str, ranks: int | None) -> str:
+    """``2 train_worker calls compute_log_prob, ranks 0-1`` (``ranks``: the group's size; None: not known)."""
+    if not ranks:
+        return f"{role} call {method}"
+    which = "rank 0" if ranks == 1 else f"ranks 0-{ranks - 1}"
+    return f"{ranks} {role} call{'s' if ranks > 1 else ''} {method}, {which}"
+
+
+@dataclass
 class Stall:
     """One stall of a phase (of a step) in this process: what its file, span and line say."""
 
@@ -81,6 +100,7 @@ class Stall:
     host: str
     stack: tuple[str, ...] = ()  # verl's and the user's frames of the stuck thread, innermost first
     waiting_on: str = ""  # semconv STALL_WAIT_*: the stuck frame waits on another call ("": it does the work)
+    waits_for: str = ""  # whom: the calls it sent to other processes and waits on (sent_text), "; "-joined
     dumps: int = 1
     last_dump: float = 0.0
     calls: set[int] = field(default_factory=set)
@@ -103,6 +123,7 @@ class StallWatch:
         self._evidence, self._role, self._on_stall = evidence, role, on_stall  # on_stall: the console line (progress/)
         self._ids = itertools.count(1)
         self._calls: dict[int, _Call] = {}
+        self._sent: dict[int, _Sent] = {}  # calls sent to other processes, in the order sent (bounded: MAX_SENT)
         self._history: dict[str, deque[tuple[int, float]]] = {}
         self._stalls: dict[tuple[str, Any], Stall] = {}
         self._phases: set[str] = set()  # phases that stalled here: their gauge goes back to 0, not away
@@ -137,6 +158,31 @@ class StallWatch:
         if hist is None:
             hist = self._history.setdefault(c.phase, deque(maxlen=HISTORY))
         hist.append((c.step, time.monotonic() - c.start))
+
+    def send(self, what: str, blocking: bool) -> int:
+        """This thread sent a call to other processes (``what``: :func:`sent_text`); the token for
+        :meth:`answered`. A call that stalls on this thread meanwhile says it waits on it."""
+        token = next(self._ids)
+        self._sent[token] = _Sent(what, threading.get_ident(), time.monotonic(), blocking)
+        while len(self._sent) > MAX_SENT:
+            with contextlib.suppress(StopIteration, KeyError, RuntimeError):
+                self._sent.pop(next(iter(self._sent)))
+        return token
+
+    def answered(self, token: int | None) -> None:
+        """The sending call returned: a blocking one was answered; a non-blocking one's futures are waited on
+        later in the same phase, so it stays (until MAX_SENT newer calls push it out)."""
+        sent = self._sent.get(token) if token is not None else None
+        if sent is not None and sent.blocking:
+            self._sent.pop(token, None)  # type: ignore[arg-type]
+
+    def _waits_for(self, c: _Call) -> str:
+        """The calls sent from ``c``'s thread since it started: what it waits on (the unanswered first)."""
+        mine = [x for x in list(self._sent.values()) if x.thread == c.thread and x.start >= c.start]
+        seen: dict[str, None] = {}
+        for x in sorted(mine, key=lambda x: (not x.blocking, -x.start)):
+            seen.setdefault(x.what, None)
+        return "; ".join(list(seen)[:3])
 
     def stalls_in(self, step: int) -> int:
         """Stalls this process detected in ``step`` (the step span's count)."""
@@ -257,6 +303,7 @@ class StallWatch:
             if stack
             else (),
             waiting_on=frames.waiting_on(stack),
+            waits_for=self._waits_for(c),
             last_dump=now,
         )
         self._phases.add(c.phase)
@@ -306,6 +353,7 @@ class StallWatch:
             "stack": " <- ".join(s.stack),
             "kind": s.kind,
             "waiting_on": s.waiting_on,
+            "waits_for": s.waits_for,
             "role": s.role,
             "pid": s.pid,
             "host": s.host,
@@ -323,6 +371,7 @@ class StallWatch:
             sc.ATTR_STALL_STACK: list(s.stack),
             sc.ATTR_STALL_KIND: s.kind,
             sc.ATTR_STALL_WAITING_ON: s.waiting_on,
+            sc.ATTR_STALL_WAITS_FOR: s.waits_for,
             sc.ATTR_STALL_EVIDENCE: s.evidence,
             sc.ATTR_STALL_ROLE: s.role,
             sc.ATTR_STALL_PID: s.pid,
