@@ -111,3 +111,36 @@ def test_a_waiter_whose_worker_was_not_caught_says_whom_it_waits_on():
     (inc,) = incidents.group([trainer, worker])
     assert inc.root is worker and inc.waiting == [trainer]
     assert inc.as_dict()["waiting"][0]["waits_for"] == WAITS and WAITS in trainer.advice
+
+
+def test_the_trainer_side_of_a_worker_group_call_tells_the_watch(monkeypatch, tmp_path):
+    """verl's own func_generator (the worker group's callable per method), hooked: the call is told while it is
+    out, and a non-blocking one (its futures are waited on later) stays told after it returns. (A blocking one
+    ends in ray.get: test_an_answered_blocking_call_is_no_longer_waited_on_a_pending_one_is, and the real runs.)"""
+    from verl.single_controller.ray.base import func_generator as verl_func_generator
+
+    from verl_otel import runtime
+    from verl_otel.hooks.worker_group import func_generator
+
+    monkeypatch.setenv(sc.ENV_DIR, str(tmp_path))
+    runtime.reset_for_tests()
+    try:
+        watch = runtime.current().stalls
+        assert watch is not None
+        group = type("Group", (), {"world_size": 2})()
+        seen: list[list[str]] = []
+
+        def execute(method: str, *args: object, **kwargs: object) -> list[str]:
+            seen.append([s.what for s in watch._sent.values()])  # while the call is out
+            return ["future"]
+
+        def make(method: str, blocking: bool):
+            args = (group, method, lambda g, *a, **k: (a, k), lambda g, out: out, execute, blocking)
+            return func_generator(verl_func_generator, None, args, {})
+
+        assert make("actor_rollout_compute_log_prob", False)() == ["future"]
+        assert seen[-1] == ["2 train_worker calls compute_log_prob, ranks 0-1"]
+        make("init_model", False)()  # not a call a phase waits on: nothing told
+        assert [s.what for s in watch._sent.values()] == ["2 train_worker calls compute_log_prob, ranks 0-1"]
+    finally:
+        runtime.reset_for_tests()
