@@ -177,8 +177,11 @@ class StallWatch:
             self._sent.pop(token, None)  # type: ignore[arg-type]
 
     def _waits_for(self, c: _Call) -> str:
-        """The calls sent from ``c``'s thread since it started: what it waits on (the unanswered first)."""
-        mine = [x for x in list(self._sent.values()) if x.thread == c.thread and x.start >= c.start]
+        """The calls sent from ``c``'s thread since it started: what it waits on (the unanswered first); else the
+        blocking calls still out from other threads (verl runs a coroutine's calls in a pool thread when its loop
+        is busy)."""
+        since = [x for x in list(self._sent.values()) if x.start >= c.start]
+        mine = [x for x in since if x.thread == c.thread] or [x for x in since if x.blocking]
         seen: dict[str, None] = {}
         for x in sorted(mine, key=lambda x: (not x.blocking, -x.start)):
             seen.setdefault(x.what, None)
