@@ -144,3 +144,27 @@ def test_the_trainer_side_of_a_worker_group_call_tells_the_watch(monkeypatch, tm
         assert [s.what for s in watch._sent.values()] == ["2 train_worker calls compute_log_prob, ranks 0-1"]
     finally:
         runtime.reset_for_tests()
+
+
+def test_one_process_slow_in_one_call_after_another_is_one_incident_each():
+    """A worker slow in compute_log_prob, then in compute_ref_log_prob (the same step, a second apart): two incidents,
+    each with the trainer phase that waited on it."""
+    recs = []
+    for call, phase, start in (
+        ("worker.compute_log_prob", sc.PHASE_OLD_LOG_PROB, 100.0),
+        ("worker.compute_ref_log_prob", sc.PHASE_REF, 103.5),
+    ):
+        w = StallRecord(phase, call, 3, 1.6, 1.5, "slowed_forward (cpu_plugin.py:1)", role=sc.ROLE_WORKER, pid=2)
+        w.waiting_on, w.detected_at, w.last_elapsed_s, w.host = "", start + 1.6, 3.0, "vm"
+        t = StallRecord(phase, phase, 3, 1.8, 1.5, "fit (trainer_base.py:1)", role=sc.ROLE_TRAINER, pid=1, host="vm")
+        t.waiting_on, t.waits_for, t.detected_at = (
+            sc.STALL_WAIT_RAY,
+            f"1 train_worker call {call[7:]}, rank 0",
+            start + 1.8,
+        )
+        recs += [w, t]
+    found = incidents.group(recs)
+    assert [(i.root.call, [w.phase for w in i.waiting], i.peers) for i in found] == [
+        ("worker.compute_log_prob", [sc.PHASE_OLD_LOG_PROB], []),
+        ("worker.compute_ref_log_prob", [sc.PHASE_REF], []),
+    ]

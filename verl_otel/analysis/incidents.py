@@ -100,6 +100,8 @@ def _together(a: StallRecord, b: StallRecord) -> bool:
     both = _overlap(a, b)
     if both is None:
         return same_trace or (a.step is not None and a.step == b.step)
+    if (a.host, a.pid) == (b.host, b.pid) and a.call != b.call:
+        return both > 0  # one process' calls one after the other (old_log_prob, then ref): one clock, no slack
     return both >= -SLACK_S
 
 
