@@ -132,7 +132,15 @@ def legacy_run(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def colocate_async_run(tmp_path_factory):
-    return start_demo(tmp_path_factory.mktemp("demo-colocate"), "colocate_async", 2, [], scrape=False)
+    # the stall matrix's cells: 4 s, as step 2's thresholds come from step 1 alone (its warm-up)
+    return start_demo(
+        tmp_path_factory.mktemp("demo-colocate"),
+        "colocate_async",
+        2,
+        ["old_log_prob@2=4", "ref@2=4"],
+        scrape=False,
+        extra_env=STALL_MATRIX,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -142,7 +150,7 @@ def separate_async_run(tmp_path_factory):
         tmp_path_factory.mktemp("demo-separate"),
         "separate_async",
         3,
-        ["old_log_prob@3=3", "update_actor@3=3"],  # the stall matrix's cells
+        ["old_log_prob@3=3", "update_actor@3=3"],  # the stall matrix's cells: the third calls, in step 2
         scrape=True,
         extra_env=STALL_MATRIX,
     )

@@ -1,9 +1,9 @@
 """Stall evidence from the process doing the stalled work, on the shared real runs (conftest.py): each run slows
-some training-worker calls for 3 s inside verl's engine (``--slow PHASE@STEP=3``, as a really slow call would be,
-no planted hang) under thresholds those 3 s pass (helpers/verl_runs.py::STALL_MATRIX). Per cell (trainer mode x
+some training-worker calls for 3-4 s inside verl's engine (``--slow PHASE@STEP=S``, as a really slow call would be,
+no planted hang) under thresholds those seconds pass (helpers/verl_runs.py::STALL_MATRIX). Per cell (trainer mode x
 hooked call): the training worker that did the work wrote evidence naming its frame, pid and host; the trainer's
 stalled phase says whom it waits on ("1 train_worker call compute_log_prob, rank 0"), not only "unknown"; doctor
-makes them one incident rooted in the worker. The cells not here are listed in docs/guides/hangs.md."""
+makes them one incident rooted in the worker. The cells not here: docs/guides/hangs.md."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from verl_otel.cli.main import main
 pytestmark = pytest.mark.verl
 
 FRAME = "slowed_forward (cpu_plugin.py:"  # where the demo's slowed call spends its time, inside verl's engine
-#: (shared run, slowed phase, the worker method the trainer calls for it, the step slowed)
+#: (shared run, slowed phase, the worker method the trainer calls for it, the step slowed: --slow counts a process'
+#: calls of the method)
 CELLS = [
     ("v1_run", sc.PHASE_OLD_LOG_PROB, "compute_log_prob", 3),
     ("v1_run", sc.PHASE_REF, "compute_ref_log_prob", 3),
@@ -26,8 +27,11 @@ CELLS = [
     ("legacy_run", sc.PHASE_VALUES, "infer_batch", 3),
     ("legacy_run", sc.PHASE_UPDATE_CRITIC, "train_mini_batch", 3),
     ("legacy_run", sc.PHASE_UPDATE_ACTOR, "update_actor", 4),
-    ("separate_async_run", sc.PHASE_OLD_LOG_PROB, "compute_log_prob", 3),
-    ("separate_async_run", sc.PHASE_UPDATE_ACTOR, "update_actor", 3),
+    ("colocate_async_run", sc.PHASE_OLD_LOG_PROB, "compute_log_prob", 2),
+    ("colocate_async_run", sc.PHASE_REF, "compute_ref_log_prob", 2),
+    # separate_async runs each phase twice a step: its planted third call is step 2's second
+    ("separate_async_run", sc.PHASE_OLD_LOG_PROB, "compute_log_prob", 2),
+    ("separate_async_run", sc.PHASE_UPDATE_ACTOR, "update_actor", 2),
     ("fully_async_run", sc.PHASE_REF, "compute_ref_log_prob", 3),
     ("fully_async_run", sc.PHASE_UPDATE_ACTOR, "update_actor", 3),
 ]
