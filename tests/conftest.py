@@ -16,7 +16,7 @@ from helpers.logs import OtelLog
 from helpers.procs import TESTS, clean_env, run_py
 from helpers.prom import PromServer, available
 from helpers.tiers import TIMEOUT_S, item_tier
-from helpers.verl_runs import PROGRESS_LOG, start_demo
+from helpers.verl_runs import PROGRESS_LOG, STALL_MATRIX, start_demo
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects on the marks
@@ -99,10 +99,12 @@ def v1_run(tmp_path_factory):
         tmp_path_factory.mktemp("demo-v1"),
         "v1",
         3,
-        ["update_actor@3=3", "rollout_sample@3=2"],
+        # the stall matrix's cells (tests/test_e2e_stall_matrix.py) in step 3 only: the series-growth assert
+        # compares step 2's series with step 3's, where a stall's series are new (no growth)
+        ["update_actor@3=3", "rollout_sample@3=2", "old_log_prob@3=3", "ref@3=3"],
         scrape=True,
         probe=probe,
-        extra_env=PROGRESS_LOG,
+        extra_env=PROGRESS_LOG | STALL_MATRIX,
     )
     run.extra["top"] = probe
     run.extra["top_live_rc"] = probe.stop()
@@ -114,15 +116,15 @@ def v1_run(tmp_path_factory):
 def legacy_run(tmp_path_factory):
     # the last step is not the slow one: its reward spans must come at its end, not after an idle wait.
     # tests/test_e2e_why_slow.py's too (scraped): a long tail in step 3 (the slowest step, above step 4's
-    # update_actor) and a slowed weight sync in step 2
+    # update_actor) and a slowed weight sync in step 2; the stall matrix's critic cells in step 3, below its tail
     run = start_demo(
         tmp_path_factory.mktemp("demo-legacy"),
         "legacy",
         5,
-        ["update_actor@4=3", "rollout_sample@3=6", "update_weights@2=1.5"],
+        ["update_actor@4=3", "rollout_sample@3=6", "update_weights@2=1.5", "values@3=3", "update_critic@3=3"],
         scrape=True,
         adv="gae",
-        extra_env=PROGRESS_LOG,
+        extra_env=PROGRESS_LOG | STALL_MATRIX,
     )
     yield run
     run.prom.stop()
@@ -130,14 +132,23 @@ def legacy_run(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def colocate_async_run(tmp_path_factory):
-    return start_demo(tmp_path_factory.mktemp("demo-colocate"), "colocate_async", 2, [], scrape=False)
+    # the stall matrix's cells: 4 s, as step 2's thresholds come from step 1 alone (its warm-up)
+    return start_demo(
+        tmp_path_factory.mktemp("demo-colocate"),
+        "colocate_async",
+        2,
+        ["old_log_prob@2=4", "ref@2=4"],
+        scrape=False,
+        extra_env=STALL_MATRIX,
+    )
 
 
 @pytest.fixture(scope="session")
 def separate_async_run(tmp_path_factory):
     """Scraped: the phase histograms must count each of a step's repeated phases. RL-Insight on beside verl-otel
     (helpers/rl_insight.py: its server, its hub actor in the run; ``run.extra["rl_insight"]``), with OTEL_* values
-    meant for verl-otel's Collector in the environment: every other test of the run checks ours stay whole."""
+    meant for verl-otel's Collector in the environment: every other test of the run checks ours stay whole. The
+    stall matrix's cells: the third calls of old_log_prob and update_actor, in step 2."""
     from helpers.rl_insight import RLInsight
 
     rli = RLInsight(tmp_path_factory.mktemp("rl-insight")).start()
@@ -146,10 +157,10 @@ def separate_async_run(tmp_path_factory):
             tmp_path_factory.mktemp("demo-separate"),
             "separate_async",
             3,
-            [],
+            ["old_log_prob@3=3", "update_actor@3=3"],
             scrape=True,
             probe=rli.probe,
-            extra_env=rli.env,
+            extra_env={**rli.env, **STALL_MATRIX},
             extra_overrides=rli.overrides,
         )
     finally:
@@ -163,7 +174,12 @@ def separate_async_run(tmp_path_factory):
 def fully_async_run(tmp_path_factory):
     # scraped: the async dashboard panels are queried on what the rollouter and trainer exported
     run = start_demo(
-        tmp_path_factory.mktemp("demo-fully-async"), "fully_async", 3, [], scrape=True, extra_env=PROGRESS_LOG
+        tmp_path_factory.mktemp("demo-fully-async"),
+        "fully_async",
+        3,
+        ["ref@3=3", "update_actor@3=3"],  # the stall matrix's cells
+        scrape=True,
+        extra_env=PROGRESS_LOG | STALL_MATRIX,
     )
     yield run
     run.prom.stop()

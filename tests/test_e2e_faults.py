@@ -20,6 +20,9 @@ from helpers.traces import load_spans, steps
 from helpers.verl_log import step_metrics
 from helpers.verl_runs import start_demo
 
+from verl_otel import semconv as sc
+from verl_otel.cli.main import main
+
 pytestmark = pytest.mark.verl
 
 
@@ -89,9 +92,9 @@ def test_collector_unreachable_slow_and_gone_mid_run(tmp_path):
         rx.stop()
 
 
-def test_worker_killed_mid_step_ends_trace_and_expires_gauges(tmp_path):
+def test_worker_killed_mid_step_ends_trace_and_expires_gauges(tmp_path, capsys):
     """An agent-loop worker dies during step 2's rollout: verl fails the run, the step's trace still ends
-    (ERROR), and the dead worker's gauges go stale instead of freezing."""
+    (ERROR), the dead worker's gauges go stale instead of freezing, and doctor names the lost worker first."""
     from helpers.prom import PromServer
 
     targets = tmp_path / "prometheus_targets.json"
@@ -112,7 +115,8 @@ def test_worker_killed_mid_step_ends_trace_and_expires_gauges(tmp_path):
                 before = prom.query(f'verl_rollout_samples_expected{{instance="{instance}"}}', time.time())
                 if before:  # kill only once Prometheus holds the worker's gauges
                     killed.update(instance=instance, before=before)
-                    os.kill(int(worker["labels"]["__verl_otel_pid"]), signal.SIGKILL)
+                    killed["pid"] = int(worker["labels"]["__verl_otel_pid"])
+                    os.kill(killed["pid"], signal.SIGKILL)  # type: ignore[arg-type]
                     killed["at"] = time.time()
                     return
             time.sleep(0.5)
@@ -132,5 +136,15 @@ def test_worker_killed_mid_step_ends_trace_and_expires_gauges(tmp_path):
         assert killed["before"], "the worker's gauges were there before the kill"
         after = prom.query(f'verl_rollout_samples_expected{{instance="{killed["instance"]}"}}', killed["at"] + 6)
         assert after == [], "a dead worker's gauges expire (stale), they do not freeze"
+        # doctor says first which process was lost (Ray's class of it, pid, host), in which step and phase
+        capsys.readouterr()  # the demo's own lines
+        assert main(["doctor", "--dir", str(tmp_path), "--json"]) == 0
+        end = json.loads(capsys.readouterr().out)["run_end"]
+        assert (end["reason"], end["pid"], end["step"]) == (sc.END_WORKER_LOST, killed["pid"], 2), end
+        assert end["role"] == "AgentLoopWorker" and end["host"] and end["phase"] == sc.PHASE_ROLLOUT, end
+        assert main(["doctor", "--dir", str(tmp_path)]) == 0
+        text = capsys.readouterr().out
+        assert text.startswith("run end:   a worker process was lost") and "in step 2, phase rollout" in text, text
+        assert f"AgentLoopWorker pid {killed['pid']} on {end['host']}" in text, text
     finally:
         prom.stop()

@@ -77,9 +77,11 @@ def test_last_frame_agrees_with_the_run(v1_run):
     assert row[0] == "3"
     update = float(row[header.index("update_actor") - 1])  # "step (verl)" is two header words
     assert update >= 3.0
-    # the demo is healthy: nothing trips
+    # the demo is healthy: nothing trips but the step time (step 3 holds the stall matrix's slow calls too,
+    # tests/test_e2e_stall_matrix.py: about 11 s planted, so it may be past 1.5x the typical step)
     health = last.split("health (")[1]
-    assert "TRIPPED" not in health and re.search(r"^ ok\s+KL blow-up", health, re.M)
+    tripped = re.findall(r"^\s*TRIPPED\s+(\S.*?)\s{2,}", health, re.M)
+    assert set(tripped) <= {"steps getting slower"} and re.search(r"^ ok\s+KL blow-up", health, re.M), health
 
 
 def test_live_view_in_tmux(v1_run):

@@ -19,6 +19,9 @@ from helpers.prom import PromServer
 LINGER_S = 12.0
 VLLM_PY = ROOT / ".venv-vllm" / "bin" / "python"  # the real vLLM's venv (`make install-vllm`)
 PROGRESS_LOG = {"VERL_PROGRESS_LOG": "1"}  # the seed's lines beside the telemetry (tests/test_e2e_console.py)
+#: stall thresholds the shared runs' planted slow calls (3 s) pass: 3 x the call's median, at least 1.5 s
+#: (tests/test_e2e_stall_matrix.py); the first run of a call keeps the 30-minute default
+STALL_MATRIX = {"VERL_OTEL_STALL_MIN_SECONDS": "1.5", "VERL_OTEL_STALL_FACTOR": "3"}
 
 
 @dataclass

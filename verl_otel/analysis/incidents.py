@@ -38,6 +38,12 @@ def waits_text(what: str | None) -> str:
     return sc.STALL_WAIT_TEXT.get(what or "", what or "another call")
 
 
+def waits_of(r: StallRecord) -> str:
+    """Whom a waiter waits on, in words: the calls its process sent (``1 train_worker call compute_log_prob,
+    rank 0``) when it said them, else what its frame waits in (``a Ray call``)."""
+    return r.waits_for or waits_text(r.waiting_on)
+
+
 @dataclass
 class Incident:
     root: StallRecord
@@ -59,7 +65,7 @@ class Incident:
             "root": _brief(self.root) | {"advice": self.root.advice},
             "root_caught": self.root_caught,
             "peers": [_brief(r) for r in self.peers],
-            "waiting": [_brief(r) | {"waiting_on": r.waiting_on} for r in self.waiting],
+            "waiting": [_brief(r) | {"waiting_on": r.waiting_on, "waits_for": r.waits_for} for r in self.waiting],
         }
 
 
@@ -94,6 +100,8 @@ def _together(a: StallRecord, b: StallRecord) -> bool:
     both = _overlap(a, b)
     if both is None:
         return same_trace or (a.step is not None and a.step == b.step)
+    if (a.host, a.pid) == (b.host, b.pid) and a.call != b.call:
+        return both > 0  # one process' calls one after the other (old_log_prob, then ref): one clock, no slack
     return both >= -SLACK_S
 
 
@@ -162,12 +170,12 @@ def group(records: list[StallRecord]) -> list[Incident]:
         inc.waiting.sort(key=lambda r: (_depth(r), _start(r)), reverse=True)
         for w in inc.waiting:
             w.advice = (
-                f"it waits ({waits_text(w.waiting_on)}) on this incident's root, {inc.root.role or '?'} pid "
+                f"it waits ({waits_of(w)}) on this incident's root, {inc.root.role or '?'} pid "
                 f"{inc.root.pid if inc.root.pid is not None else '?'}: see there"
             )
         if not inc.root_caught:
             inc.root.advice = (
-                f"it waits on {waits_text(inc.root.waiting_on)} whose process was not caught stalled (not "
+                f"it waits on {waits_of(inc.root)} whose process was not caught stalled (not "
                 f"instrumented, or below its own threshold): find who serves that call; {inc.root.advice}"
             )
     incidents.sort(key=lambda inc: (_start(inc.root), inc.step if inc.step is not None else -1))

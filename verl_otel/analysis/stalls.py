@@ -29,6 +29,7 @@ class StallRecord:
     kind: str = sc.STALL_UNKNOWN
     #: semconv STALL_WAIT_*: its stuck frame waits on another call; "": doing the work; None: not said (older)
     waiting_on: str | None = None
+    waits_for: str = ""  # whom it waits on: the calls its process sent meanwhile ("1 train_worker call ...")
     role: str = ""
     pid: int | None = None
     host: str = ""
@@ -95,6 +96,7 @@ def parse_file(path: Path) -> StallRecord | None:
         stack=[s for s in head.get("stack", "").split(" <- ") if s],
         kind=head.get("kind", sc.STALL_UNKNOWN),
         waiting_on=head.get("waiting_on"),
+        waits_for=head.get("waits_for", ""),
         role=head.get("role", ""),
         pid=int(pid) if pid is not None else None,
         host=head.get("host", ""),
@@ -158,6 +160,7 @@ def from_spans(spans: Iterable[Span]) -> list[StallRecord]:
                 stack=[str(x) for x in a.get(sc.ATTR_STALL_STACK, ()) or ()],
                 kind=str(a.get(sc.ATTR_STALL_KIND, sc.STALL_UNKNOWN)),
                 waiting_on=str(a[sc.ATTR_STALL_WAITING_ON]) if sc.ATTR_STALL_WAITING_ON in a else None,
+                waits_for=str(a.get(sc.ATTR_STALL_WAITS_FOR, "")),
                 role=str(a.get(sc.ATTR_STALL_ROLE, "")),
                 pid=a.get(sc.ATTR_STALL_PID),
                 host=str(a.get(sc.ATTR_STALL_HOST, "")),
@@ -185,6 +188,7 @@ def merge(files: list[StallRecord], traced: list[StallRecord]) -> list[StallReco
         if rec.step is None:
             rec.step = t.step
         rec.waiting_on = rec.waiting_on if rec.waiting_on is not None else t.waiting_on
+        rec.waits_for = rec.waits_for or t.waits_for
         rec.detected_at = t.detected_at or rec.detected_at  # the span's clock is finer than the file's second
     out = list(by_key.values())
     for rec in out:
@@ -212,6 +216,8 @@ _ADVICE = {
 
 def advice(rec: StallRecord) -> str:
     text = _ADVICE.get(rec.kind, _ADVICE[sc.STALL_UNKNOWN])
+    if rec.kind == sc.STALL_UNKNOWN and rec.waits_for:
+        text = f"it waits on {rec.waits_for}: read that process' own stall evidence (its frame says where)"
     if rec.moved is False:
         text += "; the stacks did not move between dumps (a hang, not slow progress)"
     elif rec.moved:

@@ -90,6 +90,8 @@ def render(
         for frame in r.stack[1:6]:
             out.append(f"              <- {frame}")
         out.append(f"   kind:      {r.kind}")
+        if r.waits_for:
+            out.append(f"   waits on:  {r.waits_for}")
         if r.evidence:
             again = f" (stacks taken {r.repeats} more time{'s' * (r.repeats != 1)})" if r.repeats else ""
             out.append(f"   evidence:  {r.evidence}{again}")
@@ -127,12 +129,13 @@ def render_incidents(found: list[incidents.Incident], source: str) -> list[str]:
         r = inc.root
         step = f"step {inc.step}" if inc.step is not None else "step ?"
         out.append(f"\n{i}. {step}: {_who(r)} stuck in {r.call or r.phase} at {r.frame or '(no Python frame)'}")
-        out.append(f"   root:      {r.kind}{'' if inc.root_caught else ' (waiting on a call not caught)'}")
+        uncaught = "" if inc.root_caught else f" (waiting on {incidents.waits_of(r)}: not caught)"
+        out.append(f"   root:      {r.kind}{uncaught}")
         out.append(f"   next:      {r.advice}")
         for p in inc.peers:
             out.append(f"   also stuck: {_who(p)} in {p.call or p.phase} at {p.frame or '?'}")
         for w in inc.waiting:
-            what = incidents.waits_text(w.waiting_on)
+            what = incidents.waits_of(w)
             out.append(f"   waiting:   {_who(w)} in {w.call or w.phase} at {w.frame or '?'} ({what})")
     return out
 

@@ -22,6 +22,7 @@ import contextlib
 import functools
 import os
 import resource
+import threading
 import time
 from typing import Any
 
@@ -208,9 +209,13 @@ def _fully_async_linger(module: Any) -> None:
     cls.fit = _lingering_async(cls.__dict__["fit"])
 
 
+_PLANTED = threading.local()  # the delay and hang a slowed worker call hands to verl's engine, on its thread
+
+
 def _slowed(method: Any, phase: str, role_check: Any = None) -> Any:
-    """Sleep in the k-th call of ``method`` in this process (the k-th step) when --slow says so; hang there
-    (``planted_hang``) when --hang does."""
+    """The k-th call of ``method`` in this process (the k-th step) is slowed when --slow says so (hangs when --hang
+    does): the delay is handed to the engine's forward-backward inside verl's own call (``_engine_work``), below
+    every hook, where a really slow call spends its time."""
     calls = {"n": 0}
 
     @functools.wraps(method)
@@ -218,14 +223,34 @@ def _slowed(method: Any, phase: str, role_check: Any = None) -> Any:
         if role_check is None or role_check(self):
             calls["n"] += 1
             delay = SlowSpec.from_env().seconds(phase, calls["n"])
-            if delay:
-                time.sleep(delay)
             hang = SlowSpec.from_env(HANG_ENV).seconds(phase, calls["n"])
-            if hang:
-                planted_hang(hang)  # --hang: a stall the telemetry catches, then it lets go
+            if delay or hang:
+                _PLANTED.work = (delay, hang)
+                try:
+                    return method(self, *args, **kwargs)
+                finally:
+                    _PLANTED.work = None
         return method(self, *args, **kwargs)
 
     return run
+
+
+def _engine_work(forward: Any) -> Any:
+    """verl's FSDP engine's forward-backward, first waiting what a slowed call planted (once per call)."""
+
+    @functools.wraps(forward)
+    def slowed_forward(self: Any, *args: Any, **kwargs: Any) -> Any:  # the frame a stall of a slowed call names
+        work = getattr(_PLANTED, "work", None)
+        if work:
+            _PLANTED.work = None
+            delay, hang = work
+            if delay:
+                time.sleep(delay)
+            if hang:
+                planted_hang(hang)  # --hang: a stall the telemetry catches, then it lets go
+        return forward(self, *args, **kwargs)
+
+    return slowed_forward
 
 
 def _slow_workers(ew: Any) -> None:
@@ -236,11 +261,15 @@ def _slow_workers(ew: Any) -> None:
     arr.compute_ref_log_prob = _slowed(arr.__dict__["compute_ref_log_prob"], "ref")
     tw = ew.TrainingWorker
     is_critic = lambda w: getattr(getattr(w, "config", None), "model_type", None) == "value_model"  # noqa: E731
-    # the updates are slowed inside verl's own call (train_mini_batch runs inside update_actor), as a
-    # really slow update would be, so the worker's span shows the delay too
+    tw.infer_batch = _slowed(tw.__dict__["infer_batch"], "values", is_critic)
     tw.train_mini_batch = _slowed(
         _slowed(tw.__dict__["train_mini_batch"], "update_critic", is_critic), "update_actor", lambda w: not is_critic(w)
     )
+
+
+def _slow_engine(fsdp: Any) -> None:
+    if os.environ.get("VERL_OTEL_DEMO_SLOW") or os.environ.get(HANG_ENV):
+        fsdp.FSDPEngine.forward_backward_batch = _engine_work(fsdp.FSDPEngine.__dict__["forward_backward_batch"])
 
 
 def _copying_save(fsdp_utils: Any) -> None:
@@ -270,4 +299,5 @@ wrapt.register_post_import_hook(lambda m: _cpu_pools(m, "PPOTrainer"), "verl.tra
 wrapt.register_post_import_hook(_fully_async_linger, "verl.experimental.fully_async_policy.fully_async_trainer")
 wrapt.register_post_import_hook(_register_replica, "verl.workers.rollout.replica")
 wrapt.register_post_import_hook(_slow_workers, "verl.workers.engine_workers")
+wrapt.register_post_import_hook(_slow_engine, "verl.workers.engine.fsdp.transformer_impl")
 wrapt.register_post_import_hook(_copying_save, "verl.utils.fsdp_utils")

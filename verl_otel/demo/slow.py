@@ -15,8 +15,9 @@ ENV_FIT_TIMES = "VERL_OTEL_DEMO_FIT_TIMES"  # a file each fit() of the demo appe
 PHASES = {
     "rollout": "the LLM server, every training request of that step (before vLLM sees it)",
     "rollout_sample": "one training request of that step, a long tail (vLLM: it decodes for that long)",
-    "old_log_prob": "ActorRolloutRefWorker.compute_log_prob",
+    "old_log_prob": "ActorRolloutRefWorker.compute_log_prob (in verl's FSDP engine, as each of these)",
     "ref": "ActorRolloutRefWorker.compute_ref_log_prob",
+    "values": "TrainingWorker.infer_batch (critic)",
     "update_actor": "ActorRolloutRefWorker.update_actor",
     "update_critic": "TrainingWorker.train_mini_batch (critic)",
     "update_weights": "the weight transfer after that step's update: the demo checkpoint engine's first bucket send "

@@ -1,7 +1,9 @@
 """Trainer side of the worker spans: verl's ``RayWorkerGroup`` builds one callable per worker
 method with ``func_generator``; for the methods in ``semconv.WORKER_SPAN_NAMES`` ours puts the
 trainer's current traceparent into the batch argument for the duration of the call (Ray serialises
-the arguments when the call is submitted, so the trainer's batch is restored right after)."""
+the arguments when the call is submitted, so the trainer's batch is restored right after), and tells
+the stall watch whom the trainer now waits on (``1 train_worker call compute_log_prob, rank 0``: a
+trainer phase that stalls meanwhile says so)."""
 
 from __future__ import annotations
 
@@ -24,26 +26,52 @@ def _attach(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], None]
     return put(batch, traceparent) if batch is not None else None
 
 
-def _carrying(functor: Any) -> Any:
+def _send(group: Any, method: str, blocking: bool) -> int | None:
+    from verl_otel import model
+    from verl_otel.process.stall_record import sent_text
+
+    stalls = model.current().services.stalls()
+    if stalls is None:
+        return None
+    size = getattr(group, "world_size", None)
+    return stalls.send(sent_text(sc.ROLE_WORKER, method, size if isinstance(size, int) else None), blocking)
+
+
+def _answered(token: int | None) -> None:
+    from verl_otel import model
+
+    stalls = model.current().services.stalls()
+    if stalls is not None:
+        stalls.answered(token)
+
+
+def _carrying(functor: Any, group: Any, method: str, blocking: bool) -> Any:
     """The same callable (same class name, which verl uses for observability) that carries the
-    trace context in its batch argument."""
+    trace context in its batch argument and tells the stall watch it was sent."""
     base = type(functor)
 
     def __call__(this: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N807
-        undo = safe(_attach, args, kwargs)
+        undo = safe(_attach, args, kwargs) if method in sc.WORKER_SPAN_NAMES else None
+        sent = safe(_send, group, method, blocking)
         try:
             return base.__call__(this, *args, **kwargs)
         finally:
             if undo is not None:
                 safe(undo)
+            if sent is not None:
+                safe(_answered, sent)
 
     return type(base.__name__, (base,), {"__call__": __call__})()
+
+
+#: the worker methods a trainer phase waits on: the traced ones and the worker side of a weight sync
+_WATCHED = (*sc.WORKER_SPAN_NAMES, "update_weights")
 
 
 def _traced_method(method: str) -> str | None:
     """verl's name of ``method``: colocated (fused) worker groups prefix it with the role,
     e.g. ``actor_rollout_update_actor``."""
-    for name in sc.WORKER_SPAN_NAMES:
+    for name in _WATCHED:
         if method == name or method.endswith("_" + name):
             return name
     return None
@@ -52,6 +80,9 @@ def _traced_method(method: str) -> str | None:
 def func_generator(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     functor = wrapped(*args, **kwargs)
     method = str(args[1] if len(args) > 1 else kwargs.get("method_name"))
-    if _traced_method(method) is None:
+    traced = _traced_method(method)
+    if traced is None:
         return functor
-    return safe(_carrying, functor) or functor
+    group = args[0] if args else kwargs.get("self")
+    blocking = bool(args[5] if len(args) > 5 else kwargs.get("blocking", True))
+    return safe(_carrying, functor, group, traced, blocking) or functor

@@ -22,9 +22,8 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -36,61 +35,12 @@ from verl_otel._log import warn_once
 from verl_otel.config import StallSettings
 from verl_otel.process import stall_frames as frames
 from verl_otel.process.metrics import MetricsState, Reading
+from verl_otel.process.stall_record import Capture, Evidence, Stall, _Call, _Sent
 
 MAX_STALLS = 32  # stalls a process reports in a run (each: a file, a span)
 MAX_DUMPS = 4  # stack dumps per stall (the first and the repeats), per phase and step
 HISTORY = 64  # durations kept per phase for the median
-
-
-class Evidence(Protocol):
-    """Writes the evidence files (export/stall_evidence.py::EvidenceFiles)."""
-
-    def write(self, name: str, text: str) -> Path | None: ...
-
-    def append(self, path: Path, text: str) -> bool: ...
-
-    def native(self, pid: int) -> str: ...
-
-
-class Capture(Protocol):
-    """Starts a sampling profile of a stalled process (export/captures.py::Captures)."""
-
-    def start(self, name: str, phase: str, pid: int, thread: int | None = None) -> tuple[str, str] | None: ...
-
-
-@dataclass
-class _Call:
-    phase: str
-    call: str
-    step: int
-    start: float
-    thread: int
-    parent: otel_context.Context | None
-    task: Any = None  # the asyncio task that entered (its await chain is on no thread's stack)
-    stalled: bool = False
-
-
-@dataclass
-class Stall:
-    """One stall of a phase (of a step) in this process: what its file, span and line say."""
-
-    phase: str
-    call: str
-    step: int
-    elapsed_s: float
-    threshold_s: float
-    frame: str
-    kind: str
-    evidence: str
-    role: str
-    pid: int
-    host: str
-    stack: tuple[str, ...] = ()  # verl's and the user's frames of the stuck thread, innermost first
-    waiting_on: str = ""  # semconv STALL_WAIT_*: the stuck frame waits on another call ("": it does the work)
-    capture: str = ""  # the sampling profile recorded while it was stuck ("": none)
-    dumps: int = 1
-    last_dump: float = 0.0
-    calls: set[int] = field(default_factory=set)
+MAX_SENT = 32  # calls to other processes remembered (whom a stalled call waits on), the oldest dropped
 
 
 class StallWatch:
@@ -112,6 +62,7 @@ class StallWatch:
         self._evidence, self._role, self._on_stall = evidence, role, on_stall  # on_stall: the console line (progress/)
         self._ids = itertools.count(1)
         self._calls: dict[int, _Call] = {}
+        self._sent: dict[int, _Sent] = {}  # calls sent to other processes, in the order sent (bounded: MAX_SENT)
         self._history: dict[str, deque[tuple[int, float]]] = {}
         self._stalls: dict[tuple[str, Any], Stall] = {}
         self._phases: set[str] = set()  # phases that stalled here: their gauge goes back to 0, not away
@@ -146,6 +97,34 @@ class StallWatch:
         if hist is None:
             hist = self._history.setdefault(c.phase, deque(maxlen=HISTORY))
         hist.append((c.step, time.monotonic() - c.start))
+
+    def send(self, what: str, blocking: bool) -> int:
+        """This thread sent a call to other processes (``what``: :func:`sent_text`); the token for
+        :meth:`answered`. A call that stalls on this thread meanwhile says it waits on it."""
+        token = next(self._ids)
+        self._sent[token] = _Sent(what, threading.get_ident(), time.monotonic(), blocking)
+        while len(self._sent) > MAX_SENT:
+            with contextlib.suppress(StopIteration, KeyError, RuntimeError):
+                self._sent.pop(next(iter(self._sent)))
+        return token
+
+    def answered(self, token: int | None) -> None:
+        """The sending call returned: a blocking one was answered; a non-blocking one's futures are waited on
+        later in the same phase, so it stays (until MAX_SENT newer calls push it out)."""
+        sent = self._sent.get(token) if token is not None else None
+        if sent is not None and sent.blocking:
+            self._sent.pop(token, None)  # type: ignore[arg-type]
+
+    def _waits_for(self, c: _Call) -> str:
+        """The calls sent from ``c``'s thread since it started: what it waits on (the unanswered first); else the
+        blocking calls still out from other threads (verl runs a coroutine's calls in a pool thread when its loop
+        is busy)."""
+        since = [x for x in list(self._sent.values()) if x.start >= c.start]
+        mine = [x for x in since if x.thread == c.thread] or [x for x in since if x.blocking]
+        seen: dict[str, None] = {}
+        for x in sorted(mine, key=lambda x: (not x.blocking, -x.start)):
+            seen.setdefault(x.what, None)
+        return "; ".join(list(seen)[:3])
 
     def stalls_in(self, step: int) -> int:
         """Stalls this process detected in ``step`` (the step span's count)."""
@@ -266,6 +245,7 @@ class StallWatch:
             if stack
             else (),
             waiting_on=frames.waiting_on(stack),
+            waits_for=self._waits_for(c),
             last_dump=now,
         )
         self._phases.add(c.phase)
@@ -333,6 +313,7 @@ class StallWatch:
             "kind": s.kind,
             "waiting_on": s.waiting_on,
             "capture": s.capture,
+            "waits_for": s.waits_for,
             "role": s.role,
             "pid": s.pid,
             "host": s.host,
@@ -350,6 +331,7 @@ class StallWatch:
             sc.ATTR_STALL_STACK: list(s.stack),
             sc.ATTR_STALL_KIND: s.kind,
             sc.ATTR_STALL_WAITING_ON: s.waiting_on,
+            sc.ATTR_STALL_WAITS_FOR: s.waits_for,
             sc.ATTR_STALL_EVIDENCE: s.evidence,
             sc.ATTR_STALL_CAPTURE: s.capture,
             sc.ATTR_STALL_ROLE: s.role,

@@ -12,7 +12,9 @@ from verl_otel.process.stalls import Stall
 def stall_line(s: Stall) -> str:
     step = f" of step {s.step}" if s.step >= 0 else ""
     where = f" at {s.frame}" if s.frame else ""
-    if s.waiting_on:  # not the root of the hang: another process' call is (verl-otel doctor names it)
+    if s.waits_for:  # the calls it sent to other processes: whom it waits on
+        where += f", waiting on {s.waits_for}"
+    elif s.waiting_on:  # not the root of the hang: another process' call is (verl-otel doctor names it)
         where += f", waiting on {sc.STALL_WAIT_TEXT.get(s.waiting_on, s.waiting_on)}"
     evidence = f"; evidence: {s.evidence}" if s.evidence else ""
     return (

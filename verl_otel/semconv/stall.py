@@ -21,6 +21,9 @@ ATTR_STALL_HOST: Final = "verl.stall.host"
 #: what the stuck frame waits on (one of STALL_WAITS; "" when the process does the work itself): the
 #: incident's waiters (``verl-otel doctor``), not its root
 ATTR_STALL_WAITING_ON: Final = "verl.stall.waiting_on"
+#: whom it waits on, in words: the calls it sent to other processes in the meantime ("1 train_worker call
+#: compute_log_prob, rank 0"; "; "-joined; "" when it sent none)
+ATTR_STALL_WAITS_FOR: Final = "verl.stall.waits_for"
 ATTR_STALL_CALLS: Final = "verl.stall.calls"  # calls of this phase stalled in this process when detected
 #: the sampling profile recorded while it was stuck (speedscope JSON; its summary beside it, ``.txt``)
 ATTR_STALL_CAPTURE: Final = "verl.stall.capture"
