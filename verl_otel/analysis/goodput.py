@@ -132,14 +132,16 @@ def grew(step: StepSplit, others: list[StepSplit]) -> tuple[str, float, float] |
     return best[1], step.share(best[1]), best[2]
 
 
-def grew_text(step: StepSplit, others: list[StepSplit]) -> str | None:
-    """``waiting for the long tail 41% of GPU time, 3x its median`` (None: nothing grew)."""
-    found = grew(step, others)
-    if found is None:
-        return None
-    bucket, share, times = found
-    ratio = "new in this step" if times == float("inf") else f"{times:.1f}x its median"
+def grew_words(bucket: str, share: float, times: float) -> str:
+    """``waiting for the long tail 41% of GPU time, 3.0\u00d7 its median``."""
+    ratio = "none in the median step" if times == float("inf") else f"{times:.1f}\u00d7 its median"
     return f"{WORDS[bucket]} {share:.0%} of GPU time, {ratio}"
+
+
+def grew_text(step: StepSplit, others: list[StepSplit]) -> str | None:
+    """:func:`grew_words` of the bucket that grew most in ``step`` (None: nothing grew)."""
+    found = grew(step, others)
+    return None if found is None else grew_words(*found)
 
 
 def to_json(summary: Summary, worst: int = 3) -> dict[str, Any]:

@@ -24,7 +24,9 @@ from verl_otel.semconv.spans import (
     PHASE_VALUES,
 )
 
-# -- the buckets (lower_snake, GPU-seconds) ------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# The buckets (lower_snake, GPU-seconds)
+# --------------------------------------------------------------------------------------------
 BUCKET_GENERATING: Final = "generating"
 BUCKET_LONG_TAIL: Final = "long_tail"
 BUCKET_OLD_LOG_PROB: Final = "old_log_prob"
@@ -85,7 +87,9 @@ PHASE_BUCKETS: Final[dict[str, str]] = {
     PHASE_SAVE_CHECKPOINT: BUCKET_CHECKPOINT,
 }
 
-# -- pools (the ``pool`` label) ------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Pools (the ``pool`` label)
+# --------------------------------------------------------------------------------------------
 POOL_COLOCATED: Final = "colocated"  # training and rollout share the GPUs (verl's hybrid engine)
 POOL_TRAIN: Final = "train"  # a standalone training pool (separate / fully_async modes)
 POOL_ROLLOUT: Final = "rollout"  # a standalone rollout pool
@@ -93,14 +97,18 @@ POOLS: Final = (POOL_COLOCATED, POOL_TRAIN, POOL_ROLLOUT)
 LABEL_POOL: Final = "pool"
 LABEL_BUCKET: Final = "bucket"
 
-# -- the step span's attributes ------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# The step span's attributes
+# --------------------------------------------------------------------------------------------
 ATTR_STEP_GPU_SECONDS: Final = "verl.step.gpu_seconds"  # float: every pool's GPUs x the step's wall time
 ATTR_GOODPUT_PREFIX: Final = "verl.goodput."  # + bucket: float GPU-seconds of the step (all pools)
 ATTR_GOODPUT_RATIO: Final = "verl.goodput.ratio"  # float: GOOD_BUCKETS' share of the step's GPU time
 ATTR_GOODPUT_GPUS: Final = "verl.goodput.gpus"  # int: the GPUs accounted (every pool's)
 ATTR_GOODPUT_TAIL_MEASURED: Final = "verl.goodput.tail_measured"  # bool: rollout occupancy came from the workers
 
-# -- metrics -------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Metrics
+# --------------------------------------------------------------------------------------------
 GPU_SECONDS: Final = MetricDef(
     "verl_gpu_seconds_total",
     "counter",
