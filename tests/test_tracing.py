@@ -33,6 +33,16 @@ def test_file_trace_tree_and_format(drive, tmp_path):
         assert attrs["verl.score_mean"] == pytest.approx(0.25 * number)
         assert attrs["verl.rollout_n"] == 2 and attrs["verl.batch_size"] == 4
         assert root.resource["verl.process.role"] == "trainer"
+        # goodput: no trainer.nnodes/n_gpus_per_node in this config, so one GPU; each phase in its bucket, the
+        # validation too, adv between phases idle; no agent-loop workers asked, so the rollout all generating
+        buckets = {b: attrs[sc.bucket_attr(b)] for b in sc.BUCKETS}
+        assert attrs[sc.ATTR_GOODPUT_GPUS] == 1 and not attrs[sc.ATTR_GOODPUT_TAIL_MEASURED]
+        assert sum(buckets.values()) == pytest.approx(attrs[sc.ATTR_STEP_GPU_SECONDS], rel=1e-6)
+        assert attrs[sc.ATTR_STEP_GPU_SECONDS] == pytest.approx(root.seconds, rel=0.05, abs=0.005)
+        for phase, bucket in (("rollout", "generating"), ("old_log_prob", "old_log_prob"), ("validate", "validation")):
+            span = next(s for s in tree.spans if s.name == phase)
+            assert buckets[bucket] == pytest.approx(span.seconds, abs=0.005), (phase, buckets)
+        assert buckets["long_tail"] == 0.0 and buckets["idle"] > 0
     assert "[verl-otel] step 2/2 took" in proc.stdout
 
 

@@ -102,6 +102,11 @@ def _gpus(config: Any, prefix: str) -> int | None:
     return nodes * per_node if nodes and per_node and nodes > 0 and per_node > 0 else None
 
 
+def rollout_gpus(rollouter: Any) -> int | None:
+    """fully_async's rollouter: its standalone pool's GPUs (``rollout.nnodes x n_gpus_per_node``)."""
+    return _gpus(getattr(rollouter, "config", None), "rollout")
+
+
 def pools(config: Any, kind: str) -> list[Pool]:
     """The resource pools the trainer accounts for goodput: the training pool (``trainer.nnodes x
     n_gpus_per_node``; on the CPU demo the configured devices, one process each), and a standalone rollout pool

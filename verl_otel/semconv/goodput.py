@@ -122,7 +122,14 @@ GOODPUT_RATIO: Final = MetricDef(
     "The last finished step's goodput: generating and training compute over the step's GPU time (0-1).",
     unit="1",
 )
-GOODPUT_METRICS: Final[tuple[MetricDef, ...]] = (GPU_SECONDS, GOODPUT_RATIO)
+STEP_GPU_SECONDS: Final = MetricDef(
+    "verl_step_gpu_seconds",
+    "gauge",
+    "The last finished step's GPU-seconds by bucket, every pool's together (what `top` shows).",
+    (LABEL_BUCKET,),
+    unit="s",
+)
+GOODPUT_METRICS: Final[tuple[MetricDef, ...]] = (GPU_SECONDS, GOODPUT_RATIO, STEP_GPU_SECONDS)
 
 
 def bucket_attr(bucket: str) -> str:

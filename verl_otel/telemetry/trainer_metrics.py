@@ -76,6 +76,8 @@ class TrainerMetrics(StepObserver):
                 for bucket, gpu_s in buckets.items():
                     self._state.inc(sc.GPU_SECONDS, (pool, bucket), gpu_s)
             self._state.set(sc.GOODPUT_RATIO, (), split.ratio)
+            for bucket, gpu_s in split.totals().items():
+                self._state.set(sc.STEP_GPU_SECONDS, (bucket,), gpu_s)
         self._eta.add_step(result.seconds)
         eta = self._eta.eta(result.global_step, self._planned)
         if eta is not None:
