@@ -151,6 +151,9 @@ def main() -> None:
     print(f"stall_dump_ms {micro.stall_dump_ms():.2f}")
     stats = blackhole_run()
     print(f"step_end_us {micro.step_end_us():.1f}")
+    import goodput
+
+    print(f"goodput_step_us {goodput.goodput_step_us():.1f}")
     print(f"startup_ms {micro.startup_ms():.1f}")
     print(f"flush_threads_max {stats['most_threads']}")
     print(f"fit_end_blackhole_s {stats['fit_end_s']:.2f}")

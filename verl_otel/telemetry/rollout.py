@@ -124,10 +124,13 @@ class RolloutTracker:
             if batch is None:  # a sample outside any known dispatch (e.g. an unhooked caller)
                 batch = self._batches[mode] = Batch(mode=mode, step=-1)
             now = time.monotonic()
-            batch.area += len(batch.active) * (now - batch.last)
+            active = batch.active
+            n = len(active)
+            batch.area += n * (now - batch.last)
             batch.last = now
-            batch.active[token] = now
-            batch.peak = max(batch.peak, len(batch.active))
+            active[token] = now
+            if n >= batch.peak:
+                batch.peak = n + 1
         return token
 
     def sample_finished(
