@@ -111,3 +111,17 @@ def test_the_tracker_measures_occupancy_with_a_long_tail() -> None:
     tracker.batch_started(sc.MODE_TRAIN, 4, 1, None)  # the next step's: step 3's stays readable
     assert tracker.occupancy(sc.MODE_TRAIN, 3) == (area, peak)
     assert tracker.occupancy(sc.MODE_TRAIN, 9) is None
+
+
+def test_pools_from_verls_config() -> None:
+    from verl_otel.hooks.verl_objects import pools
+
+    cfg = {
+        "trainer": {"nnodes": 2, "n_gpus_per_node": 8},
+        "actor_rollout_ref": {"rollout": {"nnodes": 0, "n_gpus_per_node": 8}},  # verl's default: colocated
+    }
+    assert pools(cfg, sc.TRAINER_LEGACY) == [Pool(sc.POOL_COLOCATED, 16, True, True)]
+    cfg["actor_rollout_ref"]["rollout"]["nnodes"] = 1  # separate_async's standalone replicas
+    assert pools(cfg, sc.TRAINER_V1) == [Pool(sc.POOL_COLOCATED, 16, True, True), Pool(sc.POOL_ROLLOUT, 8, True, False)]
+    assert pools(cfg, sc.TRAINER_FULLY_ASYNC) == [Pool(sc.POOL_TRAIN, 16, False, True)]
+    assert pools({}, sc.TRAINER_LEGACY) == [Pool(sc.POOL_COLOCATED, 1, True, True)]  # unknown: one
