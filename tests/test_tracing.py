@@ -38,10 +38,11 @@ def test_file_trace_tree_and_format(drive, tmp_path):
         buckets = {b: attrs[sc.bucket_attr(b)] for b in sc.BUCKETS}
         assert attrs[sc.ATTR_GOODPUT_GPUS] == 1 and not attrs[sc.ATTR_GOODPUT_TAIL_MEASURED]
         assert sum(buckets.values()) == pytest.approx(attrs[sc.ATTR_STEP_GPU_SECONDS], rel=1e-6)
-        assert attrs[sc.ATTR_STEP_GPU_SECONDS] == pytest.approx(root.seconds, rel=0.05, abs=0.005)
+        assert attrs[sc.ATTR_STEP_GPU_SECONDS] == pytest.approx(root.seconds, rel=0.05, abs=0.02)
         for phase, bucket in (("rollout", "generating"), ("old_log_prob", "old_log_prob"), ("validate", "validation")):
             span = next(s for s in tree.spans if s.name == phase)
-            assert buckets[bucket] == pytest.approx(span.seconds, abs=0.005), (phase, buckets)
+            # the tracer's clock against the span's stamps: apart by what ran between them (a loaded machine: ms)
+            assert buckets[bucket] == pytest.approx(span.seconds, rel=0.1, abs=0.02), (phase, buckets)
         assert buckets["long_tail"] == 0.0 and buckets["idle"] > 0
     assert "[verl-otel] step 2/2 took" in proc.stdout
 
