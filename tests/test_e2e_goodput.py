@@ -1,7 +1,8 @@
 """Where the GPU hours go (issue 36) on the shared real runs (conftest.py): every training step's span carries its
-GPU time and buckets that add up to it within 1%; the legacy run's planted long tail (``rollout_sample@3=6``)
-grows the long-tail bucket in step 3, named by ``slow-steps`` and ``goodput``; the counters reach a real
-Prometheus."""
+GPU time and buckets that add up to it within 1%; the legacy run's planted long tail (``rollout_sample@3=6``) and
+the v1 run's (``rollout_sample@3=2``) grow the long-tail bucket in step 3, named by ``slow-steps`` and ``goodput``;
+fully_async's trainer waits for samples while its rollouter accounts the rollout pool; separate_async's standalone
+rollout pool is accounted apart; the counters reach a real Prometheus."""
 
 from __future__ import annotations
 
@@ -50,17 +51,19 @@ def _adds_up(training: dict) -> None:
         assert sum(_buckets(root).values()) == pytest.approx(gpu_s, rel=0.01), (number, root.attributes)
 
 
-def _tail_grows(training: dict) -> None:
+def _tails(training: dict) -> tuple[float, float]:
+    """(the planted step's long-tail bucket, the median of the other steps')."""
     tails = {n: t.root.attributes[sc.bucket_attr(sc.BUCKET_LONG_TAIL)] for n, t in training.items()}
-    others = [v for n, v in tails.items() if n != TAIL_STEP]
     assert all(t.root.attributes[sc.ATTR_GOODPUT_TAIL_MEASURED] for t in training.values())
-    assert tails[TAIL_STEP] > 2 * statistics.median(others) + 0.5, tails
+    assert max(tails, key=tails.__getitem__) == TAIL_STEP, tails
+    return tails[TAIL_STEP], statistics.median(v for n, v in tails.items() if n != TAIL_STEP)
 
 
 def test_legacy_buckets_add_up_and_the_planted_tail_grows(legacy_run):
     training = _training(legacy_run)
     _adds_up(training)
-    _tail_grows(training)
+    tail, median = _tails(training)
+    assert tail > 2 * median + 0.5, (tail, median)
     root = training[TAIL_STEP].root
     assert root.attributes[sc.bucket_attr(sc.BUCKET_LONG_TAIL)] >= 0.5 * 6.0  # most of the 6 s tail
     for tree in training.values():  # a colocated pool: no starved trainer, no standalone rollout
@@ -104,3 +107,63 @@ def test_legacy_counters_reach_prometheus(legacy_run):
     assert set(pools) == {sc.POOL_COLOCATED}
     ratio = legacy_run.prom.scalar_by(sc.GOODPUT_RATIO.name)
     assert ratio and all(0 < v <= 1 for v in ratio.values())
+
+
+def test_v1_buckets_add_up_and_its_tail_grows(v1_run):
+    training = _training(v1_run)
+    _adds_up(training)
+    # v1's rollout phase holds more than its samples (TransferQueue, the replay buffer): every step has some
+    # long tail (1.8 s here), and the planted 2 s sample adds to it in step 3 (+1.8 s measured)
+    tail, median = _tails(training)
+    assert tail - median >= 0.5 * 2.0, (tail, median)
+
+
+def test_fully_async_trainer_pool_waits_for_samples(fully_async_run):
+    training = _training(fully_async_run)
+    _adds_up(training)
+    for number, tree in training.items():
+        b = _buckets(tree.root)
+        # the trainer's own pool: no rollout on it, its rollout phase is a wait for the rollouter's samples
+        assert b[sc.BUCKET_GENERATING] == 0.0 and b[sc.BUCKET_LONG_TAIL] == 0.0, (number, b)
+        assert b[sc.BUCKET_WAITING_FOR_SAMPLES] > 0, (number, b)
+
+
+def test_fully_async_rollout_pool_is_accounted_by_the_rollouter(fully_async_run):
+    spans = load_spans(fully_async_run.out / "traces.jsonl")
+    windows = [s for s in spans if s.name == sc.SPAN_ROLLOUTER_GENERATE]
+    assert windows
+    for w in windows:  # each parameter-version window: generating, or blocked by the staleness limit
+        gpus = w.attributes[sc.ATTR_GOODPUT_GPUS]
+        parts = (
+            w.attributes[sc.bucket_attr(sc.BUCKET_GENERATING)]
+            + w.attributes[sc.bucket_attr(sc.BUCKET_STALENESS_BLOCKED)]
+        )
+        assert parts == pytest.approx(gpus * w.seconds, rel=0.01, abs=0.01), w.attributes
+    rows = fully_async_run.prom.query(f"sum by (pool, bucket) ({sc.GPU_SECONDS.name})")
+    got = {(r["metric"][sc.LABEL_POOL], r["metric"][sc.LABEL_BUCKET]): float(r["value"][1]) for r in rows}
+    assert got[(sc.POOL_ROLLOUT, sc.BUCKET_GENERATING)] > 0, got
+    assert got[(sc.POOL_TRAIN, sc.BUCKET_WAITING_FOR_SAMPLES)] > 0, got
+    assert not any(pool == sc.POOL_COLOCATED for pool, _ in got), got
+
+
+def test_separate_async_accounts_the_standalone_rollout_pool_apart(separate_async_run):
+    training = _training(separate_async_run)
+    _adds_up(training)
+    for tree in training.values():
+        assert tree.root.attributes[sc.ATTR_GOODPUT_GPUS] == 2  # the hybrid pool's device and the standalone one
+    pools = separate_async_run.prom.scalar_by(f"sum by (pool) ({sc.GPU_SECONDS.name})", sc.LABEL_POOL)
+    assert set(pools) == {sc.POOL_COLOCATED, sc.POOL_ROLLOUT}, pools
+    assert pools[sc.POOL_COLOCATED] == pytest.approx(pools[sc.POOL_ROLLOUT], rel=0.01)  # one device each
+
+
+def test_top_showed_the_last_steps_split(v1_run):
+    """`top --once` frames taken while the v1 run ran (conftest's TopProbe): once a step had ended, the split of
+    its GPU time by bucket, largest first, with its goodput."""
+    frames = [out for rc, out in v1_run.extra["top"].frames if rc == 0]
+    lines = [ln for f in frames for ln in f.splitlines() if ln.startswith("GPU time, last step: ")]
+    assert lines, frames[-1] if frames else "no frame"
+    shares = re.findall(r"([a-z_]+) (\d+)%", lines[-1].split(": ", 1)[1].split(" (goodput")[0])
+    assert {b for b, _ in shares} <= set(sc.BUCKETS) and sc.BUCKET_UPDATE_ACTOR in dict(shares), lines[-1]
+    assert 95 <= sum(int(p) for _, p in shares) <= 101, lines[-1]
+    assert [int(p) for _, p in shares] == sorted((int(p) for _, p in shares), reverse=True)
+    assert re.search(r"\(goodput \d+%\)$", lines[-1]), lines[-1]
