@@ -153,6 +153,9 @@ def main() -> None:
     print(f"capture_slowdown_ratio {capture.capture_slowdown():.4f} (loop rate while py-spy samples / without)")
     stats = blackhole_run()
     print(f"step_end_us {micro.step_end_us():.1f}")
+    import goodput
+
+    print(f"goodput_step_us {goodput.goodput_step_us():.1f}")
     print(f"startup_ms {micro.startup_ms():.1f}")
     print(f"flush_threads_max {stats['most_threads']}")
     print(f"fit_end_blackhole_s {stats['fit_end_s']:.2f}")

@@ -33,6 +33,17 @@ def test_file_trace_tree_and_format(drive, tmp_path):
         assert attrs["verl.score_mean"] == pytest.approx(0.25 * number)
         assert attrs["verl.rollout_n"] == 2 and attrs["verl.batch_size"] == 4
         assert root.resource["verl.process.role"] == "trainer"
+        # goodput: no trainer.nnodes/n_gpus_per_node in this config, so one GPU; each phase in its bucket, the
+        # validation too, adv between phases idle; no agent-loop workers asked, so the rollout all generating
+        buckets = {b: attrs[sc.bucket_attr(b)] for b in sc.BUCKETS}
+        assert attrs[sc.ATTR_GOODPUT_GPUS] == 1 and not attrs[sc.ATTR_GOODPUT_TAIL_MEASURED]
+        assert sum(buckets.values()) == pytest.approx(attrs[sc.ATTR_STEP_GPU_SECONDS], abs=1e-5)  # each rounded to 1e-6
+        assert attrs[sc.ATTR_STEP_GPU_SECONDS] == pytest.approx(root.seconds, rel=0.05, abs=0.02)
+        for phase, bucket in (("rollout", "generating"), ("old_log_prob", "old_log_prob"), ("validate", "validation")):
+            span = next(s for s in tree.spans if s.name == phase)
+            # the tracer's clock against the span's stamps: apart by what ran between them (a loaded machine: ms)
+            assert buckets[bucket] == pytest.approx(span.seconds, rel=0.1, abs=0.02), (phase, buckets)
+        assert buckets["long_tail"] == 0.0 and buckets["idle"] > 0
     assert "[verl-otel] step 2/2 took" in proc.stdout
 
 

@@ -51,6 +51,8 @@ _LABEL_VALUES: dict[str, tuple[str, ...]] = {
     sc.LABEL_METHOD: ("update_actor", "compute_log_prob"),
     sc.LABEL_RANK: ("0", "1"),
     sc.LABEL_GPU: ("0", "1"),
+    sc.LABEL_POOL: (sc.POOL_COLOCATED, sc.POOL_ROLLOUT),
+    sc.LABEL_BUCKET: (sc.BUCKET_GENERATING, sc.BUCKET_IDLE),
 }
 
 

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from verl_otel import semconv as sc
-from verl_otel.analysis import timeline as tlm
 
 S = 10**9
 T0 = 1_700_000_000 * S
@@ -75,9 +74,9 @@ GOODPUT = {"generating": 10.5, "long_tail": 3.25, "update_actor": 4.0, "idle": 1
 
 def write(path: Path, step: int = 5, goodput: bool = False) -> Path:
     driver = Proc(sc.ROLE_TRAINER, 100)
-    extra = {f"{tlm.ATTR_GOODPUT_PREFIX}{k}": v for k, v in GOODPUT.items()} if goodput else {}
+    extra = {f"{sc.ATTR_GOODPUT_PREFIX}{k}": v for k, v in GOODPUT.items()} if goodput else {}
     if goodput:
-        extra[tlm.ATTR_STEP_GPU_SECONDS] = sum(GOODPUT.values())
+        extra[sc.ATTR_STEP_GPU_SECONDS] = sum(GOODPUT.values())
     root = driver.span(sc.SPAN_STEP, 0, 8, **{sc.ATTR_GLOBAL_STEP: step, **extra})
     phases = {}
     for name, a, b in (("rollout", 0, 4), ("old_log_prob", 4.5, 5), ("update_actor", 5, 7), ("update_weights", 7, 7.3)):

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl_otel import semconv as sc
+from verl_otel.analysis import goodput as gp
 from verl_otel.analysis import long_tail as lt
 from verl_otel.analysis import stragglers as sg
 from verl_otel.analysis import tokens as tk
@@ -64,6 +65,7 @@ class Verdict:
     ratios: dict[str, float] = field(default_factory=dict)
     tokens: tk.TokenView | None = None  # the cause's tokens against its medians, when its spans carry them
     per_token: dict[str, float] = field(default_factory=dict)  # phase -> per-token time / its median
+    gpu_grew: tuple[str, float, float] | None = None  # the goodput bucket that grew most (analysis/goodput.py)
 
 
 @dataclass
@@ -153,10 +155,13 @@ def rank(steps: list[StepTrace], top: int, per_token: bool = False) -> Ranking:
         order = sorted(compared, key=lambda s: (max(per[id(s)].values(), default=0.0), s.seconds), reverse=True)
     else:
         order = sorted(compared, key=lambda s: s.seconds, reverse=True)
+    splits = {s.step: s for s in gp.of_steps(compared)}
     verdicts = []
     for s in order[: max(0, top)]:
         v = explain(s, medians, nz, len(compared), ran_in)
         v.per_token = per[id(s)]
+        if (mine := splits.get(s.global_step or 0)) is not None:
+            v.gpu_grew = gp.grew(mine, [o for n, o in splits.items() if n != mine.step])
         if v.cause is not None and not v.cause.sometimes:
             v.tokens = tk.view(s, v.cause.phase, tmed)
         verdicts.append(v)
@@ -208,6 +213,7 @@ def to_json(ranking: Ranking, ui_base: str | None) -> list[dict[str, Any]]:
                 "stragglers": [x.to_json() for x in sg.stragglers(st)],
                 "weight_sync": None if (w := wsync.slowest(st.weight_syncs)) is None else w.to_json(),
                 "weight_receive": None if (r := wsync.slowest(st.weight_receives)) is None else r.to_json(),
+                "gpu_grew": _gpu_grew_json(v),
                 "also_not_every_step": [{"phase": p, "duration_s": _r(s)} for p, s in v.unusual],
                 "clock_skew_s": _r(st.clock_skew_s),
                 "clock_offsets": {h: _r(o) for h, o in sorted(st.clock_offsets.items())},
@@ -227,6 +233,13 @@ def to_json(ranking: Ranking, ui_base: str | None) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _gpu_grew_json(v: Verdict) -> dict[str, Any] | None:
+    if v.gpu_grew is None:
+        return None
+    bucket, share, times = v.gpu_grew
+    return {"bucket": bucket, "share": _r(share), "ratio_to_median": None if times == float("inf") else _r(times, 2)}
 
 
 def _engine_json(s: Sample) -> dict[str, Any] | None:
@@ -309,6 +322,8 @@ def to_text(ranking: Ranking, ui_base: str | None) -> str:
             runs = st.phase_runs.get(phase, 1)
             parts.append(f"{phase} {sec:.2f}s{ratio}" + (f" in {runs} runs" if runs > 1 else ""))
         lines.append("   phases: " + (", ".join(parts) or "none"))
+        if v.gpu_grew is not None:
+            lines.append(f"   GPU time grew: {gp.grew_words(*v.gpu_grew)}")
         t = lt.tail(st)
         if t is not None and t.is_long:
             lines.append(f"   {t.text()}")

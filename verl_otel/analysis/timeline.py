@@ -13,12 +13,6 @@ from dataclasses import dataclass, field
 from verl_otel import semconv as sc
 from verl_otel.analysis.step_traces import Span, as_float, as_int
 
-# The step span's GPU-time accounting (issue 36 items 1-3): the step's GPU-seconds and one float attribute per
-# bucket, ``verl.goodput.<bucket>``, GPU-seconds. These two strings are the contract with that accounting; they
-# move to the vocabulary module (semconv) when both land.
-ATTR_STEP_GPU_SECONDS = "verl.step.gpu_seconds"
-ATTR_GOODPUT_PREFIX = "verl.goodput."
-
 # derived buckets (a trace without the accounting): what a lane was waiting for in a stretch without a span
 BUCKET_IDLE = "idle"  # the driver between its phases (advantages, reward on the CPU, data loading)
 BUCKET_LONG_TAIL = "long_tail"  # a rollout lane done while the rollout phase still runs
@@ -271,14 +265,12 @@ def _derive_idle(tl: Timeline) -> None:
 
 
 def _buckets(tl: Timeline, root: Span) -> None:
-    measured = {
-        k[len(ATTR_GOODPUT_PREFIX) :]: v
-        for k, raw in root.attributes.items()
-        if k.startswith(ATTR_GOODPUT_PREFIX) and (v := as_float(raw)) is not None
-    }
+    # the step span's GPU-time accounting (telemetry/goodput.py): one GPU-seconds attribute per bucket
+    attrs = root.attributes
+    measured = {b: v for b in sc.BUCKETS if (v := as_float(attrs.get(sc.ATTR_GOODPUT_PREFIX + b))) is not None}
     if measured:
         tl.buckets, tl.measured = dict(sorted(measured.items(), key=lambda kv: -kv[1])), True
-        tl.gpu_seconds = as_float(root.attributes.get(ATTR_STEP_GPU_SECONDS))
+        tl.gpu_seconds = as_float(attrs.get(sc.ATTR_STEP_GPU_SECONDS))
         return
     totals: dict[str, float] = defaultdict(float)
     for lane in (tl.driver, *tl.lanes):

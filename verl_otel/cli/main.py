@@ -1,9 +1,9 @@
 """``verl-otel``: ``demo`` (the CPU demo of a real verl run with telemetry on), ``top`` (a live view of a
 running job), ``slow-steps`` (the slowest steps and the phase that made them slow) and ``val-generations``
 (validation samples), both from Jaeger or the local trace file, ``timeline`` (one step as a picture),
-``compare`` (one run against another), ``doctor`` (a stuck run's stall evidence, explained), ``capture`` (a
-stalled process' sampling profile), ``stack write`` (the Docker stack), ``push`` (spans a run
-could not deliver in time) and ``gather`` (every Ray node's files on this machine)."""
+``compare`` (one run against another), ``goodput`` (where the GPU hours went), ``doctor`` (a stuck run's stall
+evidence, explained), ``capture`` (a stalled process' sampling profile), ``stack write`` (the Docker stack),
+``push`` (spans a run could not deliver in time) and ``gather`` (every Ray node's files on this machine)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ _COMMANDS = {
     "slow-steps": "verl_otel.cli.slow_steps",
     "compare": "verl_otel.cli.compare",
     "timeline": "verl_otel.cli.timeline",
+    "goodput": "verl_otel.cli.goodput",
     "top": "verl_otel.cli.top",
     "val-generations": "verl_otel.cli.val_generations",
     "stack": "verl_otel.cli.stack",

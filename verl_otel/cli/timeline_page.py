@@ -132,12 +132,12 @@ def _side(tl: tlm.Timeline) -> str:
         for k, v in tl.buckets.items()
     )
     if tl.measured:
-        how = f"measured in-process by the run (the step span's {tlm.ATTR_GOODPUT_PREFIX}* attributes)" + (
+        how = f"measured in-process by the run (the step span's {sc.ATTR_GOODPUT_PREFIX}* attributes)" + (
             f"; the step's GPU time: {tl.gpu_seconds:.2f} GPU-s" if tl.gpu_seconds is not None else ""
         )
     else:
         how = (
-            f"derived here from the spans: this trace carries no {tlm.ATTR_GOODPUT_PREFIX}* attributes (a run "
+            f"derived here from the spans: this trace carries no {sc.ATTR_GOODPUT_PREFIX}* attributes (a run "
             "before the GPU-time accounting), so these are seconds of the lanes drawn, not GPU-seconds"
         )
     phases = "".join(

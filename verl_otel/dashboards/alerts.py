@@ -10,6 +10,7 @@ from typing import Any
 
 from verl_otel import semconv as sc
 from verl_otel.dashboards import health
+from verl_otel.dashboards.goodput_rules import goodput_rules
 from verl_otel.dashboards.memory_rules import memory_rules
 from verl_otel.dashboards.promql import BY, RUN, spike, training
 from verl_otel.dashboards.rule import Record, Rule
@@ -110,7 +111,7 @@ def engine_rules(t: Thresholds) -> list[Rule]:
 
 def rules(t: Thresholds = DEFAULTS) -> list[Rule]:
     """Every alert, in the order of the rules file (group by group)."""
-    out = [*_run_rules(t), *engine_rules(t), *straggler_rules(t), *memory_rules(t)]
+    out = [*_run_rules(t), *engine_rules(t), *straggler_rules(t), *memory_rules(t), *goodput_rules(t)]
     groups = list(dict.fromkeys(r.group for r in out))
     return sorted(out, key=lambda r: groups.index(r.group))
 

@@ -108,6 +108,11 @@ class Thresholds:
         256.0, "VerlMemoryLeak: a process' resident memory growing faster than this (MiB per hour) ..."
     )
     leak_window: str = _t("1h", "... over this window, in both of its halves, for 15m")
+    idle_share_min: float = _t(
+        0.2, "VerlIdleShareGrowing: the run's idle share of GPU time (verl_gpu_seconds_total) above this ..."
+    )
+    idle_growth_factor: float = _t(1.25, "... and above this many times its share over the window before ...")
+    idle_growth_window: str = _t("1h", "... each window this long, the one before also above the one before it")
 
     @classmethod
     def with_overrides(cls, pairs: list[str]) -> Thresholds:

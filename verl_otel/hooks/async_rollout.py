@@ -56,6 +56,8 @@ async def rollouter_fit(
     safe(_wire_rollouter, instance)
     windows = _windows()
     safe(windows.fit_started, verl_async.rollouter_reader(instance))
+    gpus: int | None = safe(verl.rollout_gpus, instance)
+    windows.gpus = gpus or 1
     safe(lambda: model.current().reward_flush.attach(RayRewardWorkers(verl.reward_workers(instance))))
     with on_exit(_rollouter_end, windows, safe(for_owner, instance)):
         return await wrapped(*args, **kwargs)

@@ -22,6 +22,7 @@ from typing import Any
 from verl_otel import model
 from verl_otel import semconv as sc
 from verl_otel.hooks._safe import safe
+from verl_otel.hooks.goodput import watch_occupancy
 from verl_otel.hooks.stall_watch import unwatch, watch
 from verl_otel.hooks.verl_objects import (
     meta_step,
@@ -107,6 +108,8 @@ def _dispatched(
     m = model.current()
     if not m.steps.active:  # fully_async's rollouter dispatches sample by sample: no bar
         return
+    if mode == sc.MODE_TRAIN:
+        watch_occupancy(m, manager)  # the goodput split's rollout occupancy, asked of these workers
     progress = m.progress
     if mode == sc.MODE_TRAIN:
         progress.rollout_dispatched(step, prompts, samples, shape, meta_keys)

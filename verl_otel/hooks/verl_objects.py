@@ -11,6 +11,7 @@ from typing import Any
 
 from verl_otel import semconv as sc
 from verl_otel.hooks.registry import verl_version
+from verl_otel.telemetry.goodput import Pool, pools_of
 from verl_otel.telemetry.steps import RunInfo
 from verl_otel.telemetry.values import to_scalar
 
@@ -89,7 +90,32 @@ def run_info(trainer: Any, kind: str) -> RunInfo:
         batch_size=_int(config_value(config, "data.train_batch_size")),
         mode=None if mode is None else str(mode),
         verl_version=verl_version(),
+        pools=tuple(pools(config, kind)),
     )
+
+
+def _gpus(config: Any, prefix: str) -> int | None:
+    nodes, per_node = (
+        _int(config_value(config, f"{prefix}.nnodes")),
+        _int(config_value(config, f"{prefix}.n_gpus_per_node")),
+    )
+    return nodes * per_node if nodes and per_node and nodes > 0 and per_node > 0 else None
+
+
+def rollout_gpus(rollouter: Any) -> int | None:
+    """fully_async's rollouter: its standalone pool's GPUs (``rollout.nnodes x n_gpus_per_node``)."""
+    return _gpus(getattr(rollouter, "config", None), "rollout")
+
+
+def pools(config: Any, kind: str) -> list[Pool]:
+    """The resource pools the trainer accounts for goodput: the training pool (``trainer.nnodes x
+    n_gpus_per_node``; on the CPU demo the configured devices, one process each), and a standalone rollout pool
+    (``actor_rollout_ref.rollout.nnodes x n_gpus_per_node``, separate_async) beside it; fully_async's trainer
+    has only its own (the rollouter's pool, ``rollout.*``, is not this process')."""
+    train = _gpus(config, "trainer")
+    if kind == sc.TRAINER_FULLY_ASYNC:
+        return pools_of(train, None, trainer_only=True)
+    return pools_of(train, _gpus(config, "actor_rollout_ref.rollout"))
 
 
 def global_step(trainer: Any) -> int:

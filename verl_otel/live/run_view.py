@@ -71,6 +71,8 @@ class RunView:
     replicas: list[Replica] = field(default_factory=list)  # rollout servers (vLLM's pages); see ReplicaWatch
     hosts: dict[str, int] = field(default_factory=dict)  # host -> processes (targets) of the run on it
     stall_hosts: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # stalled (role, phase) -> hosts
+    gpu_split: dict[str, float] = field(default_factory=dict)  # the last finished step's GPU-seconds by bucket
+    goodput: float | None = None  # ... and its goodput ratio
 
     @property
     def multi_host(self) -> bool:
@@ -167,6 +169,10 @@ def build_view(scrape: Scrape, run: str | None = None) -> RunView:
     # verl's scalars: the trainer's process logs them; take the freshest step's if several processes do
     for s in by_name.get(sc.TRAINING_METRIC.name, []):
         view.metrics[s.labels.get(sc.LABEL_KEY, "")] = s.value
+    for s in by_name.get(sc.STEP_GPU_SECONDS.name, []):
+        bucket = s.labels.get(sc.LABEL_BUCKET, "")
+        view.gpu_split[bucket] = max(view.gpu_split.get(bucket, 0.0), s.value)
+    view.goodput = _max(values(sc.GOODPUT_RATIO))
     view.phase_mean_s = _means(by_name, sc.PHASE_DURATION, sc.LABEL_PHASE)
     view.step_mean_s = _means(by_name, sc.STEP_DURATION, None).get("")
     return view

@@ -95,6 +95,9 @@ def header(view: RunView, now: float) -> RenderableType:
         lines.append(Text.assemble(("running: ", "bold"), (now_running, "yellow")))
     else:
         lines.append(Text("running: no phase", "dim"))
+    split = gpu_split_text(view)
+    if split:
+        lines.append(Text.assemble(("GPU time, last step: ", "bold"), split))
     if view.stalls:
         stuck = "; ".join(
             f"{role}{_on(view.stall_hosts.get((role, phase), []), view)} in {phase}" + (f" at {where}" if where else "")
@@ -106,6 +109,18 @@ def header(view: RunView, now: float) -> RenderableType:
         what = "; ".join(f"replica {r.replica} ({_n(r.running)} running, no token for {dur(r.quiet_s)})" for r in hung)
         lines.append(Text.assemble(("STUCK rollout: ", "bold red"), (what, "red")))
     return Group(*lines)
+
+
+def gpu_split_text(view: RunView) -> str:
+    """The last finished step's GPU time by bucket, largest first (``generating 52%, long_tail 30%, ...``)."""
+    total = sum(view.gpu_split.values())
+    if total <= 0:
+        return ""
+    parts = [
+        f"{b} {v / total:.0%}" for b, v in sorted(view.gpu_split.items(), key=lambda kv: -kv[1]) if v / total >= 0.005
+    ]
+    ratio = f" (goodput {view.goodput:.0%})" if view.goodput is not None else ""
+    return ", ".join(parts) + ratio
 
 
 def _on(hosts: list[str], view: RunView) -> str:

@@ -17,7 +17,7 @@ from verl_otel.semconv import env_doc
 
 SEMCONV = Path(sc.__file__).parent
 #: semconv modules whose span, attribute and event names the spans page lists, in its order
-SPAN_MODULES = ("spans", "stall", "why", "engine")
+SPAN_MODULES = ("spans", "stall", "why", "engine", "goodput")
 _PREFIXES = {"SPAN_": "span", "ATTR_": "attribute", "EVENT_": "event", "ENGINE_ATTR_": "attribute (vLLM's)"}
 
 
@@ -100,6 +100,16 @@ def spans_markdown() -> str:
         out += [f"## `semconv/{module}.py`", "", _cell(doc), "", "| name | kind | what | group |", "|---|---|---|---|"]
         out += [f"| `{n.value}` | {n.kind} | {_cell(n.doc)} | {_cell(n.group)} |" for n in rows]
         out.append("")
+    out += [
+        "## Goodput buckets",
+        "",
+        f"Each a float attribute `{sc.ATTR_GOODPUT_PREFIX}<bucket>` of the step span (GPU-seconds) "
+        f"and a `{sc.LABEL_BUCKET}` value of `{sc.GPU_SECONDS.name}`; they add up to `{sc.ATTR_STEP_GPU_SECONDS}`.",
+        "",
+    ]
+    out += ["| bucket | what | goodput |", "|---|---|---|"]
+    out += [f"| `{b}` | {_cell(what)} | {'yes' if b in sc.GOOD_BUCKETS else ''} |" for b, what in sc.BUCKETS.items()]
+    out.append("")
     out += ["## Training-worker spans", "", "| verl's worker-group method | span |", "|---|---|"]
     out += [f"| `{method}` | `{span}` |" for method, span in sc.WORKER_SPAN_NAMES.items()]
     return "\n".join(out).rstrip() + "\n"

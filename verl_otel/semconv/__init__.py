@@ -8,7 +8,8 @@ against it). By what it names:
 - :mod:`.engine`: the rollout engine's (vLLM's) span, attribute and metric names, and ours about it;
 - :mod:`.env`: environment variables and the embedded default's file names (:mod:`.env_doc`: what each means);
 - :mod:`.stall`: stall detection's span, attributes, classifications and evidence files;
-- :mod:`.run_end`: how a run ended (an abrupt end's attributes and reasons).
+- :mod:`.run_end`: how a run ended (an abrupt end's attributes and reasons);
+- :mod:`.goodput`: what a step's GPU time was spent on (buckets, pools, the step span's attributes, metrics).
 
 ``from verl_otel import semconv as sc`` gives all of them (``sc.SPAN_STEP``, ``sc.ROLLOUT_ETA``).
 
@@ -22,6 +23,7 @@ step number, sample index, uid or trace id: identities live in traces.
 from verl_otel.semconv.engine import *  # noqa: F403
 from verl_otel.semconv.env import *  # noqa: F403
 from verl_otel.semconv.env_doc import *  # noqa: F403
+from verl_otel.semconv.goodput import *  # noqa: F403
 from verl_otel.semconv.metric_def import *  # noqa: F403
 from verl_otel.semconv.metrics import *  # noqa: F403
 from verl_otel.semconv.run_end import *  # noqa: F403

@@ -61,6 +61,11 @@ class Batch:
     failed: int = 0  # of those, the ones that raised
     next_kept: int = 0  # past DURATIONS_KEPT: the index (in ``handed``) of the next sample whose seconds are kept
     weight: float = 1.0  # ... and Algorithm L's running weight that draws it
+    # occupancy, for the goodput split (telemetry/goodput.py): samples x seconds in flight, the most in flight at
+    # once, and the monotonic time ``area`` was last brought up to
+    area: float = 0.0
+    peak: int = 0
+    last: float = field(default_factory=time.monotonic)
 
     @property
     def done(self) -> bool:
@@ -89,6 +94,7 @@ class RolloutTracker:
         #: a worker's memory does not grow with the batch), or all of them (None)
         self.keep: int | None = None
         self._seq = itertools.count()
+        self._occupied: dict[tuple[str, int], tuple[float, int]] = {}  # replaced batches' (area, peak), bounded
 
     # -- dispatch -------------------------------------------------------------------------------
     def batch_started(
@@ -99,6 +105,8 @@ class RolloutTracker:
         with self._lock:
             cur = self._batches.get(mode)
             if cur is None or cur.done or cur.expected == 0 or (cur.step != step and not cur.active):
+                if cur is not None:
+                    self._keep_occupancy(cur)
                 cur = self._batches[mode] = Batch(mode=mode, step=step, parent=parent)
             cur.expected += n_samples
             cur.step, cur.version = step, version
@@ -115,7 +123,14 @@ class RolloutTracker:
             batch = self._batches.get(mode)
             if batch is None:  # a sample outside any known dispatch (e.g. an unhooked caller)
                 batch = self._batches[mode] = Batch(mode=mode, step=-1)
-            batch.active[token] = time.monotonic()
+            now = time.monotonic()
+            active = batch.active
+            n = len(active)
+            batch.area += n * (now - batch.last)
+            batch.last = now
+            active[token] = now
+            if n >= batch.peak:
+                batch.peak = n + 1
         return token
 
     def sample_finished(
@@ -126,6 +141,8 @@ class RolloutTracker:
             batch = self._batches.get(mode)
             if batch is None:
                 return
+            batch.area += len(batch.active) * (now - batch.last)
+            batch.last = now
             raw = (batch.active.pop(token, now), now, trajectory, output, error)
             seconds = now - raw[0]
             if batch.handed < DURATIONS_KEPT:
@@ -210,6 +227,21 @@ class RolloutTracker:
             eta = rate_eta(elapsed, completed, expected)
             if eta is not None:  # unknown until the first sample finishes
                 yield sc.ROLLOUT_ETA, labels, eta
+
+    def _keep_occupancy(self, batch: Batch) -> None:
+        if batch.peak:
+            self._occupied[(batch.mode, batch.step)] = (batch.area, batch.peak)
+            while len(self._occupied) > 16:
+                del self._occupied[next(iter(self._occupied))]
+
+    def occupancy(self, mode: str, step: int) -> tuple[float, int] | None:
+        """(samples x seconds in flight, peak in flight) of this worker's rollout of ``step`` (None: none seen)."""
+        with self._lock:
+            batch = self._batches.get(mode)
+            if batch is not None and batch.step == step and batch.peak:
+                area = batch.area + len(batch.active) * (time.monotonic() - batch.last)
+                return area, batch.peak
+            return self._occupied.get((mode, step))
 
     def snapshot(self, mode: str) -> Batch | None:
         with self._lock:

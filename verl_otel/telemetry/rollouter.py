@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -61,6 +61,7 @@ class _Window:
     produced0: float
     dropped0: float
     tag: tuple[str, int] | None
+    start: float = field(default_factory=time.monotonic)
 
 
 class WindowSamples(SlowestCalls):
@@ -80,6 +81,7 @@ class RolloutWindows:
         self.base_version = 0  # version of the first parameter sync (a resumed run starts later)
         self.syncs = 0  # reset_staleness calls seen: the first is the sync before fit()
         self.queue_depth: float | None = None
+        self.gpus = 1  # the rollout pool's GPUs (rollout.nnodes x n_gpus_per_node): the goodput split's
         self._window: _Window | None = None
         self.sample_spans: WindowSamples | None = None
         self.validating: Span | None = None  # the open rollouter.validate span (validation generations go there)
@@ -172,6 +174,7 @@ class RolloutWindows:
             span.set_attribute(sc.ATTR_ASYNC_DROPPED, int(now.dropped - window.dropped0))
         if idle is not None:
             span.set_attribute(sc.ATTR_ASYNC_IDLE_RATIO, idle)
+        self._account(span, window, idle)
         if exc is not None:
             mark_failed(span, exc, self._svc.settings.max_text)
         span.end()
@@ -201,6 +204,17 @@ class RolloutWindows:
             mark_failed(span, exc, self._svc.settings.max_text)
         span.end()
         self._svc.flush_soon()
+
+    def _account(self, span: Span, window: _Window, idle: float | None) -> None:
+        """The rollout pool's GPU time in this window (semconv/goodput.py): blocked by the staleness limit for
+        verl's idle share of it (the rollouter paused until the next sync), generating the rest."""
+        wall = max(0.0, time.monotonic() - window.start) * self.gpus
+        blocked = min(1.0, max(0.0, idle or 0.0)) * wall
+        split = {sc.BUCKET_GENERATING: wall - blocked, sc.BUCKET_STALENESS_BLOCKED: blocked}
+        span.set_attributes({sc.bucket_attr(b): round(v, 6) for b, v in split.items()})
+        span.set_attribute(sc.ATTR_GOODPUT_GPUS, self.gpus)
+        for bucket, gpu_s in split.items():
+            self._svc.state.inc(sc.GPU_SECONDS, (sc.POOL_ROLLOUT, bucket), gpu_s)
 
     # -- gauges (read at scrape time) ---------------------------------------------------------------
     def readings(self) -> Iterable[Reading]:

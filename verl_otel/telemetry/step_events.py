@@ -19,6 +19,7 @@ class RunInfo:
     batch_size: int | None
     mode: str | None = None
     verl_version: str | None = None
+    pools: tuple[Any, ...] = ()  # telemetry/goodput.py's Pool of each resource pool this process accounts
 
 
 @dataclass
@@ -29,6 +30,7 @@ class StepResult:
     trace_id: str
     error: bool
     tokens: StepTokens | None = None  # the training batch's, when the hooks counted them
+    goodput: Any = None  # telemetry/goodput.py's Split of the step's GPU time
 
 
 class StepObserver:

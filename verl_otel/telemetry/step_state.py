@@ -38,6 +38,7 @@ class _Step:
     tail: bool = False  # fit.end: the work after a scoped run's last step, not a step
     tokens: StepTokens | None = None  # the training batch's (rollout's output), once the hooks counted them
     failed_in: str | None = None  # the phase an exception came out of first (the innermost)
+    ran: list[tuple[str, float, float]] = field(default_factory=list)  # (phase, start, end), monotonic: goodput
     sync_id_given: bool = False  # a weight-sync phase span of this step has the derivable id (phase_span_id)
 
     def add_phase(self, name: str, seconds: float, tokens: int | None = None) -> None:

@@ -24,6 +24,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 
 from verl_otel import semconv as sc
 from verl_otel._log import logger
+from verl_otel.telemetry.goodput import Occupancy, Split, pools_of, step_split
 from verl_otel.telemetry.run_end import attributes_of
 from verl_otel.telemetry.services import Services
 from verl_otel.telemetry.step_events import RunInfo, StepObserver, StepResult
@@ -46,6 +47,7 @@ class StepTracer:
         self._scoped_run = False  # steps are fit_step() calls (fully_async)
         self._last_number = -1  # the last step that trained
         self.observers: list[StepObserver] = []
+        self.occupancy: Occupancy | None = None  # the rollout's, for the goodput split (hooks/rollout.py)
 
     # -- inputs from the hooks ----------------------------------------------------------------
     def fit_started(self, run: RunInfo, global_step: Callable[[], int]) -> None:
@@ -108,6 +110,7 @@ class StepTracer:
             if step is not None:
                 number = step.number
                 step.add_phase(token.name, seconds, tokens)
+                step.ran.append((token.name, token.start, token.start + seconds))
                 if token in step.open:
                     step.open.remove(token)
         self._notify("on_phase_end", token.name, number, seconds, trace_id)
@@ -209,6 +212,7 @@ class StepTracer:
             span.end()
             seconds = max(0.0, (time.time_ns() - start_ns) / 1e9)
             step.add_phase(sc.PHASE_VALIDATE, seconds)
+            step.ran.append((sc.PHASE_VALIDATE, time.monotonic() - seconds, time.monotonic()))
             number, trace_id = step.number, format(span.get_span_context().trace_id, "032x")
         # known only now that its metrics came back: the start is told late, so observers see start, then end
         self._notify("on_phase_start", sc.PHASE_VALIDATE, number)
@@ -329,6 +333,7 @@ class StepTracer:
                 token.span.set_status(Status(StatusCode.ERROR, "phase did not finish"))
             token.span.end()
             token.done = True
+            step.ran.append((token.name, token.start, time.monotonic()))
             self._unwatch(token)
         span = step.span
         stalls = self._svc.stalls()
@@ -357,21 +362,27 @@ class StepTracer:
             span.end()
             self._svc.flush_soon()
             return
+        split = self._goodput(step)
         span.end()
         write_summary(self._svc.tracer(), span, step)
         self._last_number = step.number
         if not tell:
             return
-        result = StepResult(
-            step.number,
-            seconds,
-            dict(step.phases),
-            format(span.get_span_context().trace_id, "032x"),
-            step.error,
-            step.tokens,
-        )
+        trace_id = format(span.get_span_context().trace_id, "032x")
+        result = StepResult(step.number, seconds, dict(step.phases), trace_id, step.error, step.tokens, split)
         self._notify("on_step_end", result)
         self._svc.flush_soon()
+
+    def _goodput(self, step: _Step) -> Split | None:
+        """The step's GPU time split (semconv/goodput.py) onto its span; the rollout's occupancy was asked for
+        when its rollout ended, so reading it here does not wait."""
+        occupancy, run = self.occupancy, self._run
+        busy = occupancy.seconds(step.number) if occupancy is not None else None
+        pools = (run.pools if run is not None else ()) or pools_of(None, None)
+        split = step_split(pools, step.start, time.monotonic(), step.ran, busy)
+        if split is not None:
+            step.span.set_attributes(split.attributes())
+        return split
 
     def _notify(self, method: str, *args: Any) -> None:
         for obs in list(self.observers):

@@ -70,6 +70,14 @@ class TrainerMetrics(StepObserver):
                 rate = per_1k(seconds, tokens) if tokens is not None else None
                 if rate is not None:
                     self._state.set(sc.PHASE_S_PER_1K_TOKENS, (phase,), rate)
+        split = result.goodput
+        if split is not None:  # what the step's GPU time went to (semconv/goodput.py)
+            for pool, buckets in split.pools.items():
+                for bucket, gpu_s in buckets.items():
+                    self._state.inc(sc.GPU_SECONDS, (pool, bucket), gpu_s)
+            self._state.set(sc.GOODPUT_RATIO, (), split.ratio)
+            for bucket, gpu_s in split.totals().items():
+                self._state.set(sc.STEP_GPU_SECONDS, (bucket,), gpu_s)
         self._eta.add_step(result.seconds)
         eta = self._eta.eta(result.global_step, self._planned)
         if eta is not None:
