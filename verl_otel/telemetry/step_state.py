@@ -41,9 +41,11 @@ class _Step:
     ran: list[tuple[str, float, float]] = field(default_factory=list)  # (phase, start, end), monotonic: goodput
     sync_id_given: bool = False  # a weight-sync phase span of this step has the derivable id (phase_span_id)
 
-    def add_phase(self, name: str, seconds: float, tokens: int | None = None) -> None:
-        """A run of phase ``name`` ended (what the step span's summary says of its phases)."""
+    def add_phase(self, name: str, seconds: float, tokens: int | None = None, *, start: float) -> None:
+        """A run of phase ``name`` ended, started at ``start`` (monotonic): what the step span's summary says of its
+        phases, and when it ran (goodput)."""
         self.phases[name] = self.phases.get(name, 0.0) + seconds
+        self.ran.append((name, start, start + seconds))
         self.runs[name] = self.runs.get(name, 0) + 1
         if tokens:
             self.phase_tokens[name] = self.phase_tokens.get(name, 0) + tokens

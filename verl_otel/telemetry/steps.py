@@ -109,8 +109,7 @@ class StepTracer:
             trace_id = format(token.span.get_span_context().trace_id, "032x")
             if step is not None:
                 number = step.number
-                step.add_phase(token.name, seconds, tokens)
-                step.ran.append((token.name, token.start, token.start + seconds))
+                step.add_phase(token.name, seconds, tokens, start=token.start)
                 if token in step.open:
                     step.open.remove(token)
         self._notify("on_phase_end", token.name, number, seconds, trace_id)
@@ -211,8 +210,7 @@ class StepTracer:
             )
             span.end()
             seconds = max(0.0, (time.time_ns() - start_ns) / 1e9)
-            step.add_phase(sc.PHASE_VALIDATE, seconds)
-            step.ran.append((sc.PHASE_VALIDATE, time.monotonic() - seconds, time.monotonic()))
+            step.add_phase(sc.PHASE_VALIDATE, seconds, start=time.monotonic() - seconds)
             number, trace_id = step.number, format(span.get_span_context().trace_id, "032x")
         # known only now that its metrics came back: the start is told late, so observers see start, then end
         self._notify("on_phase_start", sc.PHASE_VALIDATE, number)
