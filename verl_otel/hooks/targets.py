@@ -18,6 +18,7 @@ from dataclasses import replace
 from verl_otel._log import console
 from verl_otel.hooks import import_hooks, registry
 from verl_otel.hooks.registry import HookTarget
+from verl_otel.hooks.tool_targets import AGENT_TARGETS
 
 _H = "verl_otel.hooks."
 _AL = "verl.experimental.agent_loop.agent_loop"
@@ -361,6 +362,7 @@ ALL_TARGETS: tuple[HookTarget, ...] = (
     *REWARD_TARGETS,
     *ASYNC_ROLLOUT_TARGETS,
     *ENGINE_TARGETS,
+    *AGENT_TARGETS,
 )
 
 _lock = threading.Lock()
@@ -390,7 +392,7 @@ def _start_up_line(role: str) -> None:
 def uninstall_all() -> None:
     """Restore every wrapped function exactly."""
     global _all_installed
-    registry.uninstall((*RAY_TARGETS, *ALL_TARGETS))
+    registry.uninstall((*RAY_TARGETS, *ALL_TARGETS, *registry.registered()))  # with those added on first use
     from verl_otel.process.ends import WATCH
 
     WATCH.uninstall()  # the signal watch's listeners, and the wakeup fd that was there before

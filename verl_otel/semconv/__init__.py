@@ -8,7 +8,8 @@ against it). By what it names:
 - :mod:`.engine`: the rollout engine's (vLLM's) span, attribute and metric names, and ours about it;
 - :mod:`.env`: environment variables and the embedded default's file names (:mod:`.env_doc`: what each means);
 - :mod:`.stall`: stall detection's span, attributes, classifications and evidence files;
-- :mod:`.run_end`: how a run ended (an abrupt end's attributes and reasons).
+- :mod:`.run_end`: how a run ended (an abrupt end's attributes and reasons);
+- :mod:`.agent`: agentic rollouts (turn and tool-call spans, tool outcomes, their metrics).
 
 ``from verl_otel import semconv as sc`` gives all of them (``sc.SPAN_STEP``, ``sc.ROLLOUT_ETA``).
 
@@ -19,6 +20,7 @@ step number, sample index, uid or trace id: identities live in traces.
 """
 
 # the one namespace of the vocabulary (each module defines disjoint names: tests/test_layers.py)
+from verl_otel.semconv.agent import *  # noqa: F403
 from verl_otel.semconv.engine import *  # noqa: F403
 from verl_otel.semconv.env import *  # noqa: F403
 from verl_otel.semconv.env_doc import *  # noqa: F403

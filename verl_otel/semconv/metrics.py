@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from verl_otel.semconv.agent import AGENT_METRICS
 from verl_otel.semconv.engine import VLLM_METRICS
 from verl_otel.semconv.metric_def import (
     LABEL_KEY,
@@ -323,6 +324,7 @@ METRICS: Final[tuple[MetricDef, ...]] = (
     ASYNC_ROLLOUTER_PAUSED,
     ASYNC_ROLLOUTER_INFLIGHT,
     *WHY_METRICS,
+    *AGENT_METRICS,
 )
 assert len({m.name for m in METRICS}) == len(METRICS), "metric names must be unique"
 
