@@ -125,7 +125,8 @@ def test_each_outcome_its_span_and_metric(hooked):
     assert (
         turns[0].attributes[sc.ATTR_TURN_PROMPT_TOKENS] == 10 and turns[0].attributes[sc.ATTR_TURN_OUTPUT_TOKENS] == 5
     )
-    for turn, tool, ((name, _), (outcome, error)) in zip(turns, sorted(tools, key=lambda s: s.start_time), CALLS, strict=True):
+    in_order = sorted(tools, key=lambda s: s.start_time)
+    for turn, tool, ((name, _), (outcome, error)) in zip(turns, in_order, CALLS, strict=True):
         assert tool.parent.span_id == turn.context.span_id
         assert tool.name == f"execute_tool {name if outcome != sc.TOOL_UNKNOWN else sc.TOOL_OTHER}"
         assert (tool.attributes[sc.ATTR_TOOL_OUTCOME], tool.attributes.get(sc.ATTR_ERROR_TYPE)) == (outcome, error)
