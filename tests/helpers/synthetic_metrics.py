@@ -50,6 +50,9 @@ _LABEL_VALUES: dict[str, tuple[str, ...]] = {
     sc.LABEL_REASON: sc.DROP_REASONS[:2],
     sc.LABEL_METHOD: ("update_actor", "compute_log_prob"),
     sc.LABEL_RANK: ("0", "1"),
+    sc.LABEL_TOOL: ("search", "run_python"),
+    sc.LABEL_OUTCOME: (sc.TOOL_OK, sc.TOOL_RAISED),
+    sc.LABEL_PART: (sc.PART_GENERATE, sc.PART_TOOLS, sc.PART_OTHER),
 }
 
 
