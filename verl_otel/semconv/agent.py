@@ -53,7 +53,9 @@ ATTR_SAMPLE_GENERATE_S: Final = "verl.sample.generate_s"  # in generate calls
 ATTR_SAMPLE_TOOLS_S: Final = "verl.sample.tools_s"  # in tool calls (a turn's parallel calls counted once)
 ATTR_SAMPLE_WAITING_S: Final = "verl.sample.waiting_s"  # the rest: tokenizing, scheduling, waiting for the loop
 ATTR_SAMPLE_SLOWEST_TOOL: Final = "verl.sample.slowest_tool"  # the tool of its slowest call
-ATTR_SAMPLE_SLOWEST_TOOL_S: Final = "verl.sample.slowest_tool_s"
+ATTR_SAMPLE_SLOWEST_TOOL_S: Final = "verl.sample.slowest_tool_s"  # its slowest call's seconds
+ATTR_SAMPLE_SLOWEST_TOOL_CALLS: Final = "verl.sample.slowest_tool_calls"  # that tool's calls in the sample
+ATTR_SAMPLE_SLOWEST_TOOL_TOTAL_S: Final = "verl.sample.slowest_tool_total_s"  # ... and their seconds
 ATTR_SAMPLE_TURNS_DROPPED: Final = "verl.sample.turns_unspanned"  # past MAX_TURN_SPANS / MAX_TOOL_SPANS
 #: key of our copy of a sample's trajectory: its AgentSample record (telemetry/agent.py)
 SAMPLE_AGENT_KEY: Final = "verl_otel_agent"

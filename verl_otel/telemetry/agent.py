@@ -78,8 +78,12 @@ class AgentSample:
             sc.ATTR_SAMPLE_WAITING_S: max(0.0, sample_s - gen - tools),
         }
         if self.slowest[1]:
-            attrs[sc.ATTR_SAMPLE_SLOWEST_TOOL] = self.slowest[1]
+            tool = self.slowest[1]
+            mine = [c[1] - c[0] for c in self.tools if c[3] == tool]  # of the recorded calls
+            attrs[sc.ATTR_SAMPLE_SLOWEST_TOOL] = tool
             attrs[sc.ATTR_SAMPLE_SLOWEST_TOOL_S] = self.slowest[0] / 1e9
+            attrs[sc.ATTR_SAMPLE_SLOWEST_TOOL_CALLS] = len(mine)
+            attrs[sc.ATTR_SAMPLE_SLOWEST_TOOL_TOTAL_S] = sum(mine) / 1e9
         dropped = self.n_turns - len(self.turns) + self.tool_calls - len(self.tools)
         if dropped:
             attrs[sc.ATTR_SAMPLE_TURNS_DROPPED] = dropped
