@@ -163,6 +163,27 @@ def test_each_outcome_its_span_and_metric(hooked):
     }
     assert parts[sc.PART_GENERATE] >= 0.07 and parts[sc.PART_TOOLS] > 0 and sc.PART_OTHER in parts
     assert "execute" in Sandbox.__dict__ and hasattr(Sandbox.__dict__["execute"], "__wrapped__")
+    rows = {line.split()[0]: line.split()[1:] for line in _top_text().splitlines() if line.strip()}
+    assert rows["lookup"] == ["0", "4", "75%"] and rows["sandbox"] == ["0", "2", "50%"], rows  # in flight, calls
+
+
+def _top_text() -> str:
+    """What `verl-otel top` shows of this process' /metrics page (our exporter's text, top's parser and frame)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from rich.console import Console
+
+    from verl_otel.export.prometheus import StateCollector
+    from verl_otel.live.run_view import History, build_view
+    from verl_otel.live.sources import Scrape, parse_metrics_text
+    from verl_otel.live.view import frame
+
+    registry = CollectorRegistry()
+    registry.register(StateCollector(model.current().services.state))
+    scrape = Scrape(source="test", targets=1)
+    scrape.series += parse_metrics_text(generate_latest(registry).decode(), {"instance": "h:1"})
+    console = Console(width=150, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(frame(build_view(scrape), History(), []))
+    return console.export_text()
 
 
 def test_uninstall_restores_the_tool_class_hooked_on_first_use(hooked):

@@ -121,7 +121,12 @@ async def _timed_call(
 def _watch(ctx: _SampleCtx, label: str) -> int | None:
     index = _agent(ctx).index
     call = f"{sc.SPAN_TOOL_PREFIX} {label}" + ("" if index is None else f" (sample #{index})")
-    return watch(call, ctx.parent, sc.SPAN_TOOL_PREFIX)
+    step = ctx.trajectory.get("step") if isinstance(ctx.trajectory, dict) else None
+    try:
+        number = int(step) if step is not None else -1  # verl's may be a numpy integer
+    except (TypeError, ValueError):
+        number = -1
+    return watch(call, ctx.parent, sc.SPAN_TOOL_PREFIX, number)
 
 
 def _outcome(loop: Any, tool_call: Any, known: bool, raised: list[str], text: str) -> tuple[str, str]:
