@@ -38,8 +38,10 @@ class AgentSample:
 
     def __init__(self, index: int | None) -> None:
         self.index = index  # verl's sample index (the stall's call names it)
-        self.turns: list[Turn] = []
-        self.tools: list[ToolCall] = []
+        # tuples, not lists: a tuple of tuples of ints and strings leaves the garbage collector's lists after its
+        # first pass, a list never does (with every sample of a batch in flight, each is walked by every full pass)
+        self.turns: tuple[Turn, ...] = ()
+        self.tools: tuple[ToolCall, ...] = ()
         self.n_turns = self.tool_calls = self.failures = 0
         self.generate_ns = self.tools_ns = 0
         self.slowest: tuple[int, str] = (0, "")  # (ns, tool) of its slowest call
@@ -48,14 +50,14 @@ class AgentSample:
         self.n_turns += 1
         self.generate_ns += end - start
         if len(self.turns) < sc.MAX_TURN_SPANS:
-            self.turns.append((start, end, end, prompt_tokens, output_tokens))
+            self.turns += ((start, end, end, prompt_tokens, output_tokens),)
 
     def tools_done(self, start: int, end: int) -> None:
         """The turn's tool calls ran from ``start`` to ``end`` (in parallel: counted once)."""
         self.tools_ns += end - start
         if self.turns and self.n_turns <= sc.MAX_TURN_SPANS:  # its turn has a record: the tools end it
             s, g, _, p, o = self.turns[-1]
-            self.turns[-1] = (s, g, end, p, o)
+            self.turns = (*self.turns[:-1], (s, g, end, p, o))
 
     def tool_call(self, record: ToolCall) -> None:
         self.tool_calls += 1
@@ -64,7 +66,7 @@ class AgentSample:
         if took > self.slowest[0]:
             self.slowest = (took, record[3])
         if len(self.tools) < sc.MAX_TOOL_SPANS:
-            self.tools.append(record)
+            self.tools += (record,)
 
     def attributes(self, sample_s: float) -> dict[str, Any]:
         """The sample span's totals."""
