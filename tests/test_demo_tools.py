@@ -11,6 +11,8 @@ import pytest
 
 from verl_otel.demo import assets, tool_agent, tools
 
+pytestmark = pytest.mark.integration  # the sandbox tool runs a Python subprocess
+
 
 def test_the_stand_ins_tool_calls_parse_into_each_variant(tmp_path):
     from transformers import AutoTokenizer

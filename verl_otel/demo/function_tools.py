@@ -1,4 +1,5 @@
-"""The demo's ``@function_tool`` file (verl's ``multi_turn.function_tool_path`` loads it by path)."""
+"""The demo's ``@function_tool`` file: verl's ``multi_turn.function_tool_path`` loads it by its path (never import
+it: its tools would be registered twice, which verl refuses)."""
 
 from verl.tools.function_tool import function_tool
 

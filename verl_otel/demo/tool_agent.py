@@ -12,9 +12,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from verl_otel.demo import function_tools, tools
+from verl_otel.demo import tools
 
 AGENTS = ("single", "tool")
+#: verl loads this file by its path and registers its tools: importing it as a module too would register them twice
+FUNCTION_TOOLS = Path(__file__).with_name("function_tools.py")
 ENV = "VERL_OTEL_DEMO_AGENT"
 MAX_TURNS = 4
 _TOOLS_YAML = """tools:
@@ -46,7 +48,7 @@ def overrides(agent: str, out: Path) -> list[str]:
         f"{mt}max_assistant_turns={MAX_TURNS}",
         f"{mt}max_tool_response_length=64",
         f"{mt}tool_config_path={path}",
-        f"{mt}function_tool_path={function_tools.__file__}",
+        f"{mt}function_tool_path={FUNCTION_TOOLS}",
         "data.max_response_length=128",
     ]
 
