@@ -98,8 +98,10 @@ async def _timed_call(
 ) -> Any:
     tools = model.current().agent_tools
     name = getattr(tool_call, "name", "")
-    active = getattr(agent_data, "_active_tools", None) or getattr(loop, "tools", None) or {}
-    known = isinstance(active, dict) and name in active
+    active = getattr(agent_data, "_active_tools", None)  # the sample's selection (verl's per-sample tools) ...
+    active = getattr(loop, "tools", None) if active is None else active  # ... or the loop's
+    active = active if isinstance(active, dict) else {}
+    known = name in active
     label = safe(tools.label, name if known else sc.TOOL_OTHER) or sc.TOOL_OTHER
     if known:
         safe(_hook_tool_class, active[name])
