@@ -255,7 +255,7 @@ class _SampleCtx:
 
     __slots__ = ("agent", "engine", "output", "parent", "trajectory")
 
-    def __init__(self, parent: str | None, trajectory: dict[str, Any]) -> None:
+    def __init__(self, parent: str | None, trajectory: dict[str, Any] | None = None) -> None:
         self.output: Any = None
         self.parent = parent
         self.trajectory = trajectory  # verl's (held by verl anyway): the sample's index for a tool's stall
