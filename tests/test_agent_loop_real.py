@@ -106,7 +106,8 @@ def test_real_tool_agent_loop(env, capsys):
         loop, server = _loop(asset_dir, out)  # verl's loop keeps the event loop it was made on
 
         async def agent(_self: Any, trajectory: dict[str, Any]) -> Any:
-            prompt = [{"role": "user", "content": "how many apples does tom have ?"}]
+            # the stand-in's variant follows from the prompt: these cover its 4
+            prompt = [{"role": "user", "content": f"what is {trajectory['sample_index'] + 3} plus 2 ?"}]
             return await loop.run({"temperature": 1.0}, raw_prompt=prompt)
 
         done = []

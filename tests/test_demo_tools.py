@@ -15,26 +15,29 @@ pytestmark = pytest.mark.integration  # the sandbox tool runs a Python subproces
 
 
 def test_the_stand_ins_tool_calls_parse_into_each_variant(tmp_path):
+    """Each sample's turns follow from its prompt alone (verl gives each turn's request an id of its own)."""
     from transformers import AutoTokenizer
     from verl.experimental.agent_loop.tool_parser import ToolParser
 
     tok = AutoTokenizer.from_pretrained(assets.build(tmp_path / "assets") / "tiny_model")
+    vocab = tok.get_vocab()
     parser = ToolParser.get_tool_parser("hermes", tok)
-    script = tool_agent.Script()
-    seen = []
-    for sample in ("a", "b", "c", "d"):
-        calls = []
-        while (words := script.answer(sample)) is not None:
-            ids = [tok.get_vocab()[w] for w in words] + [tok.eos_token_id]
+    script = tool_agent.Script(vocab["<tool_call>"])
+    seen = set()
+    for a in range(1, 12):
+        prompt, calls = tok.encode(f"what is {a} plus 2 ?"), []
+        while (words := script.answer(prompt)) is not None:
+            ids = [vocab[w] for w in words] + [tok.eos_token_id]
             [call] = asyncio.run(parser.extract_tool_calls(ids))[1]
             calls.append((call.name, call.arguments))
-        seen.append(calls)
-    assert seen == [
-        [("search", '{"query": "apples"}'), ("run_python", '{"expr": "2+3"}')],
-        [("search", '{"query": "tom"}'), ("run_python", '{"expr": "2+3"}')],  # tom's answer is truncated
-        [("search", '{"query": "apples"}'), ("browse", '{"query": "apples"}')],  # an unknown tool
-        [("search", '{"query": "apples"}'), ("run_python", '"oops"')],  # arguments that are no JSON object
-    ]
+            prompt = [*prompt, *ids, *tok.encode("found 3 apples")]  # the tool's answer, as the next turn's prompt
+        seen.add(tuple(calls))
+    assert seen == {
+        (("search", '{"query": "apples"}'), ("run_python", '{"expr": "2+3"}')),
+        (("search", '{"query": "tom"}'), ("run_python", '{"expr": "2+3"}')),  # tom's answer is truncated
+        (("search", '{"query": "apples"}'), ("browse", '{"query": "apples"}')),  # an unknown tool
+        (("search", '{"query": "apples"}'), ("run_python", '"oops"')),  # arguments that are no JSON object
+    }
 
 
 def test_search_plants_act_on_their_step(tmp_path, monkeypatch):

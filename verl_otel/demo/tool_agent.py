@@ -1,7 +1,7 @@
 """``verl-otel demo --agent tool``: verl's real ``ToolAgentLoop`` (``tool_agent``) with the demo's tools
 (demo/tools.py), and the stand-in LLM server answering with tool calls in the hermes format verl's parser reads.
 
-A sample's turns, as the stand-in answers them (the n-th sample the server sees takes variant n % 4):
+A sample's turns, as the stand-in answers them (its variant: a checksum of its prompt, mod 4):
 turn 1 calls ``search`` ("apples"; variant 1: "tom", whose answer is past ``max_tool_response_length``: truncated),
 turn 2 calls ``run_python`` ("2+3"; variant 2: an unknown tool ``browse``; variant 3: arguments that are no JSON
 object), turn 3 answers (``#### N``). ``--fail tool@K`` makes step K's search calls raise.
@@ -10,6 +10,7 @@ object), turn 3 answers (``#### N``). ``--fail tool@K`` makes step K's search ca
 from __future__ import annotations
 
 import os
+import zlib
 from pathlib import Path
 
 from verl_otel.demo import tools
@@ -64,19 +65,19 @@ def on() -> bool:
 
 
 class Script:
-    """The stand-in server's side: what it answers on each turn of a sample (by verl's request id, the same for
-    every turn of a sample)."""
+    """The stand-in server's side: what it answers on each turn of a sample. The turn is read from the prompt (the
+    tool calls it already holds: verl's server client gives each turn's request an id of its own), the variant
+    from the sample's first prompt (a checksum), so the answers need no state."""
 
-    def __init__(self) -> None:
-        self._turns: dict[str, tuple[int, int]] = {}  # request id -> (variant, turns answered)
-        self._samples = 0
+    def __init__(self, call_id: int) -> None:
+        self.call_id = call_id  # the token id of <tool_call>
 
-    def answer(self, request_id: str) -> list[str] | None:
+    def answer(self, prompt_ids: list[int]) -> list[str] | None:
         """The next turn's words: a tool call, or None (the final answer, the stand-in's usual text)."""
-        variant, turn = self._turns.get(request_id, (self._samples % 4, 0))
-        if turn == 0:
-            self._samples += 1
-        self._turns[request_id] = (variant, turn + 1)
+        ids = list(prompt_ids)
+        turn = ids.count(self.call_id)
+        first = ids.index(self.call_id) if turn else len(ids)
+        variant = zlib.crc32(",".join(map(str, ids[:first])).encode()) % 4
         if turn == 0:
             return _call('"search",', '{"query":', '"tom"}}' if variant == 1 else '"apples"}}')
         if turn == 1:
@@ -85,9 +86,6 @@ class Script:
             if variant == 3:
                 return ["<tool_call>", '{"name":', '"run_python",', '"arguments":', '"oops"}', "</tool_call>"]
             return _call('"run_python",', '{"expr":', '"2+3"}}')
-        self._turns.pop(request_id, None)
-        if len(self._turns) > 100_000:  # samples that never came back (aborted): bounded
-            self._turns.clear()
         return None
 
 
