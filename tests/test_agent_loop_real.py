@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from verl_otel import model, runtime
 from verl_otel import semconv as sc
 from verl_otel.hooks import registry, rollout
-from verl_otel.hooks.tool_targets import AGENT_TARGETS
+from verl_otel.hooks.targets import AGENT_TARGETS
 
 pytestmark = pytest.mark.integration  # the sandbox tool runs Python subprocesses
 PARENT = f"00-{'c' * 32}-{'d' * 16}-01"

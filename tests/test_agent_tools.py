@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from verl_otel import model, runtime
 from verl_otel import semconv as sc
 from verl_otel.hooks import agent_loop, registry, rollout
-from verl_otel.hooks.tool_targets import AGENT_TARGETS
+from verl_otel.hooks.targets import AGENT_TARGETS
 
 PARENT = f"00-{'a' * 32}-{'b' * 16}-01"
 BaseTool = pytest.importorskip("verl.tools.base_tool").BaseTool
@@ -157,7 +157,7 @@ def test_each_outcome_its_span_and_metric(hooked):
     ]
     assert exemplars and set(exemplars) == {"a" * 32}  # the step's trace
     parts = {
-        labels[2]: value
+        labels[1]: value
         for metric, labels, value in model.current().services.state.readings()
         if metric is sc.ROLLOUT_PART_SECONDS
     }

@@ -18,7 +18,6 @@ from dataclasses import replace
 from verl_otel._log import console
 from verl_otel.hooks import import_hooks, registry
 from verl_otel.hooks.registry import HookTarget
-from verl_otel.hooks.tool_targets import AGENT_TARGETS
 
 _H = "verl_otel.hooks."
 _AL = "verl.experimental.agent_loop.agent_loop"
@@ -96,13 +95,7 @@ ROLLOUT_TARGETS: tuple[HookTarget, ...] = (
             "0.7.1",
         ),
         _m(_AL, "AgentLoopWorker._run_agent_loop", "rollout:run_agent_loop", "per-sample rollout progress", "0.7.1"),
-        _m(
-            _AL,
-            "AgentLoopWorker._compute_score",
-            "rollout:compute_score",
-            "reward-loop spans in the step trace",
-            "0.7.1",
-        ),
+        _m(_AL, "AgentLoopWorker._compute_score", "rollout:compute_score", "reward-loop spans in the trace", "0.7.1"),
     ),
     *_in(
         "trainer",
@@ -157,13 +150,7 @@ UPDATE_TARGETS: tuple[HookTarget, ...] = (
         _m(_EW, "TrainingWorker.train_mini_batch", "update:train_mini_batch", "actor/critic update progress", "0.8.0"),
         _m(_EW, "TrainingWorker.train_batch", "update:train_batch", "actor/critic update progress", "0.8.0"),
         _m(_EW, "TrainingWorker.infer_batch", "update:infer_batch", "critic values span", "0.8.0"),
-        _m(
-            _EW,
-            "ActorRolloutRefWorker.update_actor",
-            "update:update_actor",
-            "update_actor span and peak memory",
-            "0.8.0",
-        ),
+        _m(_EW, "ActorRolloutRefWorker.update_actor", "update:update_actor", "update_actor span, peak memory", "0.8.0"),
         _m(
             _EW,
             "ActorRolloutRefWorker.compute_log_prob",
@@ -250,13 +237,7 @@ REWARD_TARGETS: tuple[HookTarget, ...] = (
     ),
     *_in(
         "reward_worker",
-        _m(
-            _RL,
-            "RewardLoopWorker.compute_score",
-            "reward:compute_score",
-            "reward-loop spans in the step trace",
-            "0.7.1",
-        ),
+        _m(_RL, "RewardLoopWorker.compute_score", "reward:compute_score", "reward-loop spans in the trace", "0.7.1"),
         _t(
             _RL,
             "RewardLoopWorker.verl_otel_flush",
@@ -314,20 +295,8 @@ ASYNC_ROLLOUT_TARGETS: tuple[HookTarget, ...] = (
             _ASYNC,
             how="replace",
         ),
-        _t(
-            _QUEUE,
-            "MessageQueueClient.get_sample",
-            "async_rollout:queue_get",
-            "queue depth seen by the trainer",
-            _ASYNC,
-        ),
-        _t(
-            _V1,
-            "PPOTrainer._submit_batch_to_rollout",
-            "async_rollout:submit",
-            "v1 step links to submitting steps",
-            _ASYNC,
-        ),
+        _t(_QUEUE, "MessageQueueClient.get_sample", "async_rollout:queue_get", "the trainer's queue depth", _ASYNC),
+        _t(_V1, "PPOTrainer._submit_batch_to_rollout", "async_rollout:submit", "v1 links to submitting steps", _ASYNC),
         _t(_V1, "PPOTrainer.step", "async_rollout:v1_step", "v1 step links to submitting steps", _ASYNC),
     ),
 )
@@ -351,6 +320,20 @@ ENGINE_TARGETS: tuple[HookTarget, ...] = (
         _t(_VLLM, "init_tracer", "engine:init_tracer", "vLLM's request spans in verl-otel's export", "0.9.1"),
         _t(_VLLM, "AsyncLLM.generate", "engine:engine_generate", "engine request spans under the samples", "0.9.1"),
     ),
+)
+
+_TAL = "verl.experimental.agent_loop.tool_agent_loop"
+_TOOL = "the tool's exception type on its calls"
+# verl 0.9.1's ToolAgentLoop (its states and _call_tool's failure texts; not checked on older releases)
+AGENT_TARGETS: tuple[HookTarget, ...] = _in(
+    "agent_loop_worker",
+    _t(_TAL, "ToolAgentLoop._handle_generating_state", "agent_loop:generating_state", "turn spans", "0.9.1"),
+    _t(_TAL, "ToolAgentLoop._handle_processing_tools_state", "agent_loop:processing_tools_state", "tool time", "0.9.1"),
+    _t(_TAL, "ToolAgentLoop._call_tool", "agent_loop:call_tool", "tool-call spans, outcomes and metrics", "0.9.1"),
+    _t("verl.tools.function_tool", "FunctionTool.call", "agent_loop:tool_method", _TOOL, "0.9.1"),
+    _t("verl.tools.base_tool", "BaseTool.create", "agent_loop:tool_method", _TOOL, "0.9.1"),
+    _t("verl.tools.base_tool", "BaseTool.execute", "agent_loop:tool_method", _TOOL, "0.9.1"),
+    _t("verl.tools.base_tool", "BaseTool.release", "agent_loop:tool_method", _TOOL, "0.9.1"),
 )
 
 ALL_TARGETS: tuple[HookTarget, ...] = (

@@ -92,7 +92,7 @@ ROLLOUT_PART_SECONDS = MetricDef(
     "counter",
     "Seconds finished agent-loop samples spent in generate calls, in tool calls and in the rest (waiting), summed "
     "over samples; tools over the sum is the share of rollout time in tools.",
-    (LABEL_ROLLOUT_WORKER, LABEL_MODE, LABEL_PART),
+    (LABEL_MODE, LABEL_PART),  # per process: its instance (no rollout_worker, which is in its deprecation period)
     unit="s",
 )
 TOOL_CALLS_INFLIGHT = MetricDef(

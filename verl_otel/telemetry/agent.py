@@ -190,7 +190,7 @@ class AgentTools:
             (sc.PART_TOOLS, tools),
             (sc.PART_OTHER, max(0.0, sample_s - gen - tools)),
         ):
-            state.inc(sc.ROLLOUT_PART_SECONDS, (self.worker, mode, part), seconds)
+            state.inc(sc.ROLLOUT_PART_SECONDS, (mode, part), seconds)
 
     def text(self, value: Any) -> str:
         """A tool call's argument or result text for its span: only with VERL_OTEL_CAPTURE_TEXT=1."""
