@@ -27,7 +27,8 @@
   each), without Ray's transport (bench/scale_hosts.py).
 
 ``--small`` runs each at a tiny size (tests/test_bench_scale.py), printing the same names; ``--rollout`` runs only
-the per-sample figures (1k/10k/100k, under a minute) and their ratio.
+the per-sample figures (1k/10k/100k, under a minute) and their ratio, and the same for samples of verl's tool agent
+loop (3 turns of a generate call and a tool call each, all in flight, 1k and 100k).
 """
 
 from __future__ import annotations
@@ -103,6 +104,14 @@ def main() -> None:
         print(f"rollout {n} samples/step, all in flight: {json.dumps(got)}", flush=True)
         figures[f"scale_inflight_sample_us_{label}"] = got["sample_us"]
     if opts.rollout:
+        agent = {}  # verl's tool agent loop: 3 turns of a generate call and a tool call per sample, all in flight
+        for label in ("1k", "100k"):
+            n = sizes[label]
+            got = _child([str(HERE / "scale_rollout.py"), str(n), str(max(2, min(30, 30_000 // n))), "1", "in-flight",
+                          "agent"], "SCALE_ROLLOUT")  # fmt: skip
+            print(f"rollout {n} agent samples/step (3 turns, 3 tool calls), all in flight: {json.dumps(got)}")
+            agent[label] = got["sample_us"]
+        print(f"agent_inflight_sample cost 100k/1k: {agent['100k'] / max(1e-9, agent['1k']):.2f} (goal <= 1.3)")
         for kind in ("sample", "inflight_sample"):
             ratio = figures[f"scale_{kind}_us_100k"] / max(1e-9, figures[f"scale_{kind}_us_1k"])
             print(f"{kind} cost 100k/1k: {ratio:.2f} (goal <= 1.3)")

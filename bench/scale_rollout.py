@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 
@@ -37,19 +38,22 @@ def _drive(coro: Any) -> Any:
     raise RuntimeError("the stand-in agent loop suspended")
 
 
+TURNS = 3  # --agent: turns per sample, each a generate call and a tool call
+
+
 async def _all_at_once(samples: list[Any]) -> None:
     """Every sample of the step in flight at once, as verl's agent-loop worker runs them (a task each, gathered)."""
     await asyncio.gather(*samples)
 
 
-def main(n: int, steps: int, replicas: int, in_flight: bool = False) -> dict[str, float]:
+def main(n: int, steps: int, replicas: int, in_flight: bool = False, agent: bool = False) -> dict[str, float]:
     data = Path(tempfile.mkdtemp(prefix="verl-otel-scale-"))
     os.environ.update(VERL_OTEL_DIR=str(data), VERL_OTEL_CONSOLE="0")
     from omegaconf import OmegaConf
 
     from verl_otel import model, runtime
     from verl_otel import semconv as sc
-    from verl_otel.hooks import engine, rollout, verl_objects
+    from verl_otel.hooks import agent_loop, engine, rollout, verl_objects
     from verl_otel.telemetry.propagation import extract
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -74,15 +78,41 @@ def main(n: int, steps: int, replicas: int, in_flight: bool = False) -> dict[str
         if sc.TRACEPARENT_KEY in extra:
             carried.append(extra[sc.TRACEPARENT_KEY])
 
+    # --agent: verl's tool agent loop as its hooks see it, TURNS turns of a generate call and one tool call each
+    # (the states and _call_tool stand in as plain coroutines: the cost measured is the hooks')
+    tool_loop = SimpleNamespace(tools={"search": object()}, max_tool_response_length=256)
+    call = SimpleNamespace(name="search", arguments='{"query": "x"}', tool_call_id=None)
+    answer = (SimpleNamespace(text="found"), 0.0, {})
+
+    async def state(*_: Any) -> Any:
+        if in_flight:
+            await asyncio.sleep(0)
+        generate(sampling_params=params)
+
+    async def tool(*_: Any) -> Any:
+        return answer
+
+    async def tools_state(data: Any) -> None:
+        await agent_loop.call_tool(tool, tool_loop, (call, {}, data), {})
+
     async def hooked_loop(_self: Any, trajectory: Any) -> None:  # verl's agent loop, one engine request
+        if agent:
+            data = SimpleNamespace(prompt_ids=(), response_ids=(), _active_tools=tool_loop.tools)
+            for _ in range(TURNS):
+                await agent_loop.generating_state(state, tool_loop, (data, params), {})
+                await agent_loop.processing_tools_state(tools_state, tool_loop, (data,), {})
+            return
         if in_flight:
             await asyncio.sleep(0)  # the request's answer comes later: the others start meanwhile
         engine.client_generate(generate, client, (), {"sampling_params": params})
 
     async def plain_loop(_self: Any, trajectory: Any) -> None:
-        if in_flight:
-            await asyncio.sleep(0)
-        generate(sampling_params=params)
+        for _ in range(TURNS if agent else 1):
+            if in_flight:
+                await asyncio.sleep(0)
+            generate(sampling_params=params)
+            if agent:
+                await tool()
 
     def one_step(step: int, hooked: bool) -> tuple[float, float]:
         parent = f"00-{random.getrandbits(128):032x}-{random.getrandbits(64):016x}-01"
@@ -159,5 +189,6 @@ def main(n: int, steps: int, replicas: int, in_flight: bool = False) -> dict[str
 
 if __name__ == "__main__":
     n, steps, replicas = (int(x) for x in sys.argv[1:4])
-    print("SCALE_ROLLOUT " + json.dumps(main(n, steps, replicas, "in-flight" in sys.argv[4:])), flush=True)
+    flags = sys.argv[4:]
+    print("SCALE_ROLLOUT " + json.dumps(main(n, steps, replicas, "in-flight" in flags, "agent" in flags)), flush=True)
     os._exit(0)  # the runtime's exit flush has nothing left to do

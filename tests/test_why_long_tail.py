@@ -149,3 +149,48 @@ def test_the_durations_kept_past_the_bound_are_a_uniform_sample(monkeypatch):
     shares = [c / trials for c in counts]
     assert all(abs(s - kept / n) < 0.05 for s in shares), shares  # 0.2 each; its standard error ~0.009
     assert abs(sum(shares[: n // 2]) - sum(shares[n // 2 :])) < 0.2  # no drift from the first half to the last
+
+
+def _tool_step() -> list[Span]:
+    """As _step, with worker 1's sample #17 an agent loop that spent 7.9 s of its 8.4 s in 3 calls of tool search."""
+    spans = _step(8.4)
+    slow = next(s for s in spans if s.attributes.get(sc.ATTR_SAMPLE_INDEX) == 17)
+    slow.attributes.update(
+        {
+            sc.ATTR_SAMPLE_TOOLS_S: 7.95,
+            sc.ATTR_SAMPLE_SLOWEST_TOOL: "search",
+            sc.ATTR_SAMPLE_SLOWEST_TOOL_S: 6.1,
+            sc.ATTR_SAMPLE_SLOWEST_TOOL_CALLS: 3,
+            sc.ATTR_SAMPLE_SLOWEST_TOOL_TOTAL_S: 7.9,
+        }
+    )
+    turn = Span(T, "a" * 16, slow.span_id, sc.SPAN_TURN, 0, 8 * S, {sc.ATTR_TURN_INDEX: 1})
+    calls = [("search", 6.1, sc.TOOL_OK), ("search", 1.0, sc.TOOL_RAISED), ("search", 0.8, sc.TOOL_OK)]
+    calls.append(("run_python", 0.05, sc.TOOL_OK))
+    tools = [
+        Span(
+            T,
+            f"{0xB0 + i:016x}",
+            turn.span_id,
+            f"execute_tool {tool}",
+            0,
+            int(secs * S),
+            {sc.ATTR_GENAI_TOOL_NAME: tool, sc.ATTR_TOOL_OUTCOME: outcome},
+        )
+        for i, (tool, secs, outcome) in enumerate(calls)
+    ]
+    return [*spans, turn, *tools]
+
+
+def test_a_long_tail_held_up_by_a_tool_names_the_tool():
+    step = build_step(_tool_step())
+    t = long_tail.tail(step)
+    assert t is not None and t.is_long
+    assert t.text().startswith("long tail: sample #17 spent 7.9 s of 8.4 s in 3 calls of tool search, slowest 6.1 s")
+    assert sc.SPAN_TURN not in step.phases and not any(p.startswith("execute_tool") for p in step.phases)
+    ranking = slow_steps.rank([step], 1)
+    text = slow_steps.to_text(ranking, None, tools=True)
+    assert "   tool search: 3 calls, 1 failed (33%), p50 1.00 s, slowest 6.10 s, 7.9 s in all" in text.splitlines()
+    assert "tool run_python: 1 calls" in text and "tool search:" not in slow_steps.to_text(ranking, None)
+    js = slow_steps.to_json(ranking, None)[0]
+    assert js["rollout_tail"]["slowest_tool"]["tool"] == "search" and js["tools"][0]["failures"] == 1

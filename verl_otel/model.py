@@ -24,6 +24,7 @@ from verl_otel.progress.bars import RolloutBar, UpdateBar
 from verl_otel.progress.process import Progress
 from verl_otel.progress.stall_line import print_stall
 from verl_otel.progress.step_line import Note, StepConsole, WindowConsole
+from verl_otel.telemetry.agent import AgentTools
 from verl_otel.telemetry.async_trainer import SubmitLinks, TrainerSide
 from verl_otel.telemetry.reward_flush import RewardFlush
 from verl_otel.telemetry.reward_spans import RewardSpans
@@ -94,6 +95,11 @@ class Model:
     def rollout(self) -> RolloutTracker:
         """An agent-loop worker's rollout progress."""
         return self._part("rollout", RolloutTracker)
+
+    @property
+    def agent_tools(self) -> AgentTools:
+        """An agent-loop worker's tool figures (verl's tool agent loop): calls in flight, their metrics."""
+        return self._part("agent_tools", lambda: AgentTools(self.services))
 
     @property
     def update(self) -> UpdateTracker:
@@ -219,6 +225,9 @@ def _agent_loop(m: Model, describe: Describe | None = None) -> None:
     ``describe`` reads a sample's span attributes out of verl's objects (the hooks lend it)."""
     tracker, settings = m.rollout, m.services.settings
     m.services.state.add_source(tracker.readings)
+    tools = m.agent_tools
+    tools.worker = "" if tracker.worker is None else str(tracker.worker)
+    m.services.state.add_source(tools.readings)
     spans = BatchSpans(m.services, settings.sample_spans)
     if describe is not None:
         spans.describe = describe

@@ -53,6 +53,9 @@ _LABEL_VALUES: dict[str, tuple[str, ...]] = {
     sc.LABEL_GPU: ("0", "1"),
     sc.LABEL_POOL: (sc.POOL_COLOCATED, sc.POOL_ROLLOUT),
     sc.LABEL_BUCKET: (sc.BUCKET_GENERATING, sc.BUCKET_IDLE),
+    sc.LABEL_TOOL: ("search", "run_python"),
+    sc.LABEL_OUTCOME: (sc.TOOL_OK, sc.TOOL_RAISED),
+    sc.LABEL_PART: (sc.PART_GENERATE, sc.PART_TOOLS, sc.PART_OTHER),
 }
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from verl_otel import semconv as sc
 from verl_otel.analysis.step_traces import Sample, StepTrace
+from verl_otel.analysis.tools import TOOL_BOUND_SHARE
 
 #: A tail worth naming: the slowest sample is this many times the median one ...
 LONG_TAIL_RATIO = 3.0
@@ -45,6 +46,11 @@ class Tail:
             f"long tail: sample {index} took {s.seconds:.1f} s of the {self.rollout_s:.1f} s rollout, "
             f"median sample {self.median_s:.1f} s"
         )
+        if s.tools is not None and s.tools.total_s >= TOOL_BOUND_SHARE * s.seconds:  # held up by a tool: name it
+            text = (
+                f"long tail: {s.tools.text(index, s.seconds)} (the rollout {self.rollout_s:.1f} s, median sample "
+                f"{self.median_s:.1f} s)"
+            )
         share = self.waited_share
         return text + (f", {share:.0%} of the rollout waited for 1 sample" if share is not None else "")
 
@@ -59,6 +65,7 @@ class Tail:
             "tail_ratio": round(self.ratio, 2),
             "waited_share": None if share is None else round(share, 3),
             "long_tail": self.is_long,
+            "slowest_tool": None if self.sample.tools is None else self.sample.tools.to_json(),
         }
 
 

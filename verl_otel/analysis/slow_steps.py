@@ -14,6 +14,7 @@ from verl_otel.analysis import goodput as gp
 from verl_otel.analysis import long_tail as lt
 from verl_otel.analysis import stragglers as sg
 from verl_otel.analysis import tokens as tk
+from verl_otel.analysis import tools as tl
 from verl_otel.analysis import weight_sync as wsync
 from verl_otel.analysis.jaeger import rfc3339, trace_link
 from verl_otel.analysis.step_traces import Sample, StepTrace
@@ -230,6 +231,7 @@ def to_json(ranking: Ranking, ui_base: str | None) -> list[dict[str, Any]]:
                     for s in st.samples[:SAMPLES_SHOWN]
                 ],
                 "link": trace_link(ui_base, st.trace_id) if ui_base else None,
+                "tools": [f.to_json() for f in tl.figures(st.tool_calls)],  # of the spanned samples' calls
             }
         )
     return out
@@ -305,7 +307,7 @@ def sample_text(s: Sample) -> str:
     )
 
 
-def to_text(ranking: Ranking, ui_base: str | None) -> str:
+def to_text(ranking: Ranking, ui_base: str | None, tools: bool = False) -> str:
     lines = []
     for i, v in enumerate(ranking.verdicts, 1):
         st = v.step
@@ -337,6 +339,8 @@ def to_text(ranking: Ranking, ui_base: str | None) -> str:
             lines.append("   per-token time vs median: " + ", ".join(f"{p} {r:.1f}{TIMES}" for p, r in worst))
         if st.samples:
             lines.append("   slowest samples: " + ", ".join(map(sample_text, st.samples[:SAMPLES_SHOWN])))
+        if tools:  # the tool calls of the samples that got a span (the slowest)
+            lines.extend(f"   {f.text()}" for f in tl.figures(st.tool_calls))
         if st.clock_offsets:
             hosts = ", ".join(f"{h} {o:+.3f}s" for h, o in sorted(st.clock_offsets.items()))
             lines.append(f"   clock skew: {hosts} against the step's host (times aligned, durations as measured)")

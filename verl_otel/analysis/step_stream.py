@@ -17,13 +17,17 @@ from verl_otel.analysis import weight_sync as wsync
 from verl_otel.analysis.otlp_json import FileRead, iter_file
 from verl_otel.analysis.step_traces import Span, StepTrace, build_step
 
-_SAMPLE_ATTRS = (sc.ATTR_SAMPLE_INDEX, sc.ATTR_SAMPLE_ROLLOUT_N)
+_SAMPLE_ATTRS = (
+    *(sc.ATTR_SAMPLE_INDEX, sc.ATTR_SAMPLE_ROLLOUT_N, sc.ATTR_SAMPLE_TOOLS_S, sc.ATTR_SAMPLE_SLOWEST_TOOL),
+    *(sc.ATTR_SAMPLE_SLOWEST_TOOL_S, sc.ATTR_SAMPLE_SLOWEST_TOOL_CALLS, sc.ATTR_SAMPLE_SLOWEST_TOOL_TOTAL_S),
+)
 _ENGINE_ATTRS = (sc.ENGINE_ATTR_QUEUE, sc.ENGINE_ATTR_PREFILL, sc.ENGINE_ATTR_DECODE, sc.ATTR_ENGINE_REPLICA)
 _WORKER_ATTRS = (sc.ATTR_MODE, sc.ATTR_WORKER_INDEX, sc.ATTR_WORKER_SAMPLE_MEDIAN_S, sc.ATTR_SAMPLES)
 # what build_step reads of a phase (its tokens) or a worker call (its rank, for the stragglers)
 _OTHER_ATTRS = (
     *(sc.ATTR_PHASE, sc.ATTR_PHASE_TOKENS, sc.ATTR_WORKER_RANK, sc.ATTR_WORKER_METHOD, sc.ATTR_WORKER_ROLE),
     *wsync.ATTRS,  # a weight sync's sides (weights.sync, weights.receive): their parts
+    *(sc.ATTR_GENAI_TOOL_NAME, sc.ATTR_TOOL_OUTCOME),  # a tool call's (slow-steps --tools)
 )
 _NOT_PHASES = sc.NON_PHASE_SPANS | {sc.SPAN_ENGINE_REQUEST}
 _ENGINE_NAME = f'"name":"{sc.SPAN_ENGINE_REQUEST}"'.encode()

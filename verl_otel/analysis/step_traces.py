@@ -10,6 +10,7 @@ from typing import Any
 
 from verl_otel import semconv as sc
 from verl_otel.analysis import clock
+from verl_otel.analysis.tools import SampleTools, sample_tools, tool_call
 from verl_otel.analysis.weight_sync import ReceiveParts, SyncParts, from_span, receive_from_span
 
 _NOT_PHASES = sc.NON_PHASE_SPANS
@@ -94,6 +95,7 @@ class Sample:
     mode: str | None = None  # train / validate (validation samples live in the step's trace too)
     engine: EngineTime | None = None  # its engine requests (vLLM rollout with engine spans), summed
     end_ns: int = 0
+    tools: SampleTools | None = None  # an agent loop's: its slowest tool (analysis/tools.py)
 
 
 @dataclass
@@ -107,6 +109,7 @@ class StepTrace:
     phases: dict[str, float] = field(default_factory=dict)  # summed: a phase may run several times a step
     phase_runs: dict[str, int] = field(default_factory=dict)
     samples: list[Sample] = field(default_factory=list)  # slowest first
+    tool_calls: list[tuple[str, float, str]] = field(default_factory=list)  # (tool, seconds, outcome) spanned
     tokens: dict[str, int] = field(default_factory=dict)  # phase -> tokens it handled (summed over its runs)
     worker_medians: list[float] = field(default_factory=list)  # each training rollout.worker's median sample, s
     #: (phase, worker.* span name, role) -> rank -> seconds of its calls (summed over the step)
@@ -212,8 +215,11 @@ def build_step(trace: list[Span]) -> StepTrace | None:
                     None if mode is None else str(mode),
                     engine_time(requests.get(s.span_id, [])),
                     s.end_ns + shift.get(clock.host_of(s), 0),
+                    sample_tools(s.attributes),
                 )
             )
+        elif (call := tool_call(s.name, s.attributes, s.seconds)) is not None:
+            step.tool_calls.append(call)
         elif _is_phase(s, root):
             step.phases[s.name] = step.phases.get(s.name, 0.0) + s.seconds
             step.phase_runs[s.name] = step.phase_runs.get(s.name, 0) + 1

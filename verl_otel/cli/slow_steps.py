@@ -28,6 +28,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="rank by the largest per-token slowdown of a phase (its seconds per token against its median)",
     )
+    p.add_argument(
+        "--tools",
+        action="store_true",
+        help="per step, each tool's calls, failures, p50 and slowest call (agent loops; the spanned samples' calls)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON (a list, slowest step first)")
     p.add_argument(
         "--jaeger-ui",
@@ -64,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(slow_steps.to_json(ranking, ui), indent=2))
     else:
         print(_header(ranking, args.service, got.window, got.source))
-        print(slow_steps.to_text(ranking, ui))
+        print(slow_steps.to_text(ranking, ui, tools=args.tools))
     return 0
 
 

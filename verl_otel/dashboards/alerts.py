@@ -16,6 +16,7 @@ from verl_otel.dashboards.promql import BY, RUN, spike, training
 from verl_otel.dashboards.rule import Record, Rule
 from verl_otel.dashboards.stragglers import straggler_records, straggler_rules
 from verl_otel.dashboards.thresholds import DEFAULTS, Thresholds, duration_seconds
+from verl_otel.dashboards.tool_panels import tool_rules
 
 __all__ = ["DEFAULTS", "Record", "Rule", "Thresholds", "duration_seconds", "records", "rule_groups", "rules"]
 
@@ -111,7 +112,7 @@ def engine_rules(t: Thresholds) -> list[Rule]:
 
 def rules(t: Thresholds = DEFAULTS) -> list[Rule]:
     """Every alert, in the order of the rules file (group by group)."""
-    out = [*_run_rules(t), *engine_rules(t), *straggler_rules(t), *memory_rules(t), *goodput_rules(t)]
+    out = [*_run_rules(t), *engine_rules(t), *straggler_rules(t), *memory_rules(t), *goodput_rules(t), *tool_rules(t)]
     groups = list(dict.fromkeys(r.group for r in out))
     return sorted(out, key=lambda r: groups.index(r.group))
 

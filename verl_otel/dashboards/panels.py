@@ -4,7 +4,7 @@ dashboard and the shared annotations in their own modules). Every query is built
 from __future__ import annotations
 
 from verl_otel import semconv as sc
-from verl_otel.dashboards import async_panels, engine_panels, goodput_panels, timeline_panels, why_panels
+from verl_otel.dashboards import async_panels, engine_panels, goodput_panels, timeline_panels, tool_panels, why_panels
 from verl_otel.dashboards.annotations import ANNOTATIONS
 from verl_otel.dashboards.grafana import (
     JAEGER_DS,
@@ -232,6 +232,7 @@ PROGRESS = Dashboard(
             *why_panels.ROWS,
             *timeline_panels.ROWS,
             *goodput_panels.ROWS,
+            *tool_panels.ROWS,
         )
     ),
     annotations=ANNOTATIONS,

@@ -113,6 +113,13 @@ class Thresholds:
     )
     idle_growth_factor: float = _t(1.25, "... and above this many times its share over the window before ...")
     idle_growth_window: str = _t("1h", "... each window this long, the one before also above the one before it")
+    tool_failure_share: float = _t(0.5, "VerlToolFailing: a tool's failed calls above this share of its calls ...")
+    tool_failure_window: str = _t("10m", "... within this window ...")
+    tool_failure_min_calls: float = _t(10.0, "... of at least this many calls")
+    tool_p99_factor: float = _t(5.0, "VerlToolSlow: a tool's p99 call time above this many times its p99 ...")
+    tool_p99_window: str = _t("15m", "... (p99 now: over this window) ...")
+    tool_p99_history: str = _t("6h", "... over this window before it ...")
+    tool_p99_min_s: float = _t(5.0, "... and above this many seconds")
 
     @classmethod
     def with_overrides(cls, pairs: list[str]) -> Thresholds:

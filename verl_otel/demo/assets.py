@@ -48,6 +48,24 @@ _WORDS = [
     "it",
     "####",
 ]
+#: the stand-in LLM's tool calls, word by word (verl's hermes parser reads ``<tool_call> {json} </tool_call>``; the
+#: word-level tokenizer joins words with spaces, which JSON allows): demo/tool_agent.py says them
+TOOL_WORDS = [
+    "<tool_call>",
+    "</tool_call>",
+    '{"name":',
+    '"search",',
+    '"run_python",',
+    '"browse",',
+    '"arguments":',
+    '{"query":',
+    '{"expr":',
+    '"apples"}}',
+    '"tom"}}',
+    '"2+3"}}',
+    '"6*7"}}',
+    '"oops"}',
+]
 _SPECIALS = ["<pad>", "<s>", "</s>", "<unk>", "<|user|>", "<|assistant|>", "<|system|>", "<|end|>"]
 _CHAT_TEMPLATE = (
     "{% for m in messages %}{{ '<|' + m['role'] + '|> ' + m['content'] + ' <|end|> ' }}{% endfor %}"
@@ -65,7 +83,7 @@ class CpuLlamaForTokenClassification(LlamaForTokenClassification):
             kwargs["attn_implementation"] = "eager"
         return super().from_pretrained(*args, **kwargs)
 '''
-_VERSION = "1"
+_VERSION = "2"  # 2: the tool-call words
 _VLLM_VERSION = "2"  # 2: a 4096-token context
 
 
@@ -89,7 +107,7 @@ def _model(model_dir: Path) -> None:
     from transformers import PreTrainedTokenizerFast
 
     vocab: dict[str, int] = {}
-    for tok in _SPECIALS + _WORDS + [str(i) for i in range(100)]:
+    for tok in _SPECIALS + _WORDS + [str(i) for i in range(100)] + TOOL_WORDS:
         vocab.setdefault(tok, len(vocab))
     wl = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     wl.pre_tokenizer = pre_tokenizers.WhitespaceSplit()

@@ -113,6 +113,21 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help="spread verl's training workers over this many of the cluster's nodes (trainer.nnodes, one worker "
         "per node) and its agent-loop workers over them too",
     )
+    p.add_argument(
+        "--agent",
+        choices=["single", "tool"],
+        default="single",
+        help="tool: verl's ToolAgentLoop with the demo's tools (a search tool with a lifecycle, a Python sandbox "
+        "function), the stand-in LLM calling them over several turns; --slow/--hang tool@K=S and --fail tool@K "
+        "plant a slow, hung or failing search call in step K",
+    )
+    p.add_argument(
+        "--fail",
+        action="append",
+        default=[],
+        metavar="tool@STEP",
+        help="--agent tool: every search call of that step raises (a backend gone down); repeatable",
+    )
     return p
 
 
@@ -180,6 +195,8 @@ def run(args: argparse.Namespace) -> int:
             rollout=args.rollout,
             ray_address=args.ray_address,
             nnodes=args.nnodes,
+            agent=args.agent,
+            fail=args.fail,
         )
     except ValueError as exc:
         print(f"verl-otel demo: {exc}", file=sys.stderr)

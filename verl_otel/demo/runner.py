@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from verl_otel import semconv as sc
-from verl_otel.demo import assets, hang_reward, vllm_slow
+from verl_otel.demo import assets, hang_reward, tool_agent, vllm_slow
 from verl_otel.demo.cpu_plugin import ENV_LINGER
 from verl_otel.demo.options import ROLLOUTS, TRAINERS
 from verl_otel.demo.slow import ENV as ENV_SLOW
@@ -326,11 +326,11 @@ def run_demo(
     rollout: str = "stub",
     ray_address: str | None = None,
     nnodes: int = 1,
+    agent: str = "single",
+    fail: list[str] | None = None,
 ) -> int:
-    if trainer not in TRAINERS:
-        raise ValueError(f"--trainer must be one of {TRAINERS}")
-    if rollout not in ROLLOUTS:
-        raise ValueError(f"--rollout must be one of {ROLLOUTS}")
+    if trainer not in TRAINERS or rollout not in ROLLOUTS or agent not in tool_agent.AGENTS:
+        raise ValueError(f"--trainer: one of {TRAINERS}; --rollout: {ROLLOUTS}; --agent: {tool_agent.AGENTS}")
     if rollout == "vllm":
         _check_vllm()
     spec = SlowSpec.parse(slow or [])
@@ -341,7 +341,7 @@ def run_demo(
     if rollout == "vllm":
         assets.vllm_model(asset_dir)
     ckpt_dir = out / "checkpoints"
-    env = demo_env(out, asset_dir, spec, linger, extra_env, rollout, hangs)
+    env = demo_env(out, asset_dir, spec, linger, {**tool_agent.env(agent, fail), **(extra_env or {})}, rollout, hangs)
     cmd = [
         sys.executable,
         "-m",
@@ -351,6 +351,7 @@ def run_demo(
         ),
         *(vllm_slow.overrides(spec, hangs) if rollout == "vllm" else []),
         *hang_overrides(hangs),
+        *tool_agent.overrides(agent, out),
         *(extra_overrides or []),
     ]
     log_path = out / "demo.log"

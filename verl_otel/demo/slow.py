@@ -22,6 +22,7 @@ PHASES = {
     "update_critic": "TrainingWorker.train_mini_batch (critic)",
     "update_weights": "the weight transfer after that step's update: the demo checkpoint engine's first bucket send "
     "(separate_async), or the stand-in rollout's load of the first bucket (colocated)",
+    "tool": "the search tool's first call of that step (--agent tool; one call in the run)",
 }
 #: ``--hang PHASE@STEP=SECONDS``: blocks (a hang the stall detection catches, then lets go) where each phase works
 HANG_ENV = "VERL_OTEL_DEMO_HANG"
@@ -32,6 +33,7 @@ HANG_PHASES = {
     "old_log_prob": PHASES["old_log_prob"],
     "ref": PHASES["ref"],
     "update_actor": PHASES["update_actor"],
+    "tool": "the search tool's first call of that step (--agent tool), awaiting a backend that does not answer",
 }
 _RE = re.compile(r"^(?P<phase>[a-z_]+)@(?P<step>\d+)=(?P<seconds>\d+(\.\d*)?)$")
 

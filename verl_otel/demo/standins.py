@@ -33,6 +33,7 @@ from verl.workers.rollout.replica import (
 
 from verl_otel import runtime
 from verl_otel import semconv as sc
+from verl_otel.demo import tool_agent
 from verl_otel.demo.slow import RequestDelays, planted_hang
 from verl_otel.hooks._safe import safe
 from verl_otel.hooks.stall_watch import unwatch, watch
@@ -84,7 +85,9 @@ class StubLLMServer:
     ) -> None:
         self.rng = random.Random(seed)
         self.tok = token_ids
-        self.word_ids = [v for k, v in token_ids.items() if not k.isdigit() and k != "####" and not k.startswith("<")]
+        self.word_ids = [v for k, v in token_ids.items() if not k.isdigit() and k != "####" and k[:1] not in '<{"']
+        # --agent tool: tool calls, turn by turn
+        self.script = tool_agent.Script(token_ids["<tool_call>"]) if tool_agent.on() else None
         self.eos_id = eos_id
         self.response_length = response_length
         self.awake = awake  # a hybrid server sleeps until its first weight sync; a standalone one serves
@@ -123,11 +126,11 @@ class StubLLMServer:
         # watched as vLLM's requests are (hooks/engine.py), under the sample's context when the client sent it
         token = safe(watch, sc.CALL_SERVER_REQUEST, _traceparent(sampling_params))
         try:
-            return await self._generate(sampling_params)
+            return await self._generate(sampling_params, prompt_ids)
         finally:
             safe(unwatch, token)
 
-    async def _generate(self, sampling_params: dict[str, Any]) -> TokenOutput:
+    async def _generate(self, sampling_params: dict[str, Any], prompt_ids: list[int] | None = None) -> TokenOutput:
         epoch = self.abort_epoch
         delay = self.rng.uniform(0.005, 0.03)
         if float(sampling_params.get("temperature", 0) or 0) > 0:  # training rollouts sample; validation is greedy
@@ -140,6 +143,9 @@ class StubLLMServer:
         body = [self.rng.choice(self.word_ids) for _ in range(self.rng.randint(1, max(1, self.response_length - 4)))]
         budget = min(self.response_length, int(sampling_params.get("max_tokens") or self.response_length))
         tokens = [*body, self.tok["####"], self.tok[str(self.rng.randint(2, 14))], self.eos_id][: max(1, budget)]
+        call = self.script.answer(prompt_ids or []) if self.script is not None else None
+        if call is not None:  # the hermes tool call verl's parser reads
+            tokens = [*(self.tok[w] for w in call), self.eos_id]
         stop = "completed"
         if self.abort_epoch != epoch:  # aborted while "decoding": hand back the first half
             self.n_aborted += 1

@@ -34,6 +34,7 @@ from verl_otel.hooks.verl_objects import (
     with_session,
 )
 from verl_otel.progress.total import TotalBar
+from verl_otel.telemetry.agent import AgentSample
 from verl_otel.telemetry.rollout import RolloutTracker
 
 
@@ -255,12 +256,14 @@ class _SampleCtx:
     v1, whose run_agent_loop returns nothing (the output goes into TransferQueue), the output
     that the _agent_loop_postprocess hook sees (the last one: what verl was filling in)."""
 
-    __slots__ = ("engine", "output", "parent")
+    __slots__ = ("agent", "engine", "output", "parent", "trajectory")
 
-    def __init__(self, parent: str | None) -> None:
+    def __init__(self, parent: str | None, trajectory: dict[str, Any] | None = None) -> None:
         self.output: Any = None
         self.parent = parent
+        self.trajectory = trajectory  # verl's (held by verl anyway): the sample's index for a tool's stall
         self.engine: tuple[str, int] | None = None  # (traceparent, span id) for its engine requests, made once
+        self.agent: AgentSample | None = None  # a tool agent loop's turns and tool calls (hooks/agent_loop.py)
 
 
 _SAMPLE: contextvars.ContextVar[_SampleCtx | None] = contextvars.ContextVar("verl_otel_sample", default=None)
@@ -279,6 +282,11 @@ def engine_traceparent() -> str | None:
     return ctx.engine[0] or None
 
 
+def current_sample() -> _SampleCtx | None:
+    """The running sample's context (hooks/agent_loop.py records its turns and tool calls on it)."""
+    return _SAMPLE.get()
+
+
 def _batch_parent(mode: str) -> str | None:
     batch = _tracker().snapshot(mode)
     return batch.parent if batch is not None else None
@@ -287,7 +295,7 @@ def _batch_parent(mode: str) -> str | None:
 async def _timed_sample(coro: Coroutine[Any, Any, Any], mode: str, token: int, trajectory: dict[str, Any]) -> Any:
     # every sample of a batch is in flight at once, and each object one holds alive is one more for every full
     # garbage collection to walk: a try, not two on_exit context managers; the previous value, not a reset Token
-    ctx = _SampleCtx(safe(_batch_parent, mode))
+    ctx = _SampleCtx(safe(_batch_parent, mode), trajectory)
     previous = _SAMPLE.get()
     _SAMPLE.set(ctx)
     stall_token = safe(watch, sc.CALL_AGENT_SAMPLE, ctx.parent)
@@ -318,8 +326,13 @@ def _sample_done(
         _SAMPLE.set(previous)
     if ctx.engine is not None and ctx.engine[1]:  # its span, if it gets one, takes the id its requests named
         trajectory = {**trajectory, sc.SAMPLE_SPAN_ID_KEY: ctx.engine[1]}
+    agent = ctx.agent
+    if agent is not None:  # its turns and tool calls, for its span
+        trajectory = {**trajectory, sc.SAMPLE_AGENT_KEY: agent}
     # the call's result, or (when it raised) the last object verl was filling in
-    _tracker().sample_finished(mode, token, trajectory, ctx.output, err)
+    seconds = _tracker().sample_finished(mode, token, trajectory, ctx.output, err)
+    if agent is not None and seconds is not None:
+        model.current().agent_tools.sample_done(mode, agent, seconds)
 
 
 def tq_postprocess(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

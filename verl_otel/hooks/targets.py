@@ -95,13 +95,7 @@ ROLLOUT_TARGETS: tuple[HookTarget, ...] = (
             "0.7.1",
         ),
         _m(_AL, "AgentLoopWorker._run_agent_loop", "rollout:run_agent_loop", "per-sample rollout progress", "0.7.1"),
-        _m(
-            _AL,
-            "AgentLoopWorker._compute_score",
-            "rollout:compute_score",
-            "reward-loop spans in the step trace",
-            "0.7.1",
-        ),
+        _m(_AL, "AgentLoopWorker._compute_score", "rollout:compute_score", "reward-loop spans in the trace", "0.7.1"),
     ),
     *_in(
         "trainer",
@@ -156,13 +150,7 @@ UPDATE_TARGETS: tuple[HookTarget, ...] = (
         _m(_EW, "TrainingWorker.train_mini_batch", "update:train_mini_batch", "actor/critic update progress", "0.8.0"),
         _m(_EW, "TrainingWorker.train_batch", "update:train_batch", "actor/critic update progress", "0.8.0"),
         _m(_EW, "TrainingWorker.infer_batch", "update:infer_batch", "critic values span", "0.8.0"),
-        _m(
-            _EW,
-            "ActorRolloutRefWorker.update_actor",
-            "update:update_actor",
-            "update_actor span and peak memory",
-            "0.8.0",
-        ),
+        _m(_EW, "ActorRolloutRefWorker.update_actor", "update:update_actor", "update_actor span, peak memory", "0.8.0"),
         _m(
             _EW,
             "ActorRolloutRefWorker.compute_log_prob",
@@ -249,13 +237,7 @@ REWARD_TARGETS: tuple[HookTarget, ...] = (
     ),
     *_in(
         "reward_worker",
-        _m(
-            _RL,
-            "RewardLoopWorker.compute_score",
-            "reward:compute_score",
-            "reward-loop spans in the step trace",
-            "0.7.1",
-        ),
+        _m(_RL, "RewardLoopWorker.compute_score", "reward:compute_score", "reward-loop spans in the trace", "0.7.1"),
         _t(
             _RL,
             "RewardLoopWorker.verl_otel_flush",
@@ -313,20 +295,8 @@ ASYNC_ROLLOUT_TARGETS: tuple[HookTarget, ...] = (
             _ASYNC,
             how="replace",
         ),
-        _t(
-            _QUEUE,
-            "MessageQueueClient.get_sample",
-            "async_rollout:queue_get",
-            "queue depth seen by the trainer",
-            _ASYNC,
-        ),
-        _t(
-            _V1,
-            "PPOTrainer._submit_batch_to_rollout",
-            "async_rollout:submit",
-            "v1 step links to submitting steps",
-            _ASYNC,
-        ),
+        _t(_QUEUE, "MessageQueueClient.get_sample", "async_rollout:queue_get", "the trainer's queue depth", _ASYNC),
+        _t(_V1, "PPOTrainer._submit_batch_to_rollout", "async_rollout:submit", "v1 links to submitting steps", _ASYNC),
         _t(_V1, "PPOTrainer.step", "async_rollout:v1_step", "v1 step links to submitting steps", _ASYNC),
     ),
 )
@@ -352,6 +322,20 @@ ENGINE_TARGETS: tuple[HookTarget, ...] = (
     ),
 )
 
+_TAL = "verl.experimental.agent_loop.tool_agent_loop"
+_TOOL = "the tool's exception type on its calls"
+# verl 0.9.1's ToolAgentLoop (its states and _call_tool's failure texts; not checked on older releases)
+AGENT_TARGETS: tuple[HookTarget, ...] = _in(
+    "agent_loop_worker",
+    _t(_TAL, "ToolAgentLoop._handle_generating_state", "agent_loop:generating_state", "turn spans", "0.9.1"),
+    _t(_TAL, "ToolAgentLoop._handle_processing_tools_state", "agent_loop:processing_tools_state", "tool time", "0.9.1"),
+    _t(_TAL, "ToolAgentLoop._call_tool", "agent_loop:call_tool", "tool-call spans, outcomes and metrics", "0.9.1"),
+    _t("verl.tools.function_tool", "FunctionTool.call", "agent_loop:tool_method", _TOOL, "0.9.1"),
+    _t("verl.tools.base_tool", "BaseTool.create", "agent_loop:tool_method", _TOOL, "0.9.1"),
+    _t("verl.tools.base_tool", "BaseTool.execute", "agent_loop:tool_method", _TOOL, "0.9.1"),
+    _t("verl.tools.base_tool", "BaseTool.release", "agent_loop:tool_method", _TOOL, "0.9.1"),
+)
+
 ALL_TARGETS: tuple[HookTarget, ...] = (
     *TRAINER_TARGETS,
     *ROLLOUT_TARGETS,
@@ -361,6 +345,7 @@ ALL_TARGETS: tuple[HookTarget, ...] = (
     *REWARD_TARGETS,
     *ASYNC_ROLLOUT_TARGETS,
     *ENGINE_TARGETS,
+    *AGENT_TARGETS,
 )
 
 _lock = threading.Lock()
@@ -390,7 +375,7 @@ def _start_up_line(role: str) -> None:
 def uninstall_all() -> None:
     """Restore every wrapped function exactly."""
     global _all_installed
-    registry.uninstall((*RAY_TARGETS, *ALL_TARGETS))
+    registry.uninstall((*RAY_TARGETS, *ALL_TARGETS, *registry.registered()))  # with those added on first use
     from verl_otel.process.ends import WATCH
 
     WATCH.uninstall()  # the signal watch's listeners, and the wakeup fd that was there before

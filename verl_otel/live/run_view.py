@@ -73,6 +73,7 @@ class RunView:
     stall_hosts: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # stalled (role, phase) -> hosts
     gpu_split: dict[str, float] = field(default_factory=dict)  # the last finished step's GPU-seconds by bucket
     goodput: float | None = None  # ... and its goodput ratio
+    tools: dict[str, ToolRow] = field(default_factory=dict)  # agent loops' tools: calls in flight, calls, failed
 
     @property
     def multi_host(self) -> bool:
@@ -166,6 +167,7 @@ def build_view(scrape: Scrape, run: str | None = None) -> RunView:
     view.rollout_workers = _rollout_workers(by_name)
     view.replicas = replicas_of(rows)
     view.updates = _updates(by_name)
+    view.tools = _tools(by_name)
     # verl's scalars: the trainer's process logs them; take the freshest step's if several processes do
     for s in by_name.get(sc.TRAINING_METRIC.name, []):
         view.metrics[s.labels.get(sc.LABEL_KEY, "")] = s.value
@@ -176,6 +178,25 @@ def build_view(scrape: Scrape, run: str | None = None) -> RunView:
     view.phase_mean_s = _means(by_name, sc.PHASE_DURATION, sc.LABEL_PHASE)
     view.step_mean_s = _means(by_name, sc.STEP_DURATION, None).get("")
     return view
+
+
+@dataclass
+class ToolRow:
+    inflight: float = 0.0
+    calls: float = 0.0
+    failed: float = 0.0
+
+
+def _tools(by_name: dict[str, list[Series]]) -> dict[str, ToolRow]:
+    """Per tool: its calls in flight now (summed over rollout workers) and its calls and failed calls so far."""
+    rows: dict[str, ToolRow] = {}
+    for s in by_name.get(sc.TOOL_CALLS_INFLIGHT.name, []):
+        rows.setdefault(s.labels.get(sc.LABEL_TOOL, "?"), ToolRow()).inflight += s.value
+    for s in by_name.get(sc.TOOL_CALL_SECONDS.name + "_count", []):
+        row = rows.setdefault(s.labels.get(sc.LABEL_TOOL, "?"), ToolRow())
+        row.calls += s.value
+        row.failed += s.value if s.labels.get(sc.LABEL_OUTCOME) in sc.TOOL_FAILURES else 0.0
+    return rows
 
 
 def _rollout_workers(by_name: dict[str, list[Series]]) -> list[RolloutWorkerProgress]:

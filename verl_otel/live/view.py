@@ -193,6 +193,20 @@ def replica_table(view: RunView) -> RenderableType | None:
     return table
 
 
+def tool_table(view: RunView) -> RenderableType | None:
+    """Agent loops' tools: calls in flight now, calls so far and the share that failed (a tool gone down)."""
+    if not view.tools:
+        return None
+    table = Table(title="tools (agent loops)", title_justify="left", box=None, padding=(0, 1))
+    for col in ("tool", "in flight", "calls", "failed"):
+        table.add_column(col, justify="left" if col == "tool" else "right")
+    for tool, row in sorted(view.tools.items(), key=lambda kv: -kv[1].calls):
+        share = row.failed / row.calls if row.calls else 0.0
+        failed = Text(f"{share:.0%}", "bold red" if share >= 0.5 else ("yellow" if share > 0 else "green"))
+        table.add_row(tool, _n(row.inflight), _n(row.calls), failed)
+    return table
+
+
 def update_table(view: RunView) -> RenderableType | None:
     if not view.updates:
         return None
@@ -269,6 +283,7 @@ def frame(
             (
                 rollout_table(view, workers_shown),
                 replica_table(view),
+                tool_table(view),
                 update_table(view),
                 steps_table(history, view, steps_shown),
                 health_table(signals),

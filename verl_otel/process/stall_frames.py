@@ -183,6 +183,7 @@ _CALL_KINDS: dict[str, str] = {
     sc.PHASE_SAVE_CHECKPOINT: sc.STALL_CHECKPOINT,
     sc.PHASE_UPDATE_WEIGHTS: sc.STALL_COLLECTIVE,
     sc.CALL_WEIGHT_SEND: sc.STALL_COLLECTIVE,
+    sc.SPAN_TOOL_PREFIX: sc.STALL_TOOL,  # a tool call's phase (hooks/agent_loop.py)
 }
 
 

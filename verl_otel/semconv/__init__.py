@@ -10,6 +10,7 @@ against it). By what it names:
 - :mod:`.stall`: stall detection's span, attributes, classifications and evidence files;
 - :mod:`.run_end`: how a run ended (an abrupt end's attributes and reasons);
 - :mod:`.goodput`: what a step's GPU time was spent on (buckets, pools, the step span's attributes, metrics).
+- :mod:`.agent`: agentic rollouts (turn and tool-call spans, tool outcomes, their metrics).
 
 ``from verl_otel import semconv as sc`` gives all of them (``sc.SPAN_STEP``, ``sc.ROLLOUT_ETA``).
 
@@ -20,6 +21,7 @@ step number, sample index, uid or trace id: identities live in traces.
 """
 
 # the one namespace of the vocabulary (each module defines disjoint names: tests/test_layers.py)
+from verl_otel.semconv.agent import *  # noqa: F403
 from verl_otel.semconv.engine import *  # noqa: F403
 from verl_otel.semconv.env import *  # noqa: F403
 from verl_otel.semconv.env_doc import *  # noqa: F403

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from verl_otel.semconv.agent import AGENT_METRICS
 from verl_otel.semconv.engine import VLLM_METRICS
 from verl_otel.semconv.goodput import GOODPUT_METRICS
 from verl_otel.semconv.metric_def import (
@@ -334,6 +335,7 @@ METRICS: Final[tuple[MetricDef, ...]] = (
     ASYNC_ROLLOUTER_INFLIGHT,
     *WHY_METRICS,
     *GOODPUT_METRICS,
+    *AGENT_METRICS,
 )
 assert len({m.name for m in METRICS}) == len(METRICS), "metric names must be unique"
 

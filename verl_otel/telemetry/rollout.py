@@ -135,12 +135,13 @@ class RolloutTracker:
 
     def sample_finished(
         self, mode: str, token: int, trajectory: Any, output: Any, error: BaseException | None = None
-    ) -> None:
+    ) -> float | None:
+        """The sample's seconds (None outside any batch)."""
         now = time.monotonic()
         with self._lock:
             batch = self._batches.get(mode)
             if batch is None:
-                return
+                return None
             batch.area += len(batch.active) * (now - batch.last)
             batch.last = now
             raw = (batch.active.pop(token, now), now, trajectory, output, error)
@@ -171,6 +172,7 @@ class RolloutTracker:
                 cb(self.worker, batch)
         if done:
             self.finish(mode)
+        return seconds
 
     def finish(self, mode: str) -> None:
         """Hand the finished samples of ``mode`` to the span emitter (once)."""

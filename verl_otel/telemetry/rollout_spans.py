@@ -5,6 +5,7 @@ long tail is always visible and the span volume does not grow with the batch siz
 
 from __future__ import annotations
 
+import functools
 import heapq
 import statistics
 import threading
@@ -13,8 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 from verl_otel import semconv as sc
+from verl_otel.telemetry.agent import AgentSample, emit_children
 from verl_otel.telemetry.propagation import extract
-from verl_otel.telemetry.rollout import Batch
+from verl_otel.telemetry.rollout import Batch, FinishedSample
 from verl_otel.telemetry.services import Services
 from verl_otel.telemetry.slowest_calls import Call, emit_group
 
@@ -58,16 +60,7 @@ def emit_batch(
     if worker is not None:
         attrs[sc.ATTR_WORKER_INDEX] = worker
     # a sample whose engine requests named its span id up front gets that id (telemetry/engine_context.py)
-    calls = [
-        Call(
-            s.start_ns,
-            s.end_ns,
-            describe(s.trajectory, s.output),
-            s.error,
-            (s.trajectory or {}).get(sc.SAMPLE_SPAN_ID_KEY) if isinstance(s.trajectory, dict) else None,
-        )
-        for s in slowest
-    ]
+    calls = [_call(services, s, describe) for s in slowest]
     errors = batch.failed if batch.handed else sum(1 for s in batch.finished if s.error is not None)
     emit_group(
         services,
@@ -82,6 +75,18 @@ def emit_batch(
         "samples",
     )
     services.flush_soon()
+
+
+def _call(services: Services, s: FinishedSample, describe: Describe) -> Call:
+    """A kept sample's span: verl's attributes, and an agent loop's totals and turn spans (telemetry/agent.py)."""
+    traj = s.trajectory if isinstance(s.trajectory, dict) else {}
+    attrs = describe(s.trajectory, s.output)
+    agent = traj.get(sc.SAMPLE_AGENT_KEY)
+    children = None
+    if isinstance(agent, AgentSample):
+        attrs.update(agent.attributes(s.seconds))
+        children = functools.partial(emit_children, services, sample=agent)
+    return Call(s.start_ns, s.end_ns, attrs, s.error, traj.get(sc.SAMPLE_SPAN_ID_KEY), children)
 
 
 class BatchSpans:

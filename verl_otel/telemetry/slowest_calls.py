@@ -27,6 +27,7 @@ class Call:
     attributes: dict[str, Any]
     error: BaseException | None
     span_id: int | None = None  # the id its span must have (a sample whose engine requests named it)
+    children: Callable[[Context], None] | None = None  # makes its child spans (an agent loop's turns)
 
 
 @dataclass
@@ -113,6 +114,8 @@ def emit_calls(services: Services, name: str, parent: Context, calls: Iterable[C
     for call in sorted(calls, key=lambda c: c.start_ns):
         with services.preset_span_id(call.span_id):
             span = tracer.start_span(name, context=parent, attributes=call.attributes, start_time=call.start_ns)
+        if call.children is not None:
+            call.children(trace.set_span_in_context(span))
         if call.error is not None:
             mark_failed(span, call.error, services.settings.max_text)
         span.end(end_time=call.end_ns)
