@@ -156,12 +156,12 @@ def reward_record_us(n: int = 200000) -> float:
 
 
 def weight_sync_tensor_us(n: int = 200000) -> tuple[float, float]:
-    """Per tensor of a weight sync's export (telemetry/weight_sync.py): the timed stream's cost over the bare
+    """Per tensor of a weight sync's export (telemetry/weight_sync_parts.py): the timed stream's cost over the bare
     generator's, and the spans of one sync at its end (the slowest 4 buckets of ``n`` / 64), in µs."""
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
 
-    from verl_otel.telemetry.weight_sync import WeightSync
+    from verl_otel.telemetry.weight_sync_parts import WeightSync
 
     class _T:  # nbytes only: the stream reads it, as from a torch tensor
         nbytes = 1 << 20

@@ -150,7 +150,7 @@ def test_real_tool_agent_loop(env, capsys):
     assert counts[("search", sc.TOOL_RAISED)] == N and sum(counts.values()) == 3 * 2 * N
 
     # the hung search call of step 3: a stall of phase execute_tool, its evidence naming tool, sample and frame
-    from verl_otel.analysis import stalls as read_stalls
+    from verl_otel.analysis import stall_records as read_stalls
 
     [stall] = [s for s in read_stalls.read_dir(out / sc.STALLS_DIR) if s.phase == sc.SPAN_TOOL_PREFIX]
     assert stall.call.startswith("execute_tool search (sample #") and stall.kind == sc.STALL_TOOL, stall

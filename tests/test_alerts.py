@@ -208,7 +208,7 @@ def test_each_health_check_is_one_declaration():
     """A health check's alert rules and `top`'s line come from one declaration (dashboards/health.py): its rules
     are in the rules file once each, and a threshold moves both the rule and top's verdict."""
     from verl_otel.dashboards import health
-    from verl_otel.live.health import signals
+    from verl_otel.live.health_table import signals
     from verl_otel.live.run_view import History, RunView
 
     names = [r.name for r in alerts.rules()]

@@ -15,7 +15,7 @@ from verl_otel.analysis import slow_steps
 from verl_otel.analysis.otlp_json import read_file
 from verl_otel.analysis.step_stream import read_steps
 from verl_otel.analysis.step_traces import build_steps
-from verl_otel.analysis.val_generations import generations, needed
+from verl_otel.analysis.val_generation_reader import generations, needed
 from verl_otel.export.engine_cap import EngineSpanCap
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"

@@ -84,7 +84,7 @@ def test_gloo_engine_moves_every_tensor_bucket_by_bucket():
 
 def test_slow_update_weights_slows_the_first_bucket_and_the_parts_say_so(monkeypatch):
     """``--slow update_weights@2=0.6``: the first bucket's send of step 2 waits (once); the sync's parts, timed
-    from the export this engine consumes (telemetry/weight_sync.py), put the time on that bucket's transfer."""
+    from the export this engine consumes (telemetry/weight_sync_parts.py), put the time on that bucket's transfer."""
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -92,7 +92,7 @@ def test_slow_update_weights_slows_the_first_bucket_and_the_parts_say_so(monkeyp
 
     from verl_otel import semconv as sc
     from verl_otel.demo.slow import ENV
-    from verl_otel.telemetry.weight_sync import WeightSync
+    from verl_otel.telemetry.weight_sync_parts import WeightSync
 
     monkeypatch.setenv(ENV, "update_weights@2=0.6")
     exporter = InMemorySpanExporter()

@@ -9,7 +9,7 @@ import os
 
 from verl_otel import semconv as sc
 from verl_otel.analysis.incidents import group
-from verl_otel.analysis.stalls import StallRecord, from_spans, merge
+from verl_otel.analysis.stall_records import StallRecord, from_spans, merge
 from verl_otel.analysis.step_traces import Span
 from verl_otel.cli.main import main
 from verl_otel.process import stall_frames

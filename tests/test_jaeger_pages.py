@@ -18,7 +18,7 @@ from verl_otel import semconv as sc
 from verl_otel.analysis import jaeger_pages, slow_steps
 from verl_otel.analysis.jaeger import JaegerClient
 from verl_otel.analysis.step_traces import build_steps
-from verl_otel.analysis.val_generations import generations, needed
+from verl_otel.analysis.val_generation_reader import generations, needed
 from verl_otel.cli.main import main
 
 WINDOW = (1_799_990_000 * 10**9, 1_800_100_000 * 10**9)  # many_steps' run is in it, with room on both sides

@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from verl_otel import config as cfg
 from verl_otel import semconv as sc
-from verl_otel.analysis import stalls
+from verl_otel.analysis import stall_records
 from verl_otel.config import StallSettings
 from verl_otel.export import prometheus
 from verl_otel.export.spool import unsent_path
@@ -99,21 +99,21 @@ def test_two_hosts_same_pid_keep_their_own_stall_evidence(tmp_path, monkeypatch)
     b = _stall_on("hostB", shared, monkeypatch)
     assert a != b and Path(a).exists() and Path(b).exists(), "neither file overwrote the other"
     assert "-hostA-" in Path(a).name and "-hostB-" in Path(b).name
-    records = stalls.merge(stalls.read_dir(shared), [])
+    records = stall_records.merge(stall_records.read_dir(shared), [])
     assert sorted((r.host, r.pid) for r in records) == [("hostA", records[0].pid), ("hostB", records[0].pid)]
     # the spans naming the same files (as a gathered folder sees them: another folder, the same names) merge
     # with their own host's file only
     spans = [
-        stalls.StallRecord(phase=r.phase, pid=r.pid, host=r.host, evidence=f"/elsewhere/{Path(r.evidence).name}")
+        stall_records.StallRecord(phase=r.phase, pid=r.pid, host=r.host, evidence=f"/elsewhere/{Path(r.evidence).name}")
         for r in records
     ]
     for s, r in zip(spans, records, strict=True):
         s.trace_id, s.in_trace = f"trace-{r.host}", True
-    merged = stalls.merge(stalls.read_dir(shared), spans)
+    merged = stall_records.merge(stall_records.read_dir(shared), spans)
     assert sorted((r.host, r.trace_id) for r in merged) == [("hostA", "trace-hostA"), ("hostB", "trace-hostB")]
 
 
 def test_stalls_without_files_merge_by_host_too():
-    one = stalls.StallRecord(phase="reward", pid=7, host="hostA", trace_id="t")
-    other = stalls.StallRecord(phase="reward", pid=7, host="hostB", trace_id="t")
-    assert len(stalls.merge([], [one, other])) == 2
+    one = stall_records.StallRecord(phase="reward", pid=7, host="hostA", trace_id="t")
+    other = stall_records.StallRecord(phase="reward", pid=7, host="hostB", trace_id="t")
+    assert len(stall_records.merge([], [one, other])) == 2

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from verl_otel import semconv as sc
 from verl_otel.analysis import incidents
-from verl_otel.analysis.stalls import StallRecord, advice, parse_file
+from verl_otel.analysis.stall_records import StallRecord, advice, parse_file
 from verl_otel.config import StallSettings
 from verl_otel.export.stall_evidence import EvidenceFiles
 from verl_otel.process.metrics import MetricsState

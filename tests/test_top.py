@@ -20,7 +20,7 @@ from helpers.jaeger import FakeJaeger
 from verl_otel import semconv as sc
 from verl_otel.cli.main import main
 from verl_otel.export.prometheus import StateCollector, serve
-from verl_otel.live.health import signals
+from verl_otel.live.health_table import signals
 from verl_otel.live.run_view import History, build_view
 from verl_otel.live.sources import PrometheusQuery, Scrape, TargetsFile, parse_metrics_text
 from verl_otel.live.view import frame

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from verl_otel import semconv as sc
 from verl_otel.export.prometheus import serve
-from verl_otel.live.health import signals
+from verl_otel.live.health_table import signals
 from verl_otel.live.run_view import History, build_view
 from verl_otel.live.sources import TargetsFile
 from verl_otel.live.view import frame

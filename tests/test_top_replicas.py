@@ -17,7 +17,7 @@ from helpers.prom import MetricsEndpoint
 from verl_otel import semconv as sc
 from verl_otel.cli.main import main
 from verl_otel.dashboards.thresholds import DEFAULTS, duration_seconds
-from verl_otel.live.health import signals
+from verl_otel.live.health_table import signals
 from verl_otel.live.replicas import ReplicaWatch
 from verl_otel.live.run_view import History, build_view
 from verl_otel.live.sources import PrometheusQuery, TargetsFile

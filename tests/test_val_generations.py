@@ -3,7 +3,7 @@ VERL_OTEL_CAPTURE_TEXT=1, truncated to VERL_OTEL_MAX_TEXT; the count is always r
 
 from helpers.traces import load_spans
 
-from verl_otel.telemetry.val_generations import data_sources, event_attributes
+from verl_otel.telemetry.val_generation_events import data_sources, event_attributes
 
 
 def _validate_spans(path):

@@ -15,7 +15,7 @@ from helpers.val_spans import GSM8K, S, sdk_validations
 from verl_otel import semconv as sc
 from verl_otel.analysis.jaeger import JaegerClient
 from verl_otel.analysis.otlp_json import parse_request
-from verl_otel.analysis.val_generations import generations
+from verl_otel.analysis.val_generation_reader import generations
 from verl_otel.cli.main import main
 
 

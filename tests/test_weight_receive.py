@@ -1,4 +1,4 @@
-"""A rollout replica's side of a weight sync (issue 28 item 4): the model (telemetry/weight_sync.py's
+"""A rollout replica's side of a weight sync (issue 28 item 4): the model (telemetry/weight_sync_parts.py's
 WeightReceive) timing a checkpoint engine's async receive stream as a server adapter loads it, and the hook on
 verl's ``CheckpointEngineWorker.update_weights`` (hooks/weight_sync.py) putting ``weights.receive`` under the
 trainer's derivable ``update_weights`` phase span only for the step the trainer told the worker about. The
@@ -21,7 +21,7 @@ from verl_otel import runtime
 from verl_otel import semconv as sc
 from verl_otel.hooks import weight_sync as hook
 from verl_otel.telemetry.propagation import inject, phase_span_id
-from verl_otel.telemetry.weight_sync import WeightReceive
+from verl_otel.telemetry.weight_sync_parts import WeightReceive
 
 KB = 1024
 

@@ -1,4 +1,4 @@
-"""A weight sync's parts (issue 28 item 4): the model (telemetry/weight_sync.py) timing a real per-tensor export
+"""A weight sync's parts (issue 28 item 4): the model (telemetry/weight_sync_parts.py) timing a real per-tensor export
 stream as a checkpoint engine consumes it under verl's bucketing rule, on the real OTel SDK; the derivable phase
 span id a worker parents its sync under; and ``slow-steps`` naming the part, from spans and from a streamed file."""
 
@@ -23,7 +23,7 @@ from verl_otel.analysis.slow_steps import rank, to_json, to_text
 from verl_otel.analysis.step_stream import read_steps
 from verl_otel.analysis.step_traces import build_steps
 from verl_otel.telemetry.propagation import inject, phase_context, phase_span_id
-from verl_otel.telemetry.weight_sync import WeightSync
+from verl_otel.telemetry.weight_sync_parts import WeightSync
 
 KB = 1024
 

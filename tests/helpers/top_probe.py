@@ -92,7 +92,7 @@ class TopWatch:
     def frame(self) -> None:
         from rich.console import Console
 
-        from verl_otel.live.health import signals
+        from verl_otel.live.health_table import signals
         from verl_otel.live.run_view import build_view
         from verl_otel.live.sources import SourceError
         from verl_otel.live.view import frame

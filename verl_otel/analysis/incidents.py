@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl_otel import semconv as sc
-from verl_otel.analysis.stalls import StallRecord
+from verl_otel.analysis.stall_records import StallRecord
 
 #: clocks of two nodes and the evidence file's one-second times: intervals this close still overlap
 SLACK_S = 2.0
@@ -141,7 +141,7 @@ def _fit(waiter: StallRecord, group: list[StallRecord]) -> tuple[int, float] | N
 
 
 def group(records: list[StallRecord]) -> list[Incident]:
-    """The incidents of a run's stall records (merged by analysis/stalls.py::merge), the earliest first; each
+    """The incidents of a run's stall records (merged by analysis/stall_records.py::merge), the earliest first; each
     waiter's ``advice`` is replaced by a pointer to its root."""
     ordered = sorted(records, key=lambda r: (_start(r), r.step if r.step is not None else -1))
     waits = {id(r) for r in ordered if r.waiting_on}

@@ -15,7 +15,7 @@ from verl_otel.analysis import long_tail as lt
 from verl_otel.analysis import stragglers as sg
 from verl_otel.analysis import tokens as tk
 from verl_otel.analysis import tools as tl
-from verl_otel.analysis import weight_sync as wsync
+from verl_otel.analysis import weight_sync_time as wsync
 from verl_otel.analysis.jaeger import rfc3339, trace_link
 from verl_otel.analysis.step_traces import Sample, StepTrace
 

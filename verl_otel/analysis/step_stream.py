@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from verl_otel import semconv as sc
-from verl_otel.analysis import weight_sync as wsync
+from verl_otel.analysis import weight_sync_time as wsync
 from verl_otel.analysis.otlp_json import FileRead, iter_file
 from verl_otel.analysis.step_traces import Span, StepTrace, build_step
 

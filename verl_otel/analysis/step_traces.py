@@ -11,7 +11,7 @@ from typing import Any
 from verl_otel import semconv as sc
 from verl_otel.analysis import clock
 from verl_otel.analysis.tools import SampleTools, sample_tools, tool_call
-from verl_otel.analysis.weight_sync import ReceiveParts, SyncParts, from_span, receive_from_span
+from verl_otel.analysis.weight_sync_time import ReceiveParts, SyncParts, from_span, receive_from_span
 
 _NOT_PHASES = sc.NON_PHASE_SPANS
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_otel import semconv as sc
-from verl_otel.analysis import captures, incidents, run_end, stalls
+from verl_otel.analysis import captures, incidents, run_end, stall_records
 from verl_otel.analysis.jaeger import JaegerClient, JaegerError
 from verl_otel.analysis.jaeger_pages import walk
 from verl_otel.analysis.otlp_json import read_file
@@ -37,7 +37,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
-def _read(args: argparse.Namespace) -> tuple[list[stalls.StallRecord], run_end.RunEnd | None, str]:
+def _read(args: argparse.Namespace) -> tuple[list[stall_records.StallRecord], run_end.RunEnd | None, str]:
     if args.jaeger:
         client = JaegerClient(args.jaeger)
         now = time.time_ns()
@@ -47,27 +47,27 @@ def _read(args: argparse.Namespace) -> tuple[list[stalls.StallRecord], run_end.R
             pages = walk(client, args.service, now - int(args.since * 1e9), now, name)
             spans += [s for page in pages for s in page if s.name == name]
         end = run_end.read(run_end.last_step(spans))
-        return stalls.merge([], stalls.from_spans(spans)), end, f"Jaeger at {client.base}"
+        return stall_records.merge([], stall_records.from_spans(spans)), end, f"Jaeger at {client.base}"
     root = Path(args.dir or os.environ.get(sc.ENV_DIR) or DEFAULT_DIR)
     if not root.is_dir():
         raise OSError(f"{root} is not a folder (the run's {sc.ENV_DIR})")
-    files = stalls.read_dir(root / sc.STALLS_DIR)
-    traced: list[stalls.StallRecord] = []
+    files = stall_records.read_dir(root / sc.STALLS_DIR)
+    traced: list[stall_records.StallRecord] = []
     end = None
     trace_file = root / sc.TRACES_FILE
     if trace_file.exists():
-        spans = read_file(trace_file, keep=stalls.needed).spans
-        traced = stalls.from_spans(spans)
+        spans = read_file(trace_file, keep=stall_records.needed).spans
+        traced = stall_records.from_spans(spans)
         step = run_end.last_step(spans)
         # the ended step's whole trace, for what else was in flight then (a second pass keeps that trace only)
         trace_id = step.trace_id if step is not None else ""
         trace = read_file(trace_file, keep=lambda s: s if s.trace_id == trace_id else None).spans if trace_id else []
         end = run_end.read(step, trace, read_notes(root))
-    return stalls.merge(files, traced), end, str(root)
+    return stall_records.merge(files, traced), end, str(root)
 
 
 def render(
-    records: list[stalls.StallRecord], source: str, end: run_end.RunEnd | None = None, root: Path | None = None
+    records: list[stall_records.StallRecord], source: str, end: run_end.RunEnd | None = None, root: Path | None = None
 ) -> str:
     first = "\n".join(run_end.render(end)) + "\n\n"
     if not records:
@@ -117,7 +117,7 @@ def _capture_lines(path: str, root: Path | None) -> list[str]:
     return lines + [f"              {h.share:6.1%}  {h.frame}" for h in got.innermost]
 
 
-def _who(r: stalls.StallRecord) -> str:
+def _who(r: stall_records.StallRecord) -> str:
     host = f" on {r.host}" if r.host else ""
     return f"{r.role or '?'} pid {r.pid if r.pid is not None else '?'}{host}"
 

@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.live import Live
     from rich.text import Text
 
-    from verl_otel.live.health import signals
+    from verl_otel.live.health_table import signals
     from verl_otel.live.replicas import ReplicaWatch
     from verl_otel.live.run_view import HISTORY_KEYS, History, attach_stall_frames, build_view
     from verl_otel.live.sources import PrometheusQuery, SourceError, TargetsFile

@@ -11,7 +11,7 @@ from typing import Any
 
 from verl_otel import semconv as sc
 from verl_otel.analysis.jaeger import rfc3339
-from verl_otel.analysis.val_generations import VALIDATE_SPANS, Generation, generations, needed
+from verl_otel.analysis.val_generation_reader import VALIDATE_SPANS, Generation, generations, needed
 from verl_otel.cli.argtypes import non_negative_int
 from verl_otel.cli.spans import SourceError, add_source_args, fail, read_spans
 

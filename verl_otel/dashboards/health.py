@@ -1,6 +1,6 @@
 """The health checks of verl's log-reading guides, each declared once: its name on `top`'s health table, the
 alert rule(s) Prometheus evaluates (``dashboards/alerts.py`` puts them in deploy/prometheus/rules/), and the
-predicate `top` evaluates on a live frame (``live/health.py``), both with the same :class:`Thresholds`, so
+predicate `top` evaluates on a live frame (``live/health_table.py``), both with the same :class:`Thresholds`, so
 `top` and Prometheus agree on what trips. Score stuck at 0, gradient-norm spike, KL blow-up, entropy collapse,
 memory near the limit, steps getting slower, a phase running far past its mean, a rollout sample stuck, PPO
 clipping almost everything."""
@@ -37,7 +37,7 @@ class RolloutWorker(Protocol):
 
 
 class Frame(Protocol):
-    """What `top` knows of a running job at one moment (live/health.py makes it of its view and history)."""
+    """What `top` knows of a running job at one moment (live/health_table.py makes it of its view and history)."""
 
     @property
     def metrics(self) -> Mapping[str, float]: ...  # verl's last logged scalars

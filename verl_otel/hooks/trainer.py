@@ -88,9 +88,9 @@ def validate_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any
     with on_exit(_validate_exit, m.steps, token):
         result = wrapped(*args, **kwargs)
         if m.steps.active:  # the validation's metric keys name its data sources (its samples do not)
-            from verl_otel.telemetry import val_generations
+            from verl_otel.telemetry import val_generation_events
 
-            safe(lambda: val_generations.record_data_sources(m.validation_span(), result))
+            safe(lambda: val_generation_events.record_data_sources(m.validation_span(), result))
         return result
 
 
@@ -135,10 +135,10 @@ def val_generations_wrapper(
         samples = args[1] if len(args) > 1 else kwargs.get("samples")
         step = args[2] if len(args) > 2 else kwargs.get("step")
         if isinstance(samples, (list, tuple)):
-            from verl_otel.telemetry import val_generations
+            from verl_otel.telemetry import val_generation_events
 
             m = model.current()
-            safe(lambda: val_generations.record(m.services, m.validation_span(), samples, step))
+            safe(lambda: val_generation_events.record(m.services, m.validation_span(), samples, step))
 
 
 def fit_fully_async(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

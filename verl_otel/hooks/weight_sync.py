@@ -1,7 +1,7 @@
 """Weight syncs in the processes that do them: the actor worker's side (``ActorRolloutRefWorker.update_weights``:
 export, then send through the checkpoint engine or load into its colocated engine) and a rollout replica's side
 (``CheckpointEngineWorker.update_weights``: receive and load). Both are watched for stalls; their parts (the
-actor's gather, transfer, buckets; the replica's receive, load, buckets: telemetry/weight_sync.py) go under the
+actor's gather, transfer, buckets; the replica's receive, load, buckets: telemetry/weight_sync_parts.py) go under the
 trainer's ``update_weights`` phase span.
 
 verl's update_weights call carries no trace context: the actor worker remembers the step trace of the last traced
@@ -49,7 +49,7 @@ def _parent(worker: Any, step: int) -> Any:
 
 def _begin(worker: Any, step: int, mode: Any, replica: bool) -> Any:
     from verl_otel.hooks.verl_objects import config_value
-    from verl_otel.telemetry.weight_sync import WeightReceive, WeightSync
+    from verl_otel.telemetry.weight_sync_parts import WeightReceive, WeightSync
 
     parent = _parent(worker, step)
     if parent is None:

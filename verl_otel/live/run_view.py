@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from verl_otel import semconv as sc
-from verl_otel.analysis import stalls
+from verl_otel.analysis import stall_records
 from verl_otel.live.replicas import Replica, replicas_of
 from verl_otel.live.sources import Scrape, Series
 
@@ -319,7 +319,7 @@ def attach_stall_frames(view: RunView, stalls_dir: Path) -> None:
     run's $VERL_OTEL_DIR/stalls/, readable when top reads the run's targets file on its node)."""
     if not view.stalls:
         return
-    for rec in stalls.read_dir(stalls_dir):  # newest first
+    for rec in stall_records.read_dir(stalls_dir):  # newest first
         key = (rec.role, rec.phase)
         if key in view.stalls and not view.stalls[key]:
             view.stalls[key] = rec.frame

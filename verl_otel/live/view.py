@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from verl_otel import semconv as sc
-from verl_otel.live.health import Signal
+from verl_otel.live.health_table import Signal
 from verl_otel.live.run_view import STEP_KEY, History, RolloutWorkerProgress, RunView, step_row
 from verl_otel.telemetry.eta import bar
 
