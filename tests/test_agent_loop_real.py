@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from helpers.memory_spans import memory_provider
 
 from verl_otel import model, runtime
 from verl_otel import semconv as sc
@@ -36,9 +35,7 @@ def env(tmp_path, monkeypatch):
     monkeypatch.setenv("VERL_OTEL_DEMO_HANG", "tool@3=4")
     monkeypatch.setenv(sc.ENV_STALL_SECONDS, "1.5")
     monkeypatch.setenv(sc.ENV_STALL_MIN_SECONDS, "1")
-    mem = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(mem))
+    provider, mem = memory_provider()
     runtime.reset_for_tests()
     runtime.configure(tracer_provider=provider)
     registry.install(AGENT_TARGETS)

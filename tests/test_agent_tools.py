@@ -10,9 +10,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from helpers.memory_spans import memory_provider
 
 from verl_otel import model, runtime
 from verl_otel import semconv as sc
@@ -54,9 +53,7 @@ def lookup(query: str) -> str:
 @pytest.fixture
 def hooked(tmp_path, monkeypatch):
     monkeypatch.setenv(sc.ENV_DIR, str(tmp_path))
-    mem = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(mem))
+    provider, mem = memory_provider()
     runtime.reset_for_tests()
     runtime.configure(tracer_provider=provider)
     registry.install(AGENT_TARGETS)

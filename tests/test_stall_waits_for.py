@@ -8,9 +8,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from helpers.memory_spans import memory_provider
 
 from verl_otel import semconv as sc
 from verl_otel.analysis import incidents
@@ -27,9 +26,7 @@ WAITS = "1 train_worker call compute_log_prob, rank 0"
 
 @pytest.fixture
 def watch(tmp_path: Path):
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    provider, exporter = memory_provider()
     tracer = provider.get_tracer("t")
     w = StallWatch(
         StallSettings(seconds=0.2, min_seconds=0.2, factor=3.0, repeat_s=100.0),
