@@ -99,9 +99,11 @@ def v1_run(tmp_path_factory):
         tmp_path_factory.mktemp("demo-v1"),
         "v1",
         3,
-        # the stall matrix's cells (tests/test_e2e_stall_matrix.py) in step 3 only: the series-growth assert
-        # compares step 2's series with step 3's, where a stall's series are new (no growth)
-        ["update_actor@3=3", "rollout_sample@3=2", "old_log_prob@3=3", "ref@3=3"],
+        # update_actor@3 is also the stall matrix's v1 cell (tests/test_e2e_stall_matrix.py), in step 3 only: the
+        # series-growth assert compares step 2's series with step 3's, where a stall's series are new (no growth).
+        # Its old_log_prob and ref cells are colocate_async's (the same trainer): slowed here too, they outran
+        # update_actor as step 3's slow phase, which test_e2e_demo's slow-steps asserts name
+        ["update_actor@3=3", "rollout_sample@3=2"],
         scrape=True,
         probe=probe,
         extra_env=PROGRESS_LOG | STALL_MATRIX,

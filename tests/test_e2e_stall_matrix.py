@@ -21,8 +21,6 @@ FRAME = "slowed_forward (cpu_plugin.py:"  # where the demo's slowed call spends 
 #: (shared run, slowed phase, the worker method the trainer calls for it, the step slowed: --slow counts a process'
 #: calls of the method)
 CELLS = [
-    ("v1_run", sc.PHASE_OLD_LOG_PROB, "compute_log_prob", 3),
-    ("v1_run", sc.PHASE_REF, "compute_ref_log_prob", 3),
     ("v1_run", sc.PHASE_UPDATE_ACTOR, "update_actor", 3),
     ("legacy_run", sc.PHASE_VALUES, "infer_batch", 3),
     ("legacy_run", sc.PHASE_UPDATE_CRITIC, "train_mini_batch", 3),
