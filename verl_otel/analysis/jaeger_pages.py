@@ -123,15 +123,20 @@ def steps(
     fold, seen = StepFold(samples_kept), set[str]()
     for operation in operations:
         for spans in walk(client, service, start_ns, end_ns, operation, seen=seen, stats=stats, **page):
-            engine = []
-            for span in spans:
-                if span.name == sc.SPAN_ENGINE_REQUEST:
-                    engine.append(span)
-                else:
-                    fold.add(span)
-            for span in engine:  # a page holds whole traces: their slowest samples are known by now
-                fold.add_engine(span)
+            _fold_whole(fold, spans)
     return fold.steps()
+
+
+def _fold_whole(fold: StepFold, spans: list[Span]) -> None:
+    """Whole traces' spans into ``fold``: the engine's requests last, once their traces' slowest samples are known."""
+    engine = []
+    for span in spans:
+        if span.name == sc.SPAN_ENGINE_REQUEST:
+            engine.append(span)
+        else:
+            fold.add(span)
+    for span in engine:
+        fold.add_engine(span)
 
 
 SUMMARY_PAGE_TRACES = 500  # a summary's trace is one span (about 2 KB): answers of at most about 1 MB
@@ -153,12 +158,5 @@ def whole(client: JaegerClient, steps: Iterable[StepTrace], samples_kept: int) -
     Jaeger no longer has is left out."""
     fold = StepFold(samples_kept)
     for step in steps:
-        engine = []
-        for span in client.get_trace(step.trace_id):
-            if span.name == sc.SPAN_ENGINE_REQUEST:
-                engine.append(span)
-            else:
-                fold.add(span)
-        for span in engine:
-            fold.add_engine(span)
+        _fold_whole(fold, client.get_trace(step.trace_id))
     return {s.trace_id: s for s in fold.steps()}
