@@ -192,3 +192,20 @@ def test_the_cli_says_what_is_wrong_with_a_file(tmp_path, capsys):
     assert "not JSON" in capsys.readouterr().err
     assert main(["capture", str(tmp_path / "missing.json")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_the_own_stack_sampler_stops_at_its_frame_bound():
+    from verl_otel.export.captures import sample_own_stacks
+
+    stop = threading.Event()
+    waiter = threading.Thread(target=planted_wait, args=(stop,))
+    waiter.start()
+    started = time.monotonic()
+    try:
+        doc = sample_own_stacks(30.0, 100, max_frames=50)  # 30 s asked: the bound ends it after a few samples
+    finally:
+        stop.set()
+        waiter.join()
+    held = sum(len(stack) for p in doc["profiles"] for stack in p["samples"])
+    assert 50 <= held < 50 + 256 * 8, held
+    assert time.monotonic() - started < 10

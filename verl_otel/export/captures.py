@@ -80,7 +80,8 @@ class Captures:
                 return
             if pid == os.getpid():  # py-spy missing or refused: the process' own Python stacks
                 s = self.settings
-                write_doc(path, focus(sample_own_stacks(s.seconds, s.rate_hz), thread), s.max_bytes)
+                doc = sample_own_stacks(s.seconds, s.rate_hz, max_frames=s.max_bytes // 4)
+                write_doc(path, focus(doc, thread), s.max_bytes)
         except Exception as exc:  # noqa: BLE001 - a capture never ends the process
             warn_once("capture", f"a capture failed ({exc!r}); the stall's evidence file still has the stacks")
 
@@ -128,14 +129,17 @@ def focus(doc: dict[str, Any], thread: int | None) -> dict[str, Any]:
     return doc
 
 
-def sample_own_stacks(seconds: float, rate_hz: int) -> dict[str, Any]:
+def sample_own_stacks(seconds: float, rate_hz: int, max_frames: int = 4 * 2**20) -> dict[str, Any]:
     """This process' Python stacks sampled for ``seconds`` (every thread but the sampler), as a speedscope
-    document like py-spy's: one sampled profile per thread, named ``Thread <native id> "<name>"``."""
+    document like py-spy's: one sampled profile per thread, named ``Thread <native id> "<name>"``. Sampling stops
+    early once ``max_frames`` frame references are held (a file of that many would pass the capture's byte cap
+    anyway), so a long capture of a process with many threads stays bounded in memory."""
     me = threading.get_ident()
     frames: dict[tuple[str, str, int], int] = {}
     samples: dict[int, list[list[int]]] = {}
     end, step = time.monotonic() + seconds, 1.0 / max(1, rate_hz)
-    while time.monotonic() < end:
+    held = 0
+    while time.monotonic() < end and held < max_frames:
         for ident, frame in sys._current_frames().items():
             if ident == me:
                 continue
@@ -146,6 +150,7 @@ def sample_own_stacks(seconds: float, rate_hz: int) -> dict[str, Any]:
                 stack.append(frames.setdefault((code.co_name, code.co_filename, f.f_lineno), len(frames)))
                 f = f.f_back
             samples.setdefault(ident, []).append(stack[::-1])  # outermost first, as speedscope reads it
+            held += len(stack)
         time.sleep(step)
     shared = [
         {"name": n, "file": file, "line": line} for (n, file, line), _ in sorted(frames.items(), key=lambda x: x[1])
