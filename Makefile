@@ -94,8 +94,12 @@ stack-down: install
 
 # install-vllm: tests/test_e2e_vllm.py runs the real vLLM demo from .venv-vllm (about 5 minutes to build, once)
 # every tier (docs/testing.md); the 25 slowest tests, fixture set-ups included, close the output
+# The unit and integration tiers run first, in 3 workers: they mostly wait on servers and subprocesses (4 min of
+# CPU in 9 of wall when serial); the real verl runs then run one at a time, each using both cores
 test: install install-vllm prometheus chromium stack-bin lint test-min
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25 tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=10 -n $(TEST_WORKERS) -m 'not e2e' tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 -m e2e tests
+TEST_WORKERS ?= 3
 
 # the push-path and metric tests on the OpenTelemetry and prometheus-client floors pyproject.toml declares, in a
 # venv of their own whose other packages (verl, torch, pytest) are the main venv's (tests/min_env.py)
@@ -110,7 +114,7 @@ $(MIN_VENV)/.floors: pyproject.toml tests/min_env.py $(STAMP)
 	$(PY) tests/min_env.py link $(MIN_VENV) $(VENV) && touch $@
 
 test-min: $(MIN_VENV)/.floors
-	VERL_OTEL_EXPECT_MIN=1 $(MIN_VENV)/bin/python -m pytest -q -p no:cacheprovider $(MIN_TESTS)
+	VERL_OTEL_EXPECT_MIN=1 $(MIN_VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) $(MIN_TESTS)
 
 # ruff (lint + format) on verl_otel/, tests/ and bench/, and mypy on verl_otel/, configured in pyproject.toml
 LINT_PATHS := verl_otel tests bench

@@ -56,7 +56,8 @@ def test_broken_collector_one_thread_and_bounded_fit_end(tmp_path, mode):
     assert stats["most_threads"] <= 4, stats
     assert stats["step_end_s"] < 0.5, stats
     assert list((tmp_path / "data" / sc.UNSENT_DIR).glob("*.jsonl")), "the unsent spans wait on disk"
-    assert stats["fit_end_s"] <= 2.0 * 1.1, stats
+    # 2 s of budget and 1 s for the last writes on a loaded machine; without a deadline it would be the exporter's 10 s
+    assert stats["fit_end_s"] <= 2.0 + 1.0, stats
     assert wall < 60, wall  # the process exits too: no exit hook waits on the collector without a deadline
 
 
