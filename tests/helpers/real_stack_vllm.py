@@ -1,7 +1,7 @@
-"""One real vLLM demo run (tests/test_e2e_real_stack_vllm.py) pushed to the real Collector, which exports to
-the real Jaeger: the v1 trainer, 2 steps, with only OTEL_EXPORTER_OTLP_ENDPOINT set for telemetry. Only the
-Collector and Jaeger are started (verl_otel.native, free ports); the vLLM server's `llm_request` spans reach
-Jaeger through the same Collector as the trainer's and the agent-loop workers' spans."""
+"""A real vLLM demo run (tests/test_e2e_vllm_async.py's separate_async one) pushed to the real Collector, which
+exports to the real Jaeger, with only OTEL_EXPORTER_OTLP_ENDPOINT set for telemetry. Only the Collector and Jaeger
+are started (verl_otel.native, free ports); the vLLM server's `llm_request` spans reach Jaeger through the same
+Collector as the trainer's and the agent-loop workers' spans."""
 
 from __future__ import annotations
 
@@ -14,10 +14,9 @@ from helpers.procs import ROOT, clean_env
 from helpers.real_stack import go_binaries
 from helpers.verl_runs import vllm_demo_cmd, vllm_python
 
+from verl_otel import semconv as sc
+from verl_otel.analysis.jaeger import JaegerClient
 from verl_otel.native import Binds, Ports, Stack, down
-
-STEPS = 2
-RUN_TIMEOUT_S = 420
 
 
 @dataclass
@@ -28,12 +27,17 @@ class VllmStackRun:
     seconds: float
     started_ns: int
 
-    def log_tail(self, n: int = 4000) -> str:
-        return (self.out / "demo.log").read_text(errors="replace")[-n:]
+    def jaeger_spans(self) -> list:
+        """Every span of the service's traces in Jaeger (/api/v3; an empty operation selects all), each once."""
+        client = JaegerClient(self.stack.jaeger_url)
+        spans = client.find_traces(sc.SERVICE_NAME_DEFAULT, self.started_ns - 60 * 10**9, time.time_ns(), operation="")
+        assert client.api == "v3", client.api
+        return list({s.span_id: s for s in spans}.values())
 
 
-def start(tmp: Path) -> VllmStackRun:
-    """Skips without .venv-vllm, and without Go (fails under CI=true), as the vLLM and real-stack tests do."""
+def start(tmp: Path, args: list[str], timeout_s: float) -> VllmStackRun:
+    """`verl-otel demo --rollout vllm ARGS` pushing to a fresh Collector and Jaeger; the caller stops them
+    (``down(run.stack.state)``). Skips without .venv-vllm, and without Go (fails under CI=true)."""
     vllm_python()
     binaries = go_binaries()
     stack = Stack((tmp / "state").absolute(), Ports.free(), Binds())
@@ -45,19 +49,15 @@ def start(tmp: Path) -> VllmStackRun:
         env = {**clean_env(), "OTEL_EXPORTER_OTLP_ENDPOINT": stack.otlp_endpoint}
         started_ns, t0 = time.time_ns(), time.monotonic()
         proc = subprocess.run(
-            vllm_demo_cmd(out, "--steps", str(STEPS)),
+            vllm_demo_cmd(out, *args),
             env=env,
             cwd=out,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.STDOUT,
-            timeout=RUN_TIMEOUT_S,
+            timeout=timeout_s,
             check=False,
         )
-        run = VllmStackRun(stack, out, proc.returncode, time.monotonic() - t0, started_ns)
+        return VllmStackRun(stack, out, proc.returncode, time.monotonic() - t0, started_ns)
     except BaseException:
         down(stack.state)
         raise
-    print(
-        f"\n[test_e2e_real_stack_vllm] real vLLM demo ({STEPS} steps) pushing to the real Collector: {run.seconds:.0f}s"
-    )
-    return run

@@ -26,7 +26,7 @@ E2E_SIGNS = (
     "vllm_demo_cmd(",
     "refused_until_after(",
     "helpers.real_stack_run",
-    "helpers.real_stack_vllm",
+    "real_stack_vllm.start(",
 )
 # what starts a real server, Ray without verl's trainer, or a fresh Python process
 INTEGRATION_SIGNS = (
@@ -51,7 +51,7 @@ INTEGRATION_SIGNS = (
 # pytest-timeout's limit (pyproject: 900 s a test, its fixtures' setup included) for the modules whose shared
 # run takes longer: each real vLLM run's fixture allows its subprocess 1,200 s; the real stack's run holds a
 # 150 s hang and waits on the Collector's and Jaeger's restarts
-TIMEOUT_S = {"test_e2e_vllm_async.py": 1500, "test_e2e_real_stack.py": 1500, "test_e2e_real_stack_vllm.py": 1200}
+TIMEOUT_S = {"test_e2e_vllm_async.py": 1500, "test_e2e_real_stack.py": 1500}
 
 
 @cache
