@@ -22,10 +22,12 @@ from verl_otel.native import Ports, Stack, down, up
 
 STEPS = 3
 SLOW_STEP = 3
-SLOW_S = 150  # long enough for VerlPhaseHung: above the floor, then `for: 1m`, a 15s evaluation, push and scrape lags
+# long enough for VerlPhaseHung: above the floor (10 s), the Collector's restart (its gauges back at the next push),
+# a 15 s push, a 5 s scrape, a 15 s evaluation, then `for: 15s` (an evaluation later): about 75 s, 25 s to spare
+SLOW_S = 100
 HUNG_ALERT = "VerlPhaseHung"
 EXPORT_INTERVAL_MS = 15_000
-THRESHOLDS = ["phase_hung_min_s=10", "phase_hung_factor=2"]
+THRESHOLDS = ["phase_hung_min_s=10", "phase_hung_factor=2", "phase_hung_for=15s"]
 
 
 def accepted_spans(stack: Stack) -> float:

@@ -225,7 +225,7 @@ def _hung_alerts(t: Thresholds) -> list[Rule]:
             # elapsed, active and the histogram come from one process with one label set: match on all labels
             # (on(instance, phase) breaks when two runs share an instance, as they do behind the Collector)
             f"{running} > clamp_min({t.phase_hung_factor:g} * ({phist}_sum / {phist}_count), {t.phase_hung_min_s:g})",
-            "1m",
+            t.phase_hung_for,
             "critical",
             "phase {{ $labels.phase }} runs far longer than usual",
             f"The running phase's elapsed time is above {t.phase_hung_factor:g}x its mean duration "

@@ -31,6 +31,7 @@ class Thresholds:
         5.0, "VerlPhaseHung: the running phase's elapsed time above this many times its mean duration ..."
     )
     phase_hung_min_s: float = _t(900.0, "... and at least this many seconds")
+    phase_hung_for: str = _t("1m", "... for this long")
     phase_first_max_s: float = _t(
         7200.0,
         "VerlPhaseHungFirstRun: a phase with no finished run yet in this "
@@ -116,6 +117,7 @@ class Thresholds:
     tool_failure_share: float = _t(0.5, "VerlToolFailing: a tool's failed calls above this share of its calls ...")
     tool_failure_window: str = _t("10m", "... within this window ...")
     tool_failure_min_calls: float = _t(10.0, "... of at least this many calls")
+    tool_failure_for: str = _t("2m", "... for this long")
     tool_p99_factor: float = _t(5.0, "VerlToolSlow: a tool's p99 call time above this many times its p99 ...")
     tool_p99_window: str = _t("15m", "... (p99 now: over this window) ...")
     tool_p99_history: str = _t("6h", "... over this window before it ...")

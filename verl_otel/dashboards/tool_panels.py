@@ -108,7 +108,7 @@ def tool_rules(t: Thresholds) -> list[Rule]:
         Rule(
             "VerlToolFailing",
             f"({failed} / {calls} > {t.tool_failure_share:g}) and on({by}) ({calls} >= {t.tool_failure_min_calls:g})",
-            "2m",
+            t.tool_failure_for,
             "critical",
             "tool {{ $labels.tool }} fails {{ $value | humanizePercentage }} of its calls",
             f"More than {t.tool_failure_share:.0%} of the calls of this tool failed within {w} (it raised, or the "
