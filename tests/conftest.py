@@ -16,7 +16,7 @@ from helpers.logs import OtelLog
 from helpers.procs import TESTS, clean_env, run_py
 from helpers.prom import PromServer, available
 from helpers.tiers import TIMEOUT_S, item_tier
-from helpers.verl_runs import PROGRESS_LOG, STALL_MATRIX, start_demo
+from helpers.verl_runs import PROGRESS_LOG, STALL_MATRIX, TOOL_HANG_S, TOOL_THRESHOLDS, start_demo
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects on the marks
@@ -134,15 +134,31 @@ def legacy_run(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def colocate_async_run(tmp_path_factory):
-    # the stall matrix's cells: 4 s, as step 2's thresholds come from step 1 alone (its warm-up)
-    return start_demo(
-        tmp_path_factory.mktemp("demo-colocate"),
+    """verl's real ToolAgentLoop with the demo's tools (``--agent tool``; tests/test_e2e_agent_tools.py): the first
+    search call of step 2's samples hangs 6 s and every search call of theirs raises (the tool plants count
+    ``tool@3``: the weights' version the LLM server answers with, plus one), scraped by a real Prometheus evaluating
+    the rules with VerlToolFailing's window and ``for`` shortened. The stall matrix's cells: 4 s, as step 2's
+    thresholds come from step 1 alone (its warm-up)."""
+    from verl_otel.dashboards import build
+    from verl_otel.dashboards.thresholds import Thresholds
+
+    out = tmp_path_factory.mktemp("demo-colocate")
+    rules = out / "rules.yml"
+    rules.write_text(build.outputs(thresholds=Thresholds.with_overrides(TOOL_THRESHOLDS))[build.RULES])
+    run = start_demo(
+        out,
         "colocate_async",
         2,
         ["old_log_prob@2=4", "ref@2=4"],
-        scrape=False,
+        scrape=True,
+        rules=[rules],
         extra_env=STALL_MATRIX,
+        agent="tool",
+        hang=[f"tool@3={TOOL_HANG_S:g}"],
+        fail=["tool@3"],
     )
+    yield run
+    run.prom.stop()
 
 
 @pytest.fixture(scope="session")

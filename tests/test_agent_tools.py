@@ -136,7 +136,7 @@ def test_each_outcome_its_span_and_metric(hooked):
     counts = {
         labels: series.count
         for metric, labels, series in model.current().services.state.histograms()
-        if metric is sc.TOOL_CALL_SECONDS
+        if metric is sc.TOOL_CALL_SECONDS and series.count  # every outcome of a tool seen has a series, from 0
     }
     assert counts == {
         ("lookup", sc.TOOL_OK): 1,
@@ -195,3 +195,15 @@ def test_tool_labels_are_bounded(hooked):
     tools = model.current().agent_tools
     labels = {tools.label(f"tool{i}") for i in range(sc.MAX_TOOL_NAMES + 10)}
     assert len(labels) == sc.MAX_TOOL_NAMES + 1 and sc.TOOL_OTHER in labels
+    assert len(tools._names) == sc.MAX_TOOL_NAMES  # names past the cap are not kept
+    tools.label("yet another")
+    assert len(tools._names) == sc.MAX_TOOL_NAMES
+
+
+def test_a_tools_outcome_series_start_at_zero(hooked):
+    """A tool's series of every outcome are there from its first call at count 0: the first burst of failures of
+    a backend gone down (12 calls raised in one scrape) is an increase() the failure alert sees."""
+    state = model.current().services.state
+    model.current().agent_tools.label("fresh")
+    counts = {labels: series.count for metric, labels, series in state.histograms() if metric is sc.TOOL_CALL_SECONDS}
+    assert {o: counts.get(("fresh", o)) for o in sc.TOOL_OUTCOMES} == dict.fromkeys(sc.TOOL_OUTCOMES, 0), counts

@@ -22,6 +22,11 @@ PROGRESS_LOG = {"VERL_PROGRESS_LOG": "1"}  # the seed's lines beside the telemet
 #: stall thresholds the shared runs' planted slow calls (3 s) pass: 3 x the call's median, at least 1.5 s
 #: (tests/test_e2e_stall_matrix.py); the first run of a call keeps the 30-minute default
 STALL_MATRIX = {"VERL_OTEL_STALL_MIN_SECONDS": "1.5", "VERL_OTEL_STALL_FACTOR": "3"}
+#: colocate_async_run (--agent tool): the hung search call's seconds, and VerlToolFailing over a short window
+TOOL_HANG_S = 6.0
+TOOL_THRESHOLDS = [
+    *("tool_failure_window=30s", "tool_failure_for=2s", "tool_failure_min_calls=4", "tool_failure_share=0.3")
+]
 
 
 @dataclass
@@ -72,11 +77,13 @@ def _mark_step(prom, step_times: dict[int, float]) -> None:
 def start_demo(
     out: Path, trainer: str, steps: int, slow: list[str], scrape: bool, probe: Any = None, **kw: Any
 ) -> DemoRun:
-    """``probe(out)``, if given, is called every half second while the run is up (e.g. `verl-otel top`)."""
+    """``probe(out)``, if given, is called every half second while the run is up (e.g. `verl-otel top`);
+    ``rules=[PATH]``: the alert rules the scraping Prometheus evaluates (every second)."""
     from verl_otel.demo.runner import run_demo
 
     out.mkdir(parents=True, exist_ok=True)
-    prom = PromServer(out / "prom", out / "prometheus_targets.json").start() if scrape else None
+    rules = kw.pop("rules", None)  # alert rule files the scraping Prometheus evaluates
+    prom = PromServer(out / "prom", out / "prometheus_targets.json", rule_files=rules).start() if scrape else None
     result: dict[str, int] = {}
     env = dict(clean_env())
     th = threading.Thread(

@@ -107,6 +107,13 @@ class MetricsState:
             except Exception as exc:  # noqa: BLE001
                 warn_once("hist-hook", f"histogram export failed: {exc!r}")
 
+    def declare(self, metric: sc.MetricDef, labels: Labels) -> None:
+        """A histogram series at count 0 before its first observation: a counter that appears with its first
+        burst already in it (12 failed calls in one scrape) shows no increase() to Prometheus."""
+        with self._lock:
+            if (metric, labels) not in self._hist:
+                self._hist[metric, labels] = HistogramSeries(metric.buckets, [0] * (len(metric.buckets) + 1))
+
     def add_source(self, source: Source) -> None:
         """Register a callback producing live readings at read time (e.g. rollout progress)."""
         with self._lock:

@@ -156,6 +156,7 @@ class AgentTools:
         self.services = services
         self.worker = ""
         self._names: dict[str, str] = {}
+        self._declared: set[str] = set()  # tool labels whose series are declared (at most MAX_TOOL_NAMES + 1)
         self._inflight: dict[str, int] = {}
         self._lock = threading.Lock()
         self.capture = services.settings.capture_text
@@ -168,9 +169,19 @@ class AgentTools:
         if known is not None:
             return known
         with self._lock:
+            known = self._names.get(key)
+            if known is not None:
+                return known
+            # past the cap a name is TOOL_OTHER and not kept: a model naming ever new tools grows nothing
             value = (as_text(key, 64) or sc.TOOL_OTHER) if len(self._names) < sc.MAX_TOOL_NAMES else sc.TOOL_OTHER
-            self._names.setdefault(key, value)
-            return self._names[key]
+            if value != sc.TOOL_OTHER:
+                self._names[key] = value
+            new = value not in self._declared
+            self._declared.add(value)
+        if new:  # each outcome's series from 0, so that a tool's first burst of failures is an increase()
+            for outcome in sc.TOOL_OUTCOMES:
+                self.services.state.declare(sc.TOOL_CALL_SECONDS, (value, outcome))
+        return value
 
     def started(self, tool: str) -> None:
         with self._lock:
