@@ -137,13 +137,15 @@ def test_no_process_reads_its_gpus_asking_stops(ray_session, tmp_path, otel_log)
     ray = ray_session
     cpu_only = _gpu_process(ray, tmp_path, {}, "")
     busy = RayGpuBusy(lambda phase: [cpu_only])
-    for step in range(1, 4):
+    for step in (1, 2, 3):  # step 3's question is out before steps 1 and 2 are read
         busy.on_phase_end(sc.PHASE_UPDATE_ACTOR, step, 1.0, "")
         busy.on_phase_end(sc.PHASE_UPDATE_WEIGHTS, step, 1.0, "")  # no GPU phase: never asked
-        asked = [phase for phase, _, _ in busy._asked.get(step, [])]
-        assert asked == ([] if step == 3 else [sc.PHASE_UPDATE_ACTOR])
+        assert [phase for phase, _, _ in busy._asked[step]] == [sc.PHASE_UPDATE_ACTOR]
         _in(ray, busy, step)
-        assert busy.shares(step) is None
-    assert busy.off
+    assert busy.shares(1) is None and not busy.off
+    assert busy.shares(2) is None and busy.off  # two steps in which no process read its GPUs
+    assert busy.shares(3) is None and not busy._asked  # dropped unread
+    busy.on_phase_end(sc.PHASE_UPDATE_ACTOR, 4, 1.0, "")
+    assert not busy._asked  # asked no more
     said = [line for line in otel_log.messages() if "no GPU process measures its GPUs" in line]
     assert len(said) == 1, otel_log.messages()

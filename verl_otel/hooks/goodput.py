@@ -136,10 +136,11 @@ class RayGpuBusy(StepObserver):
                 busy, secs = sums.get(phase, (0.0, 0.0))
                 weight = max(seconds, 1e-6)
                 sums[phase] = (busy + share * weight, secs + weight)
-        if answered and not sums:
+        if answered and not sums and not self.off:
             self._unmeasured += 1
-            if self._unmeasured >= UNMEASURED_STEPS:
+            if self._unmeasured >= UNMEASURED_STEPS:  # said once: questions still out are dropped unread
                 self.off = True
+                self._asked.clear()
                 logger.info("no GPU process measures its GPUs (NVML off): the goodput buckets carry no busy share")
         return {p: b / s for p, (b, s) in sums.items()} or None
 
