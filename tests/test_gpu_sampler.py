@@ -128,3 +128,18 @@ def test_busy_of_the_last_phase(state):
     sampler.stop()
     assert sampler.busy_last(3600) is None  # stopped: no answer
     assert gs.GpuSampler(state, nvml, devices="").busy_last(10) is None  # never started (off)
+
+
+def test_a_question_answered_late_reads_its_phase(state):
+    """The worker was inside its next call when the question came: the phase's stretch, not the last seconds."""
+    nvml = FakeNvml()
+    sampler = gs.GpuSampler(state, nvml, every_s=3600, devices="4")  # 40%
+    assert sampler.start()  # the phase's reading
+    time.sleep(0.6)
+    nvml.util[4] = 0
+    sampler.sample_once()  # 0%: the next call, after the phase
+    assert sampler.busy_last(1.5, ago=0.3) == (pytest.approx(0.4), 1)  # the phase: up to 0.3 s ago
+    assert sampler.busy_last(0.2) == (pytest.approx(0.0), 1)  # the last 0.2 s: the next call
+    before = len(sampler.samples)
+    assert sampler.busy_last(0.1, ago=5.0) is None and len(sampler.samples) == before  # late: no reading now
+    sampler.stop()

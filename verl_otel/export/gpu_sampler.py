@@ -25,6 +25,7 @@ from verl_otel.process.metrics import MetricsState
 READ_EVERY_S = 2.0
 MAX_GPUS = 16  # a node's GPUs: more than any process is given
 KEEP_SAMPLES = 1800  # one hour at READ_EVERY_S: busy_share's window, bounded
+PROMPT_S = 0.5  # a phase's question answered within this of its end may read the GPUs now (busy_last)
 #: the processes that hold GPUs: training workers, rollout servers (vLLM), a standalone replica's worker
 GPU_ROLES = frozenset((sc.ROLE_WORKER, sc.ROLE_ROLLOUT_SERVER, sc.ROLE_REPLICA_WORKER))
 
@@ -145,18 +146,20 @@ class GpuSampler:
         got = [u for t, u in list(self.samples) if start <= t <= end]
         return sum(got) / len(got) if got else None
 
-    def busy_last(self, seconds: float) -> tuple[float, int] | None:
-        """(the busy share, the GPUs read) of the last ``seconds``: a phase that just ended, asked for by the
-        trainer. A phase shorter than the reading period, with no reading in it, is read once now (NVML's
-        utilization is of its own last sample period, at most a second: the phase's end). None: off, stopped, or
-        nothing read."""
+    def busy_last(self, seconds: float, ago: float = 0.0) -> tuple[float, int] | None:
+        """(the busy share, the GPUs read) of the ``seconds`` that ended ``ago`` seconds before now: a phase that
+        ended, asked for by the trainer (``ago``: how long its question took to be answered, as a worker inside
+        its next call answers late). A phase with no reading in it, asked for at once (a phase shorter than the
+        reading period), is read once now (NVML's utilization is of its own last sample period, at most a second:
+        the phase's end). None: off, stopped, or nothing read."""
         gpus = len(self.gpus)
         if not gpus or self._stop.is_set():
             return None
-        now = time.monotonic()
-        start = now - max(0.0, min(float(seconds), KEEP_SAMPLES * self.every_s))
-        share = self.busy_share(start, now)
-        if share is None and self.sample_once(wait=False):
+        ago = max(0.0, float(ago))
+        end = time.monotonic() - ago
+        start = end - max(0.0, min(float(seconds), KEEP_SAMPLES * self.every_s))
+        share = self.busy_share(start, end)
+        if share is None and ago < PROMPT_S and self.sample_once(wait=False):
             share = self.busy_share(start, time.monotonic())
         return None if share is None else (share, gpus)
 

@@ -6,6 +6,8 @@ way, where GPUs exist, it asks the processes that ran each GPU phase for their G
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -75,11 +77,13 @@ MAX_ASKED_PROCESSES = 64  # GPU processes asked per phase: an even spread over t
 UNMEASURED_STEPS = 2  # steps in which no process had a reading, after which none is asked again (no GPU here)
 
 
-def gpu_busy(actor: Any, seconds: float) -> tuple[float, int] | None:
-    """In a GPU process (through Ray's ``__ray_call__``): its GPUs' measured busy share over the last ``seconds``
-    and how many GPUs it read (export/gpu_sampler.py); None where its sampler is off (no GPU, no nvidia-ml-py)."""
+def gpu_busy(actor: Any, seconds: float, ended: float) -> tuple[float, int] | None:
+    """In a GPU process (through Ray's ``__ray_call__``): its GPUs' measured busy share over the ``seconds`` up to
+    ``ended`` (the trainer's ``time.time()`` at the phase's end: a question that waited behind the worker's next
+    call still reads the phase, given the hosts' clocks agree) and how many GPUs it read
+    (export/gpu_sampler.py); None where its sampler is off (no GPU, no nvidia-ml-py)."""
     sampler = getattr(model.current().runtime, "gpus", None)
-    return None if sampler is None else sampler.busy_last(seconds)
+    return None if sampler is None else sampler.busy_last(seconds, time.time() - ended)
 
 
 def spread(handles: list[Any], most: int) -> list[Any]:
@@ -100,6 +104,7 @@ class RayGpuBusy(StepObserver):
         self.off = False  # no process measured its GPUs in UNMEASURED_STEPS steps: asking stopped
         self._unmeasured = 0
         self._asked: dict[int, list[tuple[str, float, list[Any]]]] = {}
+        self._lock = threading.Lock()  # phases may end on another thread than the step (async trainers)
 
     def on_phase_end(self, phase: str, global_step: int, seconds: float, trace_id: str) -> None:
         if not self.off and global_step >= 0 and sc.PHASE_BUCKETS.get(phase) in sc.BUSY_BUCKETS:
@@ -107,14 +112,16 @@ class RayGpuBusy(StepObserver):
 
     def ask(self, step: int, phase: str, seconds: float) -> None:
         calls = [getattr(h, "__ray_call__", None) for h in spread(self.processes(phase), MAX_ASKED_PROCESSES)]
-        refs = [call.remote(gpu_busy, seconds) for call in calls if call is not None]
+        ended = time.time()
+        refs = [call.remote(gpu_busy, seconds, ended) for call in calls if call is not None]
         if not refs:
             return
-        asked = self._asked.setdefault(step, [])
-        if len(asked) < len(sc.PHASE_BUCKETS):
-            asked.append((phase, seconds, refs))
-        while len(self._asked) > MAX_ASKED:
-            del self._asked[next(iter(self._asked))]
+        with self._lock:
+            asked = self._asked.setdefault(step, [])
+            if len(asked) < len(sc.PHASE_BUCKETS):
+                asked.append((phase, seconds, refs))
+            while len(self._asked) > MAX_ASKED:
+                del self._asked[next(iter(self._asked))]
 
     def shares(self, step: int) -> dict[str, float] | None:
         return safe(self._read, step)
@@ -124,7 +131,9 @@ class RayGpuBusy(StepObserver):
 
         sums: dict[str, tuple[float, float]] = {}  # phase -> (busy x seconds, seconds)
         answered = 0
-        for phase, seconds, refs in self._asked.pop(step, []):
+        with self._lock:
+            asked = self._asked.pop(step, [])
+        for phase, seconds, refs in asked:
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
             if len(ready) < len(refs):
                 continue
@@ -140,7 +149,8 @@ class RayGpuBusy(StepObserver):
             self._unmeasured += 1
             if self._unmeasured >= UNMEASURED_STEPS:  # said once: questions still out are dropped unread
                 self.off = True
-                self._asked.clear()
+                with self._lock:
+                    self._asked.clear()
                 logger.info("no GPU process measures its GPUs (NVML off): the goodput buckets carry no busy share")
         return {p: b / s for p, (b, s) in sums.items()} or None
 
