@@ -156,6 +156,7 @@ def main() -> None:
     import goodput
 
     print(f"goodput_step_us {goodput.goodput_step_us():.1f}")
+    print(f"goodput_busy_join_us {goodput.goodput_busy_join_us():.1f} (the same with the GPUs' busy share joined)")
     print(f"startup_ms {micro.startup_ms():.1f}")
     print(f"flush_threads_max {stats['most_threads']}")
     print(f"fit_end_blackhole_s {stats['fit_end_s']:.2f}")

@@ -18,7 +18,7 @@ from verl_otel import semconv as sc
 from verl_otel.cli import goodput as cli
 from verl_otel.export.prometheus import serve
 from verl_otel.process.metrics import MetricsState
-from verl_otel.telemetry.goodput import account, pools_of
+from verl_otel.telemetry.goodput import account, busy_of, pools_of
 
 TAIL_STEP, N = 5, 8
 
@@ -29,9 +29,10 @@ def run_cli(*argv: str) -> int:
     return cli.run(parser.parse_args(["goodput", *argv]))
 
 
-def _with_goodput(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _with_goodput(spans: list[dict[str, Any]], gpu_busy: dict[str, float] | None = None) -> list[dict[str, Any]]:
     """Each step span gets the split of its phases on 4 GPUs; the rollout of TAIL_STEP waits for a long tail
-    (its replicas busy a fifth of it), the others are busy 90% of theirs. Times shifted to an hour ago."""
+    (its replicas busy a fifth of it), the others are busy 90% of theirs; ``gpu_busy``: the phases' measured busy
+    share joined in (NVML), none without. Times shifted to an hour ago."""
     _shift(spans)
     by_trace: dict[str, list[dict[str, Any]]] = {}
     for s in spans:
@@ -45,6 +46,7 @@ def _with_goodput(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
         busy = rollout * (0.2 if int(step) == TAIL_STEP else 0.9)
         start, end = int(root["startTimeUnixNano"]) / 1e9, int(root["endTimeUnixNano"]) / 1e9
         split = account(start, end, phases, pools_of(4, None), busy)
+        split.busy = busy_of(split, gpu_busy)
         root["attributes"] += [_attr(k, v) for k, v in split.attributes().items()]
     return spans
 
@@ -59,6 +61,8 @@ def _check_json(out: str, traces: list[dict[str, Any]]) -> None:
     assert [s["step"] for s in got["steps"]] == list(range(1, N + 1))
     for row in got["steps"]:
         assert sum(row["buckets"].values()) == pytest.approx(row["gpu_seconds"])
+        assert "busy_share" not in row  # no NVML readings: absent, not 0
+    assert "busy_share" not in got and all("busy_share" not in a for a in got["advice"])
     assert got["gpu_seconds"] == pytest.approx(sum(r["gpu_seconds"] for r in got["steps"]))
     assert got["worst_steps"][0] == TAIL_STEP
     assert got["advice"][0]["bucket"] == sc.BUCKET_LONG_TAIL
@@ -75,6 +79,32 @@ def test_on_a_file_text_and_json(tmp_path, capsys, traces):
     assert "waiting for the long tail cost" in out and "partial rollout" in out
     assert run_cli("--file", str(f), "--json") == 0
     _check_json(capsys.readouterr().out, traces)
+
+
+def test_the_measured_busy_share_where_the_gpus_were_read(tmp_path, capsys):
+    """Step spans whose buckets carry their GPUs' measured busy share: a column of the table, the advice for a
+    useful bucket whose GPUs were mostly waiting, and ``busy_share`` per step and over the run in --json."""
+    measured = {"rollout": 0.8, "update_actor": 0.41, "old_log_prob": 0.7}
+    f = tmp_path / "traces.jsonl"
+    spans = _with_goodput(many_steps(N, slow_step=2), measured)
+    f.write_text(json.dumps(json.loads(v3_body(spans))["result"]) + "\n")
+    assert run_cli("--file", str(f)) == 0
+    out = capsys.readouterr().out
+    assert "measured busy" in out.splitlines()[2]  # the table's header
+    actor = next(ln for ln in out.splitlines() if ln.startswith("actor update"))
+    assert actor.split()[-1] == "41%", out
+    assert "update_actor: 41% of its GPU time measured busy" in out and "micro-batches" in out
+    assert "no measured busy share" not in out
+    assert run_cli("--file", str(f), "--json") == 0
+    got = json.loads(capsys.readouterr().out)
+    for row in got["steps"]:
+        assert row["busy_share"]["update_actor"] == pytest.approx(0.41)
+        assert row["busy_share"]["generating"] == pytest.approx(0.8)
+    assert got["busy_share"]["update_actor"] == pytest.approx(0.41)
+    assert got["busy_share"]["old_log_prob"] == pytest.approx(0.7)
+    assert sc.BUCKET_REF not in got["busy_share"]  # not measured: absent
+    tail = next(a for a in got["advice"] if a["bucket"] == sc.BUCKET_LONG_TAIL)
+    assert tail["busy_share"] == pytest.approx(0.8)
 
 
 def test_on_jaeger(capsys, traces):

@@ -7,59 +7,15 @@ from __future__ import annotations
 
 import logging
 import sys
-import threading
 import time
-from types import SimpleNamespace
 
 import pytest
+
+from helpers.fake_nvml import GIB, FakeNvml
 
 from verl_otel import semconv as sc
 from verl_otel.export import gpu_sampler as gs
 from verl_otel.process.metrics import MetricsState
-
-GIB = 2**30
-
-
-class FakeNvml:
-    """nvidia-ml-py's calls the sampler makes, over a node of 8 GPUs whose utilization the test sets."""
-
-    def __init__(self, count: int = 8, fail_init: bool = False) -> None:
-        self.count, self.fail_init = count, fail_init
-        self.util = {i: 10 * i for i in range(count)}
-        self.inits = self.shutdowns = 0
-        self.threads: set[str] = set()  # the threads that read a GPU
-        self.broken: set[int] = set()
-
-    def nvmlInit(self) -> None:  # noqa: N802 - NVML's names
-        if self.fail_init:
-            raise RuntimeError("NVML Shared Library Not Found")
-        self.inits += 1
-
-    def nvmlShutdown(self) -> None:  # noqa: N802
-        self.shutdowns += 1
-
-    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
-        return self.count
-
-    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:  # noqa: N802
-        if not 0 <= i < self.count:
-            raise ValueError(f"no GPU {i}")
-        return i
-
-    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> int:  # noqa: N802
-        return int(uuid.rsplit("-", 1)[1])
-
-    def nvmlDeviceGetIndex(self, handle: int) -> int:  # noqa: N802
-        return handle
-
-    def nvmlDeviceGetUtilizationRates(self, handle: int) -> SimpleNamespace:  # noqa: N802
-        self.threads.add(threading.current_thread().name)
-        if handle in self.broken:
-            raise RuntimeError("GPU is lost")
-        return SimpleNamespace(gpu=self.util[handle], memory=0)
-
-    def nvmlDeviceGetMemoryInfo(self, handle: int) -> SimpleNamespace:  # noqa: N802
-        return SimpleNamespace(used=(handle + 1) * GIB, total=80 * GIB, free=0)
 
 
 def _gauges(state: MetricsState, metric: sc.MetricDef) -> dict[str, float]:
@@ -151,3 +107,39 @@ def test_busy_share_of_a_stretch(state):
     assert sampler.busy_share(t0, time.monotonic()) == pytest.approx(1.0)
     assert sampler.busy_share(0, time.monotonic()) == pytest.approx((0.35 + 1.0) / 2)
     assert sampler.busy_share(time.monotonic() + 1, time.monotonic() + 2) is None
+
+
+def test_busy_of_the_last_phase(state):
+    """What a GPU process answers the trainer when a phase ends: the readings of the phase's last seconds from the
+    ring; a phase shorter than the reading period, with no reading in it, read once now; nothing when off."""
+    nvml = FakeNvml()
+    sampler = gs.GpuSampler(state, nvml, every_s=3600, devices="1,3")  # 10% and 30%; the thread waits an hour
+    assert sampler.start()  # its first reading: 20%
+    time.sleep(0.05)
+    nvml.util[1] = nvml.util[3] = 90
+    sampler.sample_once()
+    assert sampler.busy_last(0.02) == (pytest.approx(0.9), 2)  # the last reading only
+    assert sampler.busy_last(3600) == (pytest.approx((0.2 + 0.9) / 2), 2)  # both
+    time.sleep(0.05)
+    nvml.util[1] = nvml.util[3] = 40
+    before = len(sampler.samples)
+    assert sampler.busy_last(0.01) == (pytest.approx(0.4), 2)  # no reading in it: read now, once
+    assert len(sampler.samples) == before + 1
+    sampler.stop()
+    assert sampler.busy_last(3600) is None  # stopped: no answer
+    assert gs.GpuSampler(state, nvml, devices="").busy_last(10) is None  # never started (off)
+
+
+def test_a_question_answered_late_reads_its_phase(state):
+    """The worker was inside its next call when the question came: the phase's stretch, not the last seconds."""
+    nvml = FakeNvml()
+    sampler = gs.GpuSampler(state, nvml, every_s=3600, devices="4")  # 40%
+    assert sampler.start()  # the phase's reading
+    time.sleep(0.6)
+    nvml.util[4] = 0
+    sampler.sample_once()  # 0%: the next call, after the phase
+    assert sampler.busy_last(1.5, ago=0.3) == (pytest.approx(0.4), 1)  # the phase: up to 0.3 s ago
+    assert sampler.busy_last(0.2) == (pytest.approx(0.0), 1)  # the last 0.2 s: the next call
+    before = len(sampler.samples)
+    assert sampler.busy_last(0.1, ago=5.0) is None and len(sampler.samples) == before  # late: no reading now
+    sampler.stop()

@@ -83,6 +83,17 @@ def test_the_step_spans_buckets_are_shown_when_the_run_measured_them(tmp_path):
     assert "measured in-process" in page and "GPU-s" in page
     derived = timeline_page.render(_built(tmp_path), "x")
     assert "derived here from the spans" in derived and "lane-s" in derived
+    assert not tl.busy and "measured busy" not in page  # no NVML readings: no column
+
+
+def test_the_buckets_measured_busy_share_is_a_column_where_measured(tmp_path):
+    tl = _built(tmp_path, goodput=True, busy={"update_actor": 0.41, "generating": 0.8, "long_tail": 0.8})
+    assert tl.busy == {"update_actor": 0.41, "generating": 0.8, "long_tail": 0.8}
+    page = timeline_page.render(tl, "x")
+    assert "<th>measured busy</th>" in page
+    rows = {r.split('"', 1)[0]: r.split("</tr>", 1)[0] for r in page.split('<tr class="bucket" data-bucket="')[1:]}
+    assert rows["update_actor"].endswith("<td>41%</td>"), rows
+    assert rows["idle"].endswith("<td></td>"), rows  # not measured: empty, not 0%
 
 
 def test_page_escapes_what_the_trace_says(tmp_path):

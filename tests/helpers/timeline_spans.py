@@ -72,9 +72,11 @@ class Proc:
 GOODPUT = {"generating": 10.5, "long_tail": 3.25, "update_actor": 4.0, "idle": 1.0}
 
 
-def write(path: Path, step: int = 5, goodput: bool = False) -> Path:
+def write(path: Path, step: int = 5, goodput: bool = False, busy: dict[str, float] | None = None) -> Path:
+    """``busy``: the buckets' measured busy share (NVML) on the step span too."""
     driver = Proc(sc.ROLE_TRAINER, 100)
     extra = {f"{sc.ATTR_GOODPUT_PREFIX}{k}": v for k, v in GOODPUT.items()} if goodput else {}
+    extra.update({sc.busy_attr(k): v for k, v in (busy or {}).items()})
     if goodput:
         extra[sc.ATTR_STEP_GPU_SECONDS] = sum(GOODPUT.values())
     root = driver.span(sc.SPAN_STEP, 0, 8, **{sc.ATTR_GLOBAL_STEP: step, **extra})

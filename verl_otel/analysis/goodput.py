@@ -1,5 +1,7 @@
 """Reading goodput back (semconv/goodput.py): each step span's GPU-seconds per bucket, a run's totals, its worst
-steps, which bucket grew in a slow step, and what would give back the most time, each advice tied to a bucket."""
+steps, which bucket grew in a slow step, and what would give back the most time, each advice tied to a bucket;
+where the GPUs were measured (NVML), each bucket's measured busy share, and advice for a busy bucket whose GPUs
+were mostly waiting."""
 
 from __future__ import annotations
 
@@ -40,6 +42,16 @@ ADVICE: dict[str, str] = {
     sc.BUCKET_CHECKPOINT: "save less often (trainer.save_freq) or asynchronously",
 }
 ADVICE_MIN_SHARE = 0.05  # a bucket below this share of the GPU time gets no advice
+#: the useful buckets whose GPUs, measured below LOW_BUSY, were mostly waiting inside them, and what helps
+LOW_BUSY_ADVICE: dict[str, str] = {
+    sc.BUCKET_GENERATING: "more samples in flight per replica (a larger batch, max_num_seqs) or fewer rollout GPUs",
+    sc.BUCKET_OLD_LOG_PROB: "larger micro-batches (log_prob_micro_batch_size_per_gpu) or use_dynamic_bsz",
+    sc.BUCKET_REF: "larger micro-batches (log_prob_micro_batch_size_per_gpu) or use_dynamic_bsz",
+    sc.BUCKET_VALUES: "larger micro-batches (ppo_micro_batch_size_per_gpu) or use_dynamic_bsz",
+    sc.BUCKET_UPDATE_ACTOR: "larger micro-batches (ppo_micro_batch_size_per_gpu), use_dynamic_bsz, or less offload",
+    sc.BUCKET_UPDATE_CRITIC: "larger micro-batches (ppo_micro_batch_size_per_gpu), use_dynamic_bsz, or less offload",
+}
+LOW_BUSY = 0.5  # a useful bucket measured busy less than this share of its GPU time gets advice
 
 
 @dataclass
@@ -48,6 +60,7 @@ class StepSplit:
     gpu_seconds: float
     buckets: dict[str, float]
     trace_id: str = ""
+    busy: dict[str, float] = field(default_factory=dict)  # bucket -> measured busy share, where measured
 
     def share(self, bucket: str) -> float:
         return self.buckets.get(bucket, 0.0) / self.gpu_seconds if self.gpu_seconds > 0 else 0.0
@@ -63,7 +76,8 @@ def of_attributes(attrs: Mapping[str, Any], step: int, trace_id: str = "") -> St
     if total is None:
         return None
     buckets = {b: as_float(attrs.get(sc.bucket_attr(b))) or 0.0 for b in sc.BUCKETS}
-    return StepSplit(step, total, buckets, trace_id)
+    busy = {b: v for b in sc.BUSY_BUCKETS if (v := as_float(attrs.get(sc.busy_attr(b)))) is not None}
+    return StepSplit(step, total, buckets, trace_id, busy)
 
 
 def of_steps(steps: Iterable[StepTrace]) -> list[StepSplit]:
@@ -91,6 +105,29 @@ class Summary:
 
     def share(self, bucket: str) -> float:
         return self.totals.get(bucket, 0.0) / self.gpu_seconds if self.gpu_seconds > 0 else 0.0
+
+    def busy(self) -> dict[str, float]:
+        """Bucket -> its measured busy share over the run: each measured step's weighted by the bucket's GPU-seconds
+        in it (steps where it was not measured left out; a bucket never measured is absent)."""
+        sums: dict[str, tuple[float, float]] = {}
+        for s in self.steps:
+            for bucket, share in s.busy.items():
+                weight = s.buckets.get(bucket, 0.0)
+                if weight > 0:
+                    busy, secs = sums.get(bucket, (0.0, 0.0))
+                    sums[bucket] = (busy + share * weight, secs + weight)
+        return {b: busy / secs for b, (busy, secs) in sums.items()}
+
+    def low_busy(self) -> list[tuple[str, float, float, str]]:
+        """(bucket, share of the GPU time, measured busy share, what helps) for each useful bucket at
+        ADVICE_MIN_SHARE or more whose GPUs were measured busy less than LOW_BUSY, largest first."""
+        busy = self.busy()
+        rows = [
+            (b, self.share(b), busy[b], text)
+            for b, text in LOW_BUSY_ADVICE.items()
+            if b in busy and busy[b] < LOW_BUSY and self.share(b) >= ADVICE_MIN_SHARE
+        ]
+        return sorted(rows, key=lambda r: -r[1])
 
     def worst(self, n: int = 3) -> list[StepSplit]:
         """The steps with the lowest goodput ratio."""
@@ -144,31 +181,52 @@ def grew_text(step: StepSplit, others: list[StepSplit]) -> str | None:
     return None if found is None else grew_words(*found)
 
 
+def _step_json(s: StepSplit) -> dict[str, Any]:
+    row = {"step": s.step, "gpu_seconds": s.gpu_seconds, "buckets": s.buckets, "goodput_ratio": round(s.ratio, 6)}
+    if s.busy:
+        row["busy_share"] = dict(s.busy)
+    return row
+
+
 def to_json(summary: Summary, worst: int = 3) -> dict[str, Any]:
-    return {
+    """The run's totals, ``steps`` and advice; ``busy_share`` (bucket -> measured busy share) beside ``buckets``
+    only where measured: absent, not 0, without NVML readings."""
+    busy = summary.busy()
+    measured = {b: {"busy_share": round(v, 4)} for b, v in busy.items()}
+    advice = [
+        {"bucket": b, "share": round(share, 6), "advice": text} | measured.get(b, {})
+        for b, share, text in summary.advice()
+    ]
+    advice += [
+        {"bucket": b, "share": round(share, 6), "busy_share": round(measured, 4), "advice": text}
+        for b, share, measured, text in summary.low_busy()
+    ]
+    out: dict[str, Any] = {
         "gpu_seconds": round(summary.gpu_seconds, 6),
         "gpu_hours": round(summary.gpu_seconds / 3600, 6),
         "goodput_ratio": round(summary.ratio, 6),
         "buckets": {b: round(v, 6) for b, v in summary.totals.items()},
-        "steps": [
-            {"step": s.step, "gpu_seconds": s.gpu_seconds, "buckets": s.buckets, "goodput_ratio": round(s.ratio, 6)}
-            for s in summary.steps
-        ],
+        "steps": [_step_json(s) for s in summary.steps],
         "worst_steps": [s.step for s in summary.worst(worst)],
-        "advice": [{"bucket": b, "share": round(share, 6), "advice": text} for b, share, text in summary.advice()],
+        "advice": advice,
     }
+    if busy:
+        out["busy_share"] = {b: round(v, 4) for b, v in busy.items()}
+    return out
 
 
 def to_text(summary: Summary, worst: int = 3) -> str:
+    busy = summary.busy()
     lines = [
         f"GPU time: {summary.gpu_seconds / 3600:.4g} GPU-hours ({summary.gpu_seconds:.1f} GPU-s) over "
         f"{len(summary.steps) or 'all'} steps; goodput {summary.ratio:.0%}",
         "",
-        f"{'bucket':<40} {'GPU-hours':>10} {'share':>6}",
+        f"{'bucket':<40} {'GPU-hours':>10} {'share':>6}" + (" measured busy" if busy else ""),
     ]
     for bucket, value in sorted(summary.totals.items(), key=lambda kv: -kv[1]):
         if value > 0:
-            lines.append(f"{WORDS[bucket]:<40} {value / 3600:>10.4g} {summary.share(bucket):>6.1%}")
+            measured = f" {busy[bucket]:>13.0%}" if bucket in busy else ""
+            lines.append(f"{WORDS[bucket]:<40} {value / 3600:>10.4g} {summary.share(bucket):>6.1%}{measured}")
     bad = summary.worst(worst)
     if bad:
         lines += ["", "worst steps (lowest goodput):"]
@@ -180,4 +238,11 @@ def to_text(summary: Summary, worst: int = 3) -> str:
     lines += ["", "what would give back the most time:" if advice else "no lost bucket above 5% of GPU time"]
     for bucket, share, text in advice:
         lines.append(f"  {WORDS[bucket]} cost {share:.0%} of GPU time: {text}")
+    low = summary.low_busy()
+    if low:
+        lines += ["", f"useful buckets whose GPUs were measured busy less than {LOW_BUSY:.0%} of their time:"]
+    for bucket, share, got, text in low:
+        lines.append(f"  {bucket}: {got:.0%} of its GPU time measured busy ({share:.0%} of GPU time in it): {text}")
+    if not busy:
+        lines += ["", "no measured busy share (NVML readings of the GPUs): the buckets are time, not utilization"]
     return "\n".join(lines)

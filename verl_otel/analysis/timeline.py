@@ -64,6 +64,7 @@ class Timeline:
     buckets: dict[str, float] = field(default_factory=dict)
     gpu_seconds: float | None = None  # the step's GPU-seconds, where the step span says
     measured: bool = False  # the buckets are the run's own accounting (step span attributes)
+    busy: dict[str, float] = field(default_factory=dict)  # bucket -> its GPUs' measured busy share, where measured
     samples_total: int = 0  # the samples the step's rollout.worker spans say they ran
     samples_drawn: int = 0
 
@@ -271,6 +272,7 @@ def _buckets(tl: Timeline, root: Span) -> None:
     if measured:
         tl.buckets, tl.measured = dict(sorted(measured.items(), key=lambda kv: -kv[1])), True
         tl.gpu_seconds = as_float(attrs.get(sc.ATTR_STEP_GPU_SECONDS))
+        tl.busy = {b: v for b in measured if (v := as_float(attrs.get(sc.busy_attr(b)))) is not None}
         return
     totals: dict[str, float] = defaultdict(float)
     for lane in (tl.driver, *tl.lanes):

@@ -126,9 +126,14 @@ def _svg(tl: tlm.Timeline) -> str:
 def _side(tl: tlm.Timeline) -> str:
     total = sum(tl.buckets.values()) or 1.0
     unit = "GPU-s" if tl.measured else "lane-s"
+    busy_head = "<th>measured busy</th>" if tl.busy else ""  # the GPUs' NVML busy share, where measured
+
+    def busy(k: str) -> str:
+        return "" if not tl.busy else f"<td>{100 * tl.busy[k]:.0f}%</td>" if k in tl.busy else "<td></td>"
+
     rows = "".join(
         f'<tr class="bucket" data-bucket="{escape(k)}"><td><span class="sw" style="background:{color(k)}"></span>'
-        f"{escape(k)}</td><td>{v:.2f}</td><td>{100 * v / total:.0f}%</td></tr>"
+        f"{escape(k)}</td><td>{v:.2f}</td><td>{100 * v / total:.0f}%</td>{busy(k)}</tr>"
         for k, v in tl.buckets.items()
     )
     if tl.measured:
@@ -146,7 +151,8 @@ def _side(tl: tlm.Timeline) -> str:
     )
     return (
         f'<div id="side"><h3>Buckets ({unit})</h3><table id="buckets"><tr><th>bucket</th><th>{unit}</th>'
-        f'<th>share</th></tr>{rows}</table><p class="note" id="bucket-source">{escape(how)}</p>'
+        f"<th>share</th>{busy_head}</tr>{rows}</table>"
+        f'<p class="note" id="bucket-source">{escape(how)}</p>'
         f'<h3>Phases</h3>{phases}<div><span class="sw" style="background:{SAMPLE_COLOR}"></span>a sample '
         f"(lower half of its lane)</div></div>"
     )

@@ -3,7 +3,9 @@ import), read by one daemon thread of the process every few seconds, never on a 
 (``verl_gpu_utilization_ratio``, ``verl_gpu_memory_used_bytes``/``_total_bytes``). Its own GPUs are the ones
 ``CUDA_VISIBLE_DEVICES`` names (indices or UUIDs, as Ray sets them per worker), at most :data:`MAX_GPUS`. Without
 nvidia-ml-py, a driver or a visible GPU it is off, said in one line. The last hour of samples is kept (bounded) so
-that the GPU-time accounting can ask for the measured busy share of a stretch (:meth:`GpuSampler.busy_share`)."""
+that the GPU-time accounting can ask for the measured busy share of a stretch (:meth:`GpuSampler.busy_share`): the
+trainer asks each GPU process, through Ray, for that of a phase that just ended (:meth:`GpuSampler.busy_last`,
+hooks/goodput.py::RayGpuBusy)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from verl_otel.process.metrics import MetricsState
 READ_EVERY_S = 2.0
 MAX_GPUS = 16  # a node's GPUs: more than any process is given
 KEEP_SAMPLES = 1800  # one hour at READ_EVERY_S: busy_share's window, bounded
+PROMPT_S = 0.5  # a phase's question answered within this of its end may read the GPUs now (busy_last)
 #: the processes that hold GPUs: training workers, rollout servers (vLLM), a standalone replica's worker
 GPU_ROLES = frozenset((sc.ROLE_WORKER, sc.ROLE_ROLLOUT_SERVER, sc.ROLE_REPLICA_WORKER))
 
@@ -65,6 +68,7 @@ class GpuSampler:
         self.off: str | None = None  # why it is off, once decided
         self.samples: deque[tuple[float, float]] = deque(maxlen=KEEP_SAMPLES)  # (monotonic, mean utilization)
         self.errors = 0
+        self._reading = threading.Lock()  # one reading at a time: the thread's, or a short phase's (busy_last)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -109,8 +113,16 @@ class GpuSampler:
             return "no GPU of this process is readable through NVML"
         return None
 
-    def sample_once(self) -> int:
-        """Read every GPU once into the gauges; how many were read."""
+    def sample_once(self, wait: bool = True) -> int:
+        """Read every GPU once into the gauges; how many were read (0, without ``wait``, while another reads)."""
+        if not self._reading.acquire(blocking=wait):
+            return 0
+        try:
+            return self._read_all()
+        finally:
+            self._reading.release()
+
+    def _read_all(self) -> int:
         nvml, read, busy = self._nvml, 0, 0.0
         for label, handle in self.gpus:
             try:
@@ -134,6 +146,23 @@ class GpuSampler:
         got = [u for t, u in list(self.samples) if start <= t <= end]
         return sum(got) / len(got) if got else None
 
+    def busy_last(self, seconds: float, ago: float = 0.0) -> tuple[float, int] | None:
+        """(the busy share, the GPUs read) of the ``seconds`` that ended ``ago`` seconds before now: a phase that
+        ended, asked for by the trainer (``ago``: how long its question took to be answered, as a worker inside
+        its next call answers late). A phase with no reading in it, asked for at once (a phase shorter than the
+        reading period), is read once now (NVML's utilization is of its own last sample period, at most a second:
+        the phase's end). None: off, stopped, or nothing read."""
+        gpus = len(self.gpus)
+        if not gpus or self._stop.is_set():
+            return None
+        ago = max(0.0, float(ago))
+        end = time.monotonic() - ago
+        start = end - max(0.0, min(float(seconds), KEEP_SAMPLES * self.every_s))
+        share = self.busy_share(start, end)
+        if share is None and ago < PROMPT_S and self.sample_once(wait=False):
+            share = self.busy_share(start, time.monotonic())
+        return None if share is None else (share, gpus)
+
     def _run(self) -> None:
         while not self._stop.wait(self.every_s):
             try:
@@ -145,10 +174,15 @@ class GpuSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
-        if self._nvml is not None and self.gpus:
-            with contextlib.suppress(Exception):
-                self._nvml.nvmlShutdown()
-            self.gpus = []
+        if not self._reading.acquire(timeout=timeout_s):  # a reading that hangs (a GPU gone): NVML left open
+            return
+        try:
+            if self._nvml is not None and self.gpus:
+                with contextlib.suppress(Exception):
+                    self._nvml.nvmlShutdown()
+                self.gpus = []
+        finally:
+            self._reading.release()
 
 
 def start_for(role: str, state: MetricsState) -> GpuSampler | None:

@@ -15,6 +15,7 @@ from verl_otel import model
 from verl_otel import semconv as sc
 from verl_otel.hooks import verl_objects as verl
 from verl_otel.hooks._safe import on_exit, safe
+from verl_otel.hooks.goodput import watch_gpu_busy
 from verl_otel.hooks.reward_flush import RayRewardWorkers
 from verl_otel.hooks.worker_flush import WorkerFlush, fit_end, for_owner
 from verl_otel.telemetry.steps import StepTracer
@@ -35,6 +36,7 @@ def start_fit(trainer: Any, kind: str) -> None:
     m = model.current()
     m.steps.fit_started(verl.run_info(trainer, kind), verl.global_step_reader(trainer))
     m.reward_flush.attach(RayRewardWorkers(verl.reward_workers(trainer)))
+    watch_gpu_busy(m, trainer)  # the goodput buckets' measured busy share, where the workers read their GPUs
 
 
 def _end_fit(workers: WorkerFlush | None, exc: BaseException | None) -> None:

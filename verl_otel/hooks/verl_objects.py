@@ -216,6 +216,10 @@ def worker_processes(trainer: Any) -> list[Any]:
         handles += _list(getattr(getattr(trainer, name, None), "agent_loop_workers", None))
     for replica in _list(getattr(getattr(trainer, "llm_server_manager", None), "rollout_replicas", None)):
         handles += _list(getattr(replica, "servers", None)) + _list(getattr(replica, "workers", None))
+    return _unique(handles)
+
+
+def _unique(handles: list[Any]) -> list[Any]:
     seen: set[Any] = set()
     unique = []
     for handle in handles:
@@ -224,6 +228,32 @@ def worker_processes(trainer: Any) -> list[Any]:
             seen.add(key)
             unique.append(handle)
     return unique
+
+
+#: a GPU phase -> the trainer's worker groups that may run it, the first present (ref: in the actor's when no own)
+_PHASE_GROUPS: dict[str, tuple[str, ...]] = {
+    sc.PHASE_OLD_LOG_PROB: ("actor_rollout_wg", "actor_wg"),
+    sc.PHASE_UPDATE_ACTOR: ("actor_rollout_wg", "actor_wg"),
+    sc.PHASE_REF: ("ref_policy_wg", "actor_rollout_wg", "actor_wg"),
+    sc.PHASE_VALUES: ("critic_wg",),
+    sc.PHASE_UPDATE_CRITIC: ("critic_wg",),
+}
+
+
+def gpu_processes(trainer: Any, phase: str) -> list[Any]:
+    """The actor handles of the processes whose GPUs ran ``phase`` of ``trainer``: a training phase's worker group,
+    or, for the rollout, every rollout replica's servers and workers (in verl's hybrid engine its workers are the
+    actor's training workers, which hold the GPUs)."""
+    if phase == sc.PHASE_ROLLOUT:
+        handles: list[Any] = []
+        for replica in _list(getattr(getattr(trainer, "llm_server_manager", None), "rollout_replicas", None)):
+            handles += _list(getattr(replica, "servers", None)) + _list(getattr(replica, "workers", None))
+        return _unique(handles)
+    for name in _PHASE_GROUPS.get(phase, ()):
+        workers = _list(getattr(getattr(trainer, name, None), "workers", None))
+        if workers:
+            return workers
+    return []
 
 
 def _tokens(output: Any) -> tuple[int | None, int | None]:

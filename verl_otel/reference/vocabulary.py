@@ -104,11 +104,17 @@ def spans_markdown() -> str:
         "## Goodput buckets",
         "",
         f"Each a float attribute `{sc.ATTR_GOODPUT_PREFIX}<bucket>` of the step span (GPU-seconds) "
-        f"and a `{sc.LABEL_BUCKET}` value of `{sc.GPU_SECONDS.name}`; they add up to `{sc.ATTR_STEP_GPU_SECONDS}`.",
+        f"and a `{sc.LABEL_BUCKET}` value of `{sc.GPU_SECONDS.name}`; they add up to `{sc.ATTR_STEP_GPU_SECONDS}`. "
+        "Where the GPUs were read (NVML), a bucket marked *busy share* also has "
+        f"`{sc.ATTR_GOODPUT_BUSY_PREFIX}<bucket>` (0-1, the measured utilization of the GPUs that did it; absent "
+        "where not measured).",
         "",
     ]
-    out += ["| bucket | what | goodput |", "|---|---|---|"]
-    out += [f"| `{b}` | {_cell(what)} | {'yes' if b in sc.GOOD_BUCKETS else ''} |" for b, what in sc.BUCKETS.items()]
+    out += ["| bucket | what | goodput | busy share |", "|---|---|---|---|"]
+    out += [
+        f"| `{b}` | {_cell(what)} | {'yes' if b in sc.GOOD_BUCKETS else ''} | {'yes' if b in sc.BUSY_BUCKETS else ''} |"
+        for b, what in sc.BUCKETS.items()
+    ]
     out.append("")
     out += ["## Training-worker spans", "", "| verl's worker-group method | span |", "|---|---|"]
     out += [f"| `{method}` | `{span}` |" for method, span in sc.WORKER_SPAN_NAMES.items()]

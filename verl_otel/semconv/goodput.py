@@ -73,6 +73,21 @@ GOOD_BUCKETS: Final[frozenset[str]] = frozenset(
     )
 )
 
+#: buckets whose GPUs' measured busy share (NVML, where GPUs exist) the step span carries: the training compute, asked
+#: of the worker group that ran the phase, and the rollout (generating and long_tail share the rollout phase's one
+#: reading: a GPU's sampler does not know when the tail began), asked of the rollout replicas' processes
+BUSY_BUCKETS: Final[frozenset[str]] = frozenset(
+    (
+        BUCKET_GENERATING,
+        BUCKET_LONG_TAIL,
+        BUCKET_OLD_LOG_PROB,
+        BUCKET_REF,
+        BUCKET_VALUES,
+        BUCKET_UPDATE_ACTOR,
+        BUCKET_UPDATE_CRITIC,
+    )
+)
+
 #: trainer phase -> its bucket on a pool that does that work (the rollout phase is split, see BUCKETS)
 PHASE_BUCKETS: Final[dict[str, str]] = {
     PHASE_ROLLOUT: BUCKET_GENERATING,
@@ -105,6 +120,9 @@ ATTR_GOODPUT_PREFIX: Final = "verl.goodput."  # + bucket: float GPU-seconds of t
 ATTR_GOODPUT_RATIO: Final = "verl.goodput.ratio"  # float: GOOD_BUCKETS' share of the step's GPU time
 ATTR_GOODPUT_GPUS: Final = "verl.goodput.gpus"  # int: the GPUs accounted (every pool's)
 ATTR_GOODPUT_TAIL_MEASURED: Final = "verl.goodput.tail_measured"  # bool: rollout occupancy came from the workers
+#: + bucket: float 0-1, the mean NVML utilization of the GPUs of the processes that did the bucket's phase, over
+#: that phase (BUSY_BUCKETS; absent where not measured: no GPU, no nvidia-ml-py, or the answer not in at step end)
+ATTR_GOODPUT_BUSY_PREFIX: Final = "verl.goodput.busy_share."
 
 # --------------------------------------------------------------------------------------------
 # Metrics
@@ -135,3 +153,8 @@ GOODPUT_METRICS: Final[tuple[MetricDef, ...]] = (GPU_SECONDS, GOODPUT_RATIO, STE
 def bucket_attr(bucket: str) -> str:
     """The step span's attribute of ``bucket``."""
     return ATTR_GOODPUT_PREFIX + bucket
+
+
+def busy_attr(bucket: str) -> str:
+    """The step span's attribute of ``bucket``'s measured busy share."""
+    return ATTR_GOODPUT_BUSY_PREFIX + bucket

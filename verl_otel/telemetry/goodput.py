@@ -6,12 +6,16 @@ Each pool's GPU time is its GPUs x the step's wall time. Every instant of the st
 then (or none: idle), and that phase names the pool's bucket; the rollout phase's time is then split into
 generating (the replicas' occupancy) and the long tail (the rest). So the buckets add up to the whole by
 construction, whatever the phases' nesting or overlap.
+
+Where GPUs exist, the buckets of the phases that use them (semconv ``BUSY_BUCKETS``) also carry the measured busy
+share of the GPUs that did the work (NVML, read in those processes: export/gpu_sampler.py), asked for when each
+phase ends and joined, without waiting, when the step ends (:class:`GpuBusy`); absent where not measured.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -49,6 +53,7 @@ class Split:
     pools: dict[str, dict[str, float]] = field(default_factory=dict)
     gpus: int = 0
     measured: bool = False  # the rollout's occupancy came from the workers (else the rollout counts as generating)
+    busy: dict[str, float] = field(default_factory=dict)  # bucket -> measured busy share (0-1), where measured
 
     @property
     def gpu_seconds(self) -> float:
@@ -75,6 +80,7 @@ class Split:
         attrs[sc.ATTR_GOODPUT_RATIO] = round(self.ratio, 6)
         attrs[sc.ATTR_GOODPUT_GPUS] = self.gpus
         attrs[sc.ATTR_GOODPUT_TAIL_MEASURED] = self.measured
+        attrs.update({sc.busy_attr(k): round(v, 4) for k, v in self.busy.items()})
         return attrs
 
 
@@ -154,11 +160,44 @@ class Occupancy(Protocol):
     def seconds(self, step: int) -> float | None: ...
 
 
+class GpuBusy(Protocol):
+    """The trainer's way to its GPU processes' measured busy share (hooks/goodput.py asks them through Ray): asked
+    when each phase ends, read without waiting when the step ends: phase -> busy share (0-1), None: none in."""
+
+    def shares(self, step: int) -> Mapping[str, float] | None: ...
+
+
+def busy_of(split: Split, phases: Mapping[str, float] | None) -> dict[str, float]:
+    """The buckets' measured busy share from the phases' (the rollout's goes to generating and long_tail both):
+    only buckets of semconv ``BUSY_BUCKETS`` that hold GPU time in ``split``, a share clamped to 0-1."""
+    if not phases:
+        return {}
+    totals, out = split.totals(), {}
+    for phase, share in phases.items():
+        bucket = sc.PHASE_BUCKETS.get(phase)
+        if bucket is None:
+            continue
+        for name in (bucket, sc.BUCKET_LONG_TAIL) if bucket == sc.BUCKET_GENERATING else (bucket,):
+            if name in sc.BUSY_BUCKETS and totals.get(name, 0.0) > 0:
+                out[name] = min(1.0, max(0.0, float(share)))
+    return out
+
+
 def step_split(
-    pools: Sequence[Pool], start: float, end: float, phases: Iterable[tuple[str, float, float]], busy: float | None
+    pools: Sequence[Pool],
+    span: tuple[float, float],
+    phases: Iterable[tuple[str, float, float]],
+    step: int,
+    occupancy: Occupancy | None,
+    gpu_busy: GpuBusy | None,
 ) -> Split | None:
-    """:func:`account` for the step tracer; None (and the step goes without) if it fails: never raises."""
+    """:func:`account` of the step ``span`` (start, end) for the step tracer, with the rollout's ``occupancy`` and
+    the GPUs' measured busy shares (``gpu_busy``) of ``step`` read without waiting and joined into its buckets;
+    None (and the step goes without) if it fails: never raises."""
     try:
-        return account(start, end, phases, pools, busy)
+        busy = occupancy.seconds(step) if occupancy is not None else None
+        split = account(span[0], span[1], phases, pools, busy)
+        split.busy = busy_of(split, gpu_busy.shares(step) if gpu_busy is not None else None)
+        return split
     except Exception:  # noqa: BLE001 - telemetry never raises into training
         return None

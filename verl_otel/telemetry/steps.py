@@ -24,7 +24,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 
 from verl_otel import semconv as sc
 from verl_otel._log import logger
-from verl_otel.telemetry.goodput import Occupancy, Split, pools_of, step_split
+from verl_otel.telemetry.goodput import GpuBusy, Occupancy, Split, pools_of, step_split
 from verl_otel.telemetry.run_end import attributes_of
 from verl_otel.telemetry.services import Services
 from verl_otel.telemetry.step_events import RunInfo, StepObserver, StepResult
@@ -48,6 +48,7 @@ class StepTracer:
         self._last_number = -1  # the last step that trained
         self.observers: list[StepObserver] = []
         self.occupancy: Occupancy | None = None  # the rollout's, for the goodput split (hooks/rollout.py)
+        self.gpu_busy: GpuBusy | None = None  # the GPUs' measured busy share, joined into it (hooks/goodput.py)
 
     # -- inputs from the hooks ----------------------------------------------------------------
     def fit_started(self, run: RunInfo, global_step: Callable[[], int]) -> None:
@@ -372,12 +373,10 @@ class StepTracer:
         self._svc.flush_soon()
 
     def _goodput(self, step: _Step) -> Split | None:
-        """The step's GPU time split (semconv/goodput.py) onto its span; the rollout's occupancy was asked for
-        when its rollout ended, so reading it here does not wait."""
-        occupancy, run = self.occupancy, self._run
-        busy = occupancy.seconds(step.number) if occupancy is not None else None
-        pools = (run.pools if run is not None else ()) or pools_of(None, None)
-        split = step_split(pools, step.start, time.monotonic(), step.ran, busy)
+        """The step's GPU time split (semconv/goodput.py) onto its span; the rollout's occupancy and the GPUs' busy
+        shares were asked for as each phase ended, so reading them here does not wait."""
+        pools = (self._run.pools if self._run is not None else ()) or pools_of(None, None)
+        split = step_split(pools, (step.start, time.monotonic()), step.ran, step.number, self.occupancy, self.gpu_busy)
         if split is not None:
             step.span.set_attributes(split.attributes())
         return split
