@@ -232,6 +232,7 @@ def to_json(ranking: Ranking, ui_base: str | None) -> list[dict[str, Any]]:
                 ],
                 "link": trace_link(ui_base, st.trace_id) if ui_base else None,
                 "tools": [f.to_json() for f in tl.figures(st.tool_calls)],  # of the spanned samples' calls
+                "captures": [{"span": n, "file": f, "tool": t} for n, f, t in st.captures],
             }
         )
     return out
@@ -341,6 +342,8 @@ def to_text(ranking: Ranking, ui_base: str | None, tools: bool = False) -> str:
             lines.append("   slowest samples: " + ", ".join(map(sample_text, st.samples[:SAMPLES_SHOWN])))
         if tools:  # the tool calls of the samples that got a span (the slowest)
             lines.extend(f"   {f.text()}" for f in tl.figures(st.tool_calls))
+        for name, file, tool in st.captures:  # `verl-otel capture FILE`, or verl's profile in Perfetto
+            lines.append(f"   capture: {file} ({tool}, in {name})")
         if st.clock_offsets:
             hosts = ", ".join(f"{h} {o:+.3f}s" for h, o in sorted(st.clock_offsets.items()))
             lines.append(f"   clock skew: {hosts} against the step's host (times aligned, durations as measured)")
