@@ -22,6 +22,8 @@ PROGRESS_LOG = {"VERL_PROGRESS_LOG": "1"}  # the seed's lines beside the telemet
 #: stall thresholds the shared runs' planted slow calls (3 s) pass: 3 x the call's median, at least 1.5 s
 #: (tests/test_e2e_stall_matrix.py); the first run of a call keeps the 30-minute default
 STALL_MATRIX = {"VERL_OTEL_STALL_MIN_SECONDS": "1.5", "VERL_OTEL_STALL_FACTOR": "3"}
+#: a stall arms verl's own torch profiler for the next step (the demo sets it up: tests/test_e2e_next_profile.py)
+CAPTURE_NEXT = {"VERL_OTEL_CAPTURE_NEXT": "1"}
 
 
 @dataclass
