@@ -16,7 +16,7 @@ from helpers.logs import OtelLog
 from helpers.procs import TESTS, clean_env, run_py
 from helpers.prom import PromServer, available
 from helpers.tiers import TIMEOUT_S, item_tier
-from helpers.verl_runs import PROGRESS_LOG, STALL_MATRIX, TOOL_HANG_S, TOOL_THRESHOLDS, start_demo
+from helpers.verl_runs import CAPTURE_NEXT, PROGRESS_LOG, STALL_MATRIX, TOOL_HANG_S, TOOL_THRESHOLDS, start_demo
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects on the marks
@@ -126,7 +126,7 @@ def legacy_run(tmp_path_factory):
         ["update_actor@4=3", "rollout_sample@3=6", "update_weights@2=1.5", "values@3=3", "update_critic@3=3"],
         scrape=True,
         adv="gae",
-        extra_env=PROGRESS_LOG | STALL_MATRIX,
+        extra_env=PROGRESS_LOG | STALL_MATRIX | CAPTURE_NEXT,  # step 3's stalls profile step 4 (test_e2e_next_profile)
     )
     yield run
     run.prom.stop()

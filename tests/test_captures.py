@@ -106,6 +106,15 @@ def test_doctor_prints_the_captures_hottest_frames(stalled_run, capsys):
     assert stall["capture"].endswith(sc.CAPTURE_SUFFIX)
 
 
+def test_slow_steps_names_the_capture_of_its_step_and_its_hottest_frames(stalled_run, capsys):
+    (path,) = (stalled_run / sc.CAPTURES_DIR).glob(f"*{sc.CAPTURE_SUFFIX}")
+    assert main(["slow-steps", "--file", str(stalled_run / sc.TRACES_FILE)]) == 0
+    out = capsys.readouterr().out
+    lines = out[out.index("   capture: ") :].splitlines()
+    assert lines[0] == f"   capture: {path} ({sc.CAPTURE_TOOL_PY_SPY}, in update_actor)", out
+    assert "planted_busy_update" in lines[1], out
+
+
 def planted_wait(stop: threading.Event) -> None:
     while not stop.is_set():
         time.sleep(0.01)

@@ -28,7 +28,7 @@ def typed_runtime():
 
 def _strip_raw_annotation_keys(doc: dict) -> dict:
     out = json.loads(json.dumps(doc))
-    for ann in out["annotations"]["list"]:
+    for ann in out["annotations"].get("list", []):  # a dashboard without annotations has none
         for k in builders.PROM_ANNOTATION_RAW:
             ann.pop(k)
     return out

@@ -201,6 +201,7 @@ class CaptureSettings:
     cooldown_s: float = 60.0  # between two captures of a process
     rate_hz: int = 100
     max_bytes: int = 16 * 2**20  # a capture file past this is cut to its summary
+    next_step: bool = False  # VERL_OTEL_CAPTURE_NEXT: a stall arms verl's own profiler for the next step
 
 
 def _capture(r: _Reader) -> CaptureSettings:
@@ -208,6 +209,7 @@ def _capture(r: _Reader) -> CaptureSettings:
         enabled=r.flag(sc.ENV_CAPTURE, True),
         seconds=r.number(sc.ENV_CAPTURE_SECONDS, 5.0, 0.1, 600.0),
         max_per_process=r.integer(sc.ENV_CAPTURE_MAX, 4, 0, 1000),
+        next_step=r.flag(sc.ENV_CAPTURE_NEXT, False),
     )
 
 

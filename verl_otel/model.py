@@ -26,6 +26,7 @@ from verl_otel.progress.stall_line import print_stall
 from verl_otel.progress.step_line import Note, StepConsole, WindowConsole
 from verl_otel.telemetry.agent import AgentTools
 from verl_otel.telemetry.async_trainer import SubmitLinks, TrainerSide
+from verl_otel.telemetry.next_profile import NextProfile
 from verl_otel.telemetry.reward_flush import RewardFlush
 from verl_otel.telemetry.reward_spans import RewardSpans
 from verl_otel.telemetry.rollout import RolloutTracker
@@ -132,6 +133,13 @@ class Model:
         return self._part("reward_spans", lambda: RewardSpans(self.services, self.services.settings.sample_spans))
 
     @property
+    def next_profile(self) -> NextProfile:
+        """The fit() process' next-step profiles (VERL_OTEL_CAPTURE_NEXT=1): a stall arms verl's profiler."""
+        return self._part(
+            "next_profile", lambda: NextProfile(self.services.settings.capture, self.steps.innermost_span)
+        )
+
+    @property
     def progress(self) -> Progress:
         """The [VERL_PROGRESS] lines of this process (their settings read once)."""
         return self._part("progress", lambda: Progress(config.load_progress()))
@@ -205,6 +213,9 @@ def _trainer(m: Model) -> None:
     if console is not None:
         observers.append(console)
     m.runtime.ends.watch(m.steps.abort)  # a signal ends the open step at once (main thread only: fit()'s)
+    if m.services.settings.capture.next_step:  # a stall arms verl's profiler for the next step (hooks attach it)
+        observers.append(m.next_profile)
+        m.runtime.stall_arms.append(m.next_profile.arm)
 
 
 def _fully_async_trainer(m: Model) -> None:

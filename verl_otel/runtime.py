@@ -52,6 +52,7 @@ class Runtime:
         self._cluster: Any = None  # the Ray driver's discovery of every node's targets (see discover)
         self._stalls: Any = None  # the stall watch (process/stalls.py), made on first use
         self.stall_listeners: list[Callable[[Stall], None]] = []  # told each new stall (the model's console line)
+        self.stall_arms: list[Callable[[Stall], None]] = []  # told before its record is written (next-step profile)
         self.model: Any = None  # the telemetry model (verl_otel/model.py), made on first use by its accessor
         from verl_otel.export.flusher import Flusher, ShutdownBudget
         from verl_otel.export.ray_store import ProcessTargets
@@ -92,11 +93,8 @@ class Runtime:
                 if setup is not None:
                     setup(self)
             except Exception as exc:  # noqa: BLE001 - wiring never raises into verl
-                warn_once(
-                    f"wire:{key}",
-                    f"telemetry set-up for {key} failed ({exc!r}); training continues, "
-                    "this part of the telemetry is off",
-                )
+                what = f"telemetry set-up for {key} failed ({exc!r}); training continues, this part of it is off"
+                warn_once(f"wire:{key}", what)
             if role not in self._reported:  # once per role and process: on_role's listeners (the start-up line)
                 self._reported.add(role)
                 for tell in list(_on_role):
@@ -242,6 +240,7 @@ class Runtime:
                 evidence=stall_evidence.for_settings(self.settings),
                 role=lambda: self.role,
                 on_stall=lambda stall: [tell(stall) for tell in list(self.stall_listeners)],
+                on_detect=lambda stall: [tell(stall) for tell in list(self.stall_arms)],
                 capture=captures.for_settings(self.settings),
             )
         except Exception as exc:  # noqa: BLE001 - no stall detection, never raise

@@ -33,6 +33,8 @@ VERL_KEYS = (
     "timing_s/step",
     "timing_s/gen",
     "timing_s/update_actor",
+    "timing_per_token_ms/gen",
+    "timing_per_token_ms/update_actor",
     "val-core/openai/gsm8k/acc/mean@1",
     "val/test_score/openai/gsm8k",
     "critic/score/max",

@@ -27,6 +27,8 @@ TOOL_HANG_S = 6.0
 TOOL_THRESHOLDS = [
     *("tool_failure_window=30s", "tool_failure_for=2s", "tool_failure_min_calls=4", "tool_failure_share=0.3")
 ]
+#: a stall arms verl's own torch profiler for the next step (the demo sets it up: tests/test_e2e_next_profile.py)
+CAPTURE_NEXT = {"VERL_OTEL_CAPTURE_NEXT": "1"}
 
 
 @dataclass

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from verl_otel import semconv as sc
+from verl_otel.analysis import captures as cap
 from verl_otel.analysis import goodput as gp
 from verl_otel.analysis import long_tail as lt
 from verl_otel.analysis import stragglers as sg
@@ -232,6 +234,7 @@ def to_json(ranking: Ranking, ui_base: str | None) -> list[dict[str, Any]]:
                 ],
                 "link": trace_link(ui_base, st.trace_id) if ui_base else None,
                 "tools": [f.to_json() for f in tl.figures(st.tool_calls)],  # of the spanned samples' calls
+                "captures": [{"span": n, "file": f, "tool": t} for n, f, t in st.captures],
             }
         )
     return out
@@ -307,6 +310,17 @@ def sample_text(s: Sample) -> str:
     )
 
 
+def _hottest(file: str, tool: str) -> list[str]:
+    """A sampling profile's hottest frames, where its file is readable here (a user on a login node)."""
+    if tool == sc.CAPTURE_TOOL_VERL_PROFILER:  # verl's chrome trace: Perfetto reads it
+        return []
+    try:
+        got = cap.read(Path(file), top=3)
+    except cap.CaptureError:
+        return []
+    return [f"            {h.share:6.1%}  {h.frame}" for h in got.innermost]
+
+
 def to_text(ranking: Ranking, ui_base: str | None, tools: bool = False) -> str:
     lines = []
     for i, v in enumerate(ranking.verdicts, 1):
@@ -341,6 +355,9 @@ def to_text(ranking: Ranking, ui_base: str | None, tools: bool = False) -> str:
             lines.append("   slowest samples: " + ", ".join(map(sample_text, st.samples[:SAMPLES_SHOWN])))
         if tools:  # the tool calls of the samples that got a span (the slowest)
             lines.extend(f"   {f.text()}" for f in tl.figures(st.tool_calls))
+        for name, file, tool in st.captures:  # `verl-otel capture FILE`, or verl's profile in Perfetto
+            lines.append(f"   capture: {file} ({tool}, in {name})")
+            lines += _hottest(file, tool)
         if st.clock_offsets:
             hosts = ", ".join(f"{h} {o:+.3f}s" for h, o in sorted(st.clock_offsets.items()))
             lines.append(f"   clock skew: {hosts} against the step's host (times aligned, durations as measured)")

@@ -35,6 +35,7 @@ class StallRecord:
     host: str = ""
     evidence: str = ""
     capture: str = ""  # the sampling profile recorded while it was stuck (analysis/captures.py reads it)
+    next_profile: str = ""  # VERL_OTEL_CAPTURE_NEXT=1: where verl's profiler wrote the next step's profile (a glob)
     repeats: int = 0  # stacks taken again after the first
     moved: bool | None = None  # did the innermost frame change between dumps
     trace_id: str = ""
@@ -102,6 +103,7 @@ def parse_file(path: Path) -> StallRecord | None:
         host=head.get("host", ""),
         evidence=str(path),
         capture=head.get("capture", ""),
+        next_profile=head.get("next_profile", ""),
         repeats=len(repeats),
         moved=(len(innermosts) > 1) if repeats else None,
         detected_at=_time(head.get("time", "")),
@@ -166,6 +168,7 @@ def from_spans(spans: Iterable[Span]) -> list[StallRecord]:
                 host=str(a.get(sc.ATTR_STALL_HOST, "")),
                 evidence=str(a.get(sc.ATTR_STALL_EVIDENCE, "")),
                 capture=str(a.get(sc.ATTR_STALL_CAPTURE, "")),
+                next_profile=str(a.get(sc.ATTR_STALL_NEXT_PROFILE, "")),
                 trace_id=s.trace_id,
                 in_trace=True,
                 detected_at=s.start_ns / 1e9 if s.start_ns else None,
@@ -185,6 +188,7 @@ def merge(files: list[StallRecord], traced: list[StallRecord]) -> list[StallReco
             continue
         rec.trace_id, rec.in_trace = t.trace_id, True
         rec.capture = rec.capture or t.capture
+        rec.next_profile = rec.next_profile or t.next_profile
         if rec.step is None:
             rec.step = t.step
         rec.waiting_on = rec.waiting_on if rec.waiting_on is not None else t.waiting_on

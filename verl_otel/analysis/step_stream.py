@@ -15,7 +15,7 @@ from pathlib import Path
 from verl_otel import semconv as sc
 from verl_otel.analysis import weight_sync_time as wsync
 from verl_otel.analysis.otlp_json import FileRead, iter_file
-from verl_otel.analysis.step_traces import Span, StepTrace, build_step
+from verl_otel.analysis.step_traces import Event, Span, StepTrace, build_step
 
 _SAMPLE_ATTRS = (
     *(sc.ATTR_SAMPLE_INDEX, sc.ATTR_SAMPLE_ROLLOUT_N, sc.ATTR_SAMPLE_TOOLS_S, sc.ATTR_SAMPLE_SLOWEST_TOOL),
@@ -46,17 +46,20 @@ def _host(span: Span) -> dict[str, object]:
     return {sc.RES_NODE: host} if host else {}
 
 
-_Other = tuple[str, int, int, dict[str, object], str, str, dict[str, object]]
+_Other = tuple[str, int, int, dict[str, object], str, str, dict[str, object], tuple[Event, ...]]
+
+
+def _captures(span: Span) -> tuple[Event, ...]:
+    """Its ``verl.capture`` events (slow-steps names the files), its other events left out."""
+    return tuple(e for e in span.events if e.name == sc.EVENT_CAPTURE)[:4]
 
 
 @dataclass
 class _Trace:
     roots: dict[str, Span] = field(default_factory=dict)  # step spans without a parent (one, but for a re-export)
     # phase candidates and worker calls: span id -> (name, start, end, the attributes build_step reads, parent id,
-    # service, host)
-    others: dict[str, tuple[str, int, int, dict[str, object], str, str, dict[str, object]]] = field(
-        default_factory=dict
-    )
+    # service, host, its capture events)
+    others: dict[str, _Other] = field(default_factory=dict)
     workers: dict[str, Span] = field(default_factory=dict)
     samples: list[tuple[int, int, Span]] = field(default_factory=list)  # min-heap of (duration, -seq, span)
     sample_ids: set[str] = field(default_factory=set)
@@ -64,8 +67,10 @@ class _Trace:
 
     def spans(self, trace_id: str) -> list[Span]:
         out = [*self.roots.values(), *self.workers.values(), *(s for _, _, s in self.samples), *self.engine.values()]
-        for span_id, (name, start, end, attrs, parent, service, host) in self.others.items():
-            out.append(Span(trace_id, span_id, parent, name, start, end, attrs, service=service, resource=host))
+        for span_id, (name, start, end, attrs, parent, service, host, events) in self.others.items():
+            out.append(
+                Span(trace_id, span_id, parent, name, start, end, attrs, service=service, resource=host, events=events)
+            )
         return out
 
 
@@ -101,6 +106,7 @@ class StepFold:
                 span.parent_id,
                 span.service,
                 _host(span),
+                _captures(span),
             )
 
     def _sample(self, t: _Trace, span: Span) -> None:

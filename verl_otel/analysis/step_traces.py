@@ -120,6 +120,9 @@ class StepTrace:
     sample_count: int = 0  # training samples its rollout.worker spans say they handled (0: none say)
     #: hosts whose clock disagreed with the step's host (analysis/clock.py): host -> seconds added to its times
     clock_offsets: dict[str, float] = field(default_factory=dict)
+    #: (span name, file, tool) of the captures taken in the step: a stalled call's sampling profile, verl's own
+    #: profiler armed by a stall of the step before (``verl.capture`` events on the spans)
+    captures: list[tuple[str, str, str]] = field(default_factory=list)
     #: read from the step's summary span (analysis/step_summary.py): phases, tokens and attributes only, no
     #: samples, worker calls or weight syncs until its whole trace is read
     summarized: bool = False
@@ -196,6 +199,11 @@ def build_step(trace: list[Span]) -> StepTrace | None:
     shift = clock.offsets(unique)  # cross-host times are compared aligned; durations stay as measured
     step.clock_offsets = {host: ns / 1e9 for host, ns in shift.items()}
     for s in unique:
+        step.captures += [
+            (s.name, str(e.attributes.get(sc.ATTR_CAPTURE_FILE, "")), str(e.attributes.get(sc.ATTR_CAPTURE_TOOL, "")))
+            for e in s.events
+            if e.name == sc.EVENT_CAPTURE
+        ]
         if s.name in _WORKER_CALLS:
             _add_rank_call(step, s, by_id.get(s.parent_id))
         elif s.name == sc.SPAN_WEIGHT_SYNC:

@@ -8,6 +8,7 @@ $VERL_OTEL_DIR) or of Jaeger (``--jaeger URL``)."""
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import sys
@@ -97,6 +98,8 @@ def render(
             out.append(f"   evidence:  {r.evidence}{again}")
         if r.capture:
             out += _capture_lines(r.capture, root)
+        if r.next_profile:
+            out.append(_next_profile_line(r.next_profile))
         if r.trace_id:
             out.append(f"   trace:     {r.trace_id}")
         out.append(f"   next:      {r.advice}")
@@ -115,6 +118,15 @@ def _capture_lines(path: str, root: Path | None) -> list[str]:
         return [f"   capture:   {path} (not readable here: still recording, or on another host: verl-otel gather)"]
     lines = [f"   capture:   {here} ({got.samples} samples; verl-otel capture FILE, or speedscope in a browser)"]
     return lines + [f"              {h.share:6.1%}  {h.frame}" for h in got.innermost]
+
+
+def _next_profile_line(where: str) -> str:
+    """The next step's profile by verl's own profiler (VERL_OTEL_CAPTURE_NEXT=1): its files where they are."""
+    found = sorted(glob.glob(where))
+    if not found:
+        return f"   next step: verl's profiler writes {where} (not here: not written yet, or on the workers' hosts)"
+    more = f" and {len(found) - 1} more" if len(found) > 1 else ""
+    return f"   next step: verl's profiler wrote {found[0]}{more} (chrome://tracing or Perfetto opens it)"
 
 
 def _who(r: stall_records.StallRecord) -> str:

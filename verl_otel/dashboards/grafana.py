@@ -19,12 +19,14 @@ SLOW_STEPS_SEARCHED = 100
 PROM_DS = {"type": "prometheus", "uid": "${datasource}"}
 JAEGER_DS = {"type": "jaeger", "uid": "${jaeger}"}
 #: Grafana built-ins a dashboard may reference besides its own variables.
-GRAFANA_BUILTINS = frozenset({"__rate_interval", "__interval", "__from", "__to", "__all", "__field"})
+GRAFANA_BUILTINS = frozenset({"__rate_interval", "__interval", "__range", "__from", "__to", "__all", "__field"})
 
 #: label matchers every verl query gets; the variables are defined per dashboard
 FILTERS = f'{sc.LABEL_PROJECT}=~"$project", {sc.LABEL_EXPERIMENT}=~"$experiment", instance=~"$instance"'
 #: what "All" means for each filter variable (all_expressions() substitutes these for a concrete query)
-ALL_VALUES = {"$project": ".*", "$experiment": ".*", "$instance": ".*", "$__rate_interval": "1m"}
+ALL_VALUES = {"$project": ".*", "$experiment": ".*", "$instance": ".*", "$__rate_interval": "1m", "$__range": "1h"}
+#: the run-against-run dashboard's two runs (dashboards/compare_panels.py) at "All" too: every run
+ALL_VALUES |= {"$baseline": ".*", "$other": ".*"}
 
 
 def m(name: str, extra: str = "") -> str:
@@ -119,6 +121,7 @@ class Dashboard:
     # more variables as Grafana JSON, read into the SDK's VariableModel (a key it has no field for is an error)
     extra_vars: tuple[dict[str, Any], ...] = field(default=())
     annotations: tuple[Annotation, ...] = ()
+    filters: tuple[str, ...] = (FILTERS,)  # the matchers every verl query carries (one of these)
 
     def __post_init__(self) -> None:
         ids = [p.id for p in self.panels]

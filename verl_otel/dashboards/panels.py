@@ -4,7 +4,15 @@ dashboard and the shared annotations in their own modules). Every query is built
 from __future__ import annotations
 
 from verl_otel import semconv as sc
-from verl_otel.dashboards import async_panels, engine_panels, goodput_panels, timeline_panels, tool_panels, why_panels
+from verl_otel.dashboards import (
+    async_panels,
+    compare_panels,
+    engine_panels,
+    goodput_panels,
+    timeline_panels,
+    tool_panels,
+    why_panels,
+)
 from verl_otel.dashboards.annotations import ANNOTATIONS
 from verl_otel.dashboards.grafana import (
     JAEGER_DS,
@@ -238,4 +246,4 @@ PROGRESS = Dashboard(
     annotations=ANNOTATIONS,
 )
 
-DASHBOARDS: tuple[Dashboard, ...] = (PROGRESS, HEALTH)
+DASHBOARDS: tuple[Dashboard, ...] = (PROGRESS, HEALTH, compare_panels.COMPARE)

@@ -16,6 +16,7 @@ from verl_otel.demo.cpu_plugin import ENV_LINGER
 from verl_otel.demo.options import ROLLOUTS, TRAINERS
 from verl_otel.demo.slow import ENV as ENV_SLOW
 from verl_otel.demo.slow import HANG_ENV, SlowSpec
+from verl_otel.hooks.next_profile import overrides as profiler_overrides
 
 # verl's entry point per trainer: fully_async has its own (a rollouter and a trainer Ray actor)
 _MAIN = {"fully_async": "verl.experimental.fully_async_policy.fully_async_main"}
@@ -352,6 +353,8 @@ def run_demo(
         *(vllm_slow.overrides(spec, hangs) if rollout == "vllm" else []),
         *hang_overrides(hangs),
         *tool_agent.overrides(agent, out),
+        # VERL_OTEL_CAPTURE_NEXT=1: verl's torch profiler set up (CPU activities), no step profiled until a stall
+        *(profiler_overrides(str(out / "verl-profile"), cuda=False) if env.get(sc.ENV_CAPTURE_NEXT) == "1" else []),
         *(extra_overrides or []),
     ]
     log_path = out / "demo.log"

@@ -37,6 +37,10 @@ def start_fit(trainer: Any, kind: str) -> None:
     m.steps.fit_started(verl.run_info(trainer, kind), verl.global_step_reader(trainer))
     m.reward_flush.attach(RayRewardWorkers(verl.reward_workers(trainer)))
     watch_gpu_busy(m, trainer)  # the goodput buckets' measured busy share, where the workers read their GPUs
+    if m.services.settings.capture.next_step:  # a stall may arm verl's profiler for the next step
+        from verl_otel.hooks import next_profile
+
+        next_profile.attach(trainer, kind, m.next_profile)
 
 
 def _end_fit(workers: WorkerFlush | None, exc: BaseException | None) -> None:

@@ -76,6 +76,7 @@ class Stall:
     waiting_on: str = ""  # semconv STALL_WAIT_*: the stuck frame waits on another call ("": it does the work)
     capture: str = ""  # the sampling profile recorded while it was stuck ("": none)
     waits_for: str = ""  # whom: the calls it sent to other processes and waits on (sent_text), "; "-joined
+    next_profile: str = ""  # VERL_OTEL_CAPTURE_NEXT: where verl's profiler writes the next step's profile
     dumps: int = 1
     last_dump: float = 0.0
     calls: set[int] = field(default_factory=set)

@@ -55,8 +55,10 @@ class StallWatch:
         role: Callable[[], str],
         on_stall: Callable[[Stall], object] | None = None,
         capture: Capture | None = None,
+        on_detect: Callable[[Stall], object] | None = None,
     ) -> None:
         self.settings = settings
+        self._on_detect = on_detect  # before the record is written: may add to it (the next step's profile)
         self._capture = capture
         self._tracer, self._state, self._flush_soon = tracer, state, flush_soon
         self._evidence, self._role, self._on_stall = evidence, role, on_stall  # on_stall: the console line (progress/)
@@ -254,6 +256,9 @@ class StallWatch:
         name = f"{step}-{c.phase}-{role}-{self.host}-{self.pid}"  # two hosts, one pid: two files
         if c.step < 0:  # one stall per phase and trace: the next step's must not replace this one's file
             name += f"-{_trace_of(c.parent):032x}"[:9]
+        if self._on_detect is not None:
+            with contextlib.suppress(Exception):  # a listener never stops the watchdog
+                self._on_detect(stall)
         if self._capture is not None:  # while it is stuck: started first, the evidence's header names it
             # the profile opens on the thread the stuck frame is on (an executor's, for a reward call run off the
             # event loop; the calling thread's without one); a coroutine waiting in await is on no thread: all
@@ -314,6 +319,7 @@ class StallWatch:
             "waiting_on": s.waiting_on,
             "capture": s.capture,
             "waits_for": s.waits_for,
+            "next_profile": s.next_profile,
             "role": s.role,
             "pid": s.pid,
             "host": s.host,
@@ -334,6 +340,7 @@ class StallWatch:
             sc.ATTR_STALL_WAITS_FOR: s.waits_for,
             sc.ATTR_STALL_EVIDENCE: s.evidence,
             sc.ATTR_STALL_CAPTURE: s.capture,
+            sc.ATTR_STALL_NEXT_PROFILE: s.next_profile,
             sc.ATTR_STALL_ROLE: s.role,
             sc.ATTR_STALL_PID: s.pid,
             sc.ATTR_STALL_HOST: s.host,

@@ -39,6 +39,7 @@ ENV_STALL_REPEAT_SECONDS: Final = "VERL_OTEL_STALL_REPEAT_SECONDS"  # stacks aga
 ENV_CAPTURE: Final = "VERL_OTEL_CAPTURE"  # 0: no sampling profile of a stalled process
 ENV_CAPTURE_SECONDS: Final = "VERL_OTEL_CAPTURE_SECONDS"  # how long a capture samples
 ENV_CAPTURE_MAX: Final = "VERL_OTEL_CAPTURE_MAX"  # captures per process and run
+ENV_CAPTURE_NEXT: Final = "VERL_OTEL_CAPTURE_NEXT"  # 1: a stall arms verl's own profiler for the next step
 # set by us in a rollout server whose engine tracing we switched on: the OTLP endpoint we gave the engine
 # (vLLM then exports OTEL_EXPORTER_OTLP_TRACES_ENDPOINT with it; that one is not the user's collector)
 ENV_ENGINE_ENDPOINT: Final = "VERL_OTEL_ENGINE_ENDPOINT"  # the start-up parser's copy: _env.ENGINE_ENDPOINT

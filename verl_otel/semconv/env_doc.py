@@ -11,6 +11,7 @@ from verl_otel.semconv.env import (
     ENV_AGENT_QUEUE_DIR,
     ENV_CAPTURE,
     ENV_CAPTURE_MAX,
+    ENV_CAPTURE_NEXT,
     ENV_CAPTURE_SECONDS,
     ENV_CAPTURE_TEXT,
     ENV_CONSOLE,
@@ -140,6 +141,11 @@ ENV_DOC: Final[dict[str, tuple[str, str]]] = {
     ),
     ENV_CAPTURE_SECONDS: ("`5`", "how long a capture samples (at 100 Hz, without pausing the process)"),
     ENV_CAPTURE_MAX: ("`4`", "captures per process and run (at most 2 per phase, 60 s apart)"),
+    ENV_CAPTURE_NEXT: (
+        "`0`",
+        "`1`: a stall in step K (legacy and v1 trainers) adds K+1 to verl's `global_profiler.steps`, once per phase "
+        "and at most `VERL_OTEL_CAPTURE_MAX` times; verl's profiler must be set up (docs/guides/hangs.md)",
+    ),
     ENV_PROGRESS_LOG: (
         "`0`",
         "`1`: the seed's `[VERL_PROGRESS]` lines; alone (no `VERL_OTEL_ENABLED=1`, no endpoint) it is console-only "

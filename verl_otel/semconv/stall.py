@@ -31,6 +31,11 @@ ATTR_STALL_CAPTURE: Final = "verl.stall.capture"
 EVENT_CAPTURE: Final = "verl.capture"
 ATTR_CAPTURE_FILE: Final = "verl.capture.file"
 ATTR_CAPTURE_TOOL: Final = "verl.capture.tool"  # py-spy, or in-process (its own stack sampling)
+#: VERL_OTEL_CAPTURE_NEXT=1: where verl's own profiler writes the next step's profile (its save_path and a glob of
+#: the files, e.g. ``/data/profile/*_step5_*``), on the stall span that armed it and on the event of that step's
+#: phase span (tool: verl-profiler), with the step whose stall armed it
+ATTR_STALL_NEXT_PROFILE: Final = "verl.stall.next_profile"
+ATTR_CAPTURE_ARMED_BY: Final = "verl.capture.armed_by_step"
 #: On the step span: stalls detected in the trainer process during the step.
 ATTR_STEP_STALLS: Final = "verl.stalls"
 
@@ -91,5 +96,6 @@ CAPTURES_DIR: Final = "captures"
 CAPTURE_SUFFIX: Final = ".speedscope.json"
 CAPTURE_TOOL_PY_SPY: Final = "py-spy"
 CAPTURE_TOOL_IN_PROCESS: Final = "in-process"
+CAPTURE_TOOL_VERL_PROFILER: Final = "verl-profiler"  # verl's own profiler (global_profiler.tool), armed for a step
 #: set (true) in a capture whose speedscope ``activeProfileIndex`` is the stalled thread's profile
 CAPTURE_FOCUS_KEY: Final = "verl_otel_focus"
