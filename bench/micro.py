@@ -311,7 +311,7 @@ def _stall_watch(root: str) -> Any:
         state=MetricsState(),
         flush_soon=lambda: None,
         evidence=EvidenceFiles(__import__("pathlib").Path(root), py_spy=""),
-        role=lambda: "bench",
+        process_role=lambda: "bench",
     )
     return watch
 

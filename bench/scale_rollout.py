@@ -64,7 +64,7 @@ def main(n: int, steps: int, replicas: int, in_flight: bool = False, agent: bool
     m = model.current()
     TRACKER = m.rollout  # noqa: N806
     TRACKER.worker = 0  # what rollout._wire reads from Ray's actor name
-    m.wire(sc.ROLE_AGENT_LOOP, worker_index=0, describe=verl_objects.sample_attributes)
+    m.wire(sc.PROCESS_ROLE_AGENT_LOOP, worker_index=0, describe=verl_objects.sample_attributes)
 
     class Client:  # what the hook reads of verl's LLMServerClient: its (OmegaConf) config
         config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"name": "vllm"}}})

@@ -53,7 +53,7 @@ def trainer(steps: int, keys: int) -> dict[str, float]:
     from verl_otel.telemetry.trainer_metrics import TrainerMetrics
 
     rt = _runtime()
-    rt.wire(sc.ROLE_TRAINER)
+    rt.wire(sc.PROCESS_ROLE_TRAINER)
     tracer = StepTracer(model.current().services)
     tracer.observers.append(TrainerMetrics(rt.state))
 
@@ -87,7 +87,7 @@ def rank() -> dict[str, float]:
     rt = _runtime()
     m = model.current()
     TRACKER = m.update  # noqa: N806
-    m.wire(sc.ROLE_WORKER, worker_index=0)
+    m.wire(sc.PROCESS_ROLE_WORKER, worker_index=0)
     rt.stalls  # noqa: B018 - the stall watch registers its gauges on first use
     for role in ("actor", "critic"):
         TRACKER.begin(role, 16, 1, step=1)

@@ -97,7 +97,7 @@ def test_real_tool_agent_loop(env, capsys):
     asset_dir = assets.build(out / "assets")
     tracker = model.current().rollout
     tracker.keep = N
-    model.current().wire(sc.ROLE_AGENT_LOOP)
+    model.current().wire(sc.PROCESS_ROLE_AGENT_LOOP)
 
     async def steps() -> list[list[Any]]:
         loop, server = _loop(asset_dir, out)  # verl's loop keeps the event loop it was made on

@@ -92,7 +92,7 @@ def test_each_outcome_its_span_and_metric(hooked):
     loop = _loop()
     tracker = model.current().rollout
     tracker.keep = 4
-    model.current().wire(sc.ROLE_AGENT_LOOP)
+    model.current().wire(sc.PROCESS_ROLE_AGENT_LOOP)
     agent_data = SimpleNamespace(prompt_ids=[1] * 10, response_ids=[], _active_tools=loop.tools)
 
     async def generate(*_: Any) -> None:

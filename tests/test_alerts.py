@@ -41,7 +41,7 @@ def test_promtool_unit_tests_pass():
 
 
 _RSS = sc.PROCESS_RESIDENT_MEMORY.name
-_RUNNING = f'{sc.VLLM_REQUESTS_RUNNING}{{{sc.LABEL_PROCESS_ROLE}="{sc.ROLE_ROLLOUT_SERVER}"}}'
+_RUNNING = f'{sc.VLLM_REQUESTS_RUNNING}{{{sc.LABEL_PROCESS_ROLE}="{sc.PROCESS_ROLE_ROLLOUT_SERVER}"}}'
 
 
 @needs_promtool

@@ -38,7 +38,7 @@ _TRAINER = textwrap.dedent(
         return x
 
     m = model.current()
-    m.wire(sc.ROLE_TRAINER)
+    m.wire(sc.PROCESS_ROLE_TRAINER)
     steps = m.steps
     steps.fit_started(RunInfo("v1", "proj", "exp", 2, 4, 1), lambda: 1)
     steps.phase_enter(sc.VERL_TIMER_STEP)

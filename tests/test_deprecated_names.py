@@ -25,7 +25,7 @@ RENAMED = [m for m in sc.METRICS if m.renamed]
 def _state(env: dict[str, str]) -> MetricsState:
     state = Runtime(load(env, report=False)).state
     state.set(sc.ROLLOUT_SAMPLES_COMPLETED, ("3", sc.MODE_TRAIN), 5.0)
-    state.set(sc.ASYNC_QUEUE_DEPTH, (sc.ROLE_TRAINER,), 7.0)
+    state.set(sc.ASYNC_QUEUE_DEPTH, (sc.PROCESS_ROLE_TRAINER,), 7.0)
     state.add_source(lambda: [(sc.ROLLOUT_TAIL_RATIO, ("1",), 2.5)])  # a live source's readings too
     state.set(sc.UPDATE_EPOCH, ("actor",), 1.0)  # a metric without a rename keeps its labels
     return state
@@ -92,7 +92,7 @@ def test_dashboards_and_rules_use_the_new_names():
 
 @pytest.mark.parametrize(
     ("role", "key"),
-    [(sc.ROLE_AGENT_LOOP, sc.RES_ROLLOUT_WORKER_INDEX), (sc.ROLE_ROLLOUT_SERVER, sc.RES_REPLICA_INDEX)],
+    [(sc.PROCESS_ROLE_AGENT_LOOP, sc.RES_ROLLOUT_WORKER_INDEX), (sc.PROCESS_ROLE_ROLLOUT_SERVER, sc.RES_REPLICA_INDEX)],
 )
 def test_a_process_index_is_named_for_its_role_and_under_the_old_key_for_a_release(role, key):
     """``verl.process.worker_index`` held an agent-loop worker's index or a replica's rank ("worker" is a training
@@ -104,4 +104,4 @@ def test_a_process_index_is_named_for_its_role_and_under_the_old_key_for_a_relea
     assert both[sc.RES_INSTANCE].endswith(f"/{role}-3/{both[sc.RES_PID]}")
     new_only = resource(role, 3, {}, deprecated_names=False).attributes
     assert new_only[key] == 3 and sc.RES_DEPRECATED_WORKER_INDEX not in new_only
-    assert not {k for k in resource(sc.ROLE_WORKER, None, {}).attributes if "index" in k}
+    assert not {k for k in resource(sc.PROCESS_ROLE_WORKER, None, {}).attributes if "index" in k}

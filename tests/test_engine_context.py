@@ -155,7 +155,7 @@ def test_a_rollout_servers_page_is_listed_in_file_sd_on_the_push_path_too(tmp_pa
     try:
         rt = runtime.current()
         assert rt.settings.prometheus_port is None and rt.settings.traces_endpoint
-        labels = {sc.LABEL_PROCESS_ROLE: sc.ROLE_ROLLOUT_SERVER, sc.LABEL_REPLICA: "0"}
+        labels = {sc.LABEL_PROCESS_ROLE: sc.PROCESS_ROLE_ROLLOUT_SERVER, sc.LABEL_REPLICA: "0"}
         rt.add_scrape_target("127.0.0.1", 40123, labels)
         assert rt.flusher.wait(rt.flusher.request(), 10)
         groups = json.loads((tmp_path / sc.PROM_TARGETS_FILE).read_text())

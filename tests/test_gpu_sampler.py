@@ -74,7 +74,7 @@ def state():
 def test_off_in_one_line_without_nvidia_ml_py(state, caplog, monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # as on a machine without nvidia-ml-py
     with caplog.at_level(logging.INFO, logger="verl_otel"):
-        assert gs.start_for(sc.ROLE_WORKER, state) is None
+        assert gs.start_for(sc.PROCESS_ROLE_WORKER, state) is None
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and "GPU sampling is off" in lines[0] and "nvidia-ml-py is not installed" in lines[0]
     assert not _gauges(state, sc.GPU_UTILIZATION)
@@ -92,7 +92,7 @@ def test_off_without_a_driver_or_a_visible_gpu(state, caplog):
 
 def test_roles_without_gpus_start_nothing(state, monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())
-    for role in (sc.ROLE_TRAINER, sc.ROLE_AGENT_LOOP, sc.ROLE_REWARD):
+    for role in (sc.PROCESS_ROLE_TRAINER, sc.PROCESS_ROLE_AGENT_LOOP, sc.PROCESS_ROLE_REWARD):
         assert gs.start_for(role, state) is None
     assert not _gauges(state, sc.GPU_UTILIZATION)
 

@@ -33,17 +33,22 @@ def test_a_role_row_wires_once(monkeypatch, tmp_path):
     monkeypatch.setenv("VERL_PROGRESS_LOG", "1")
     runtime.reset_for_tests()
     reported: list[str] = []
-    monkeypatch.setattr(runtime, "_on_role", [reported.append])  # the start-up line's listener, this test's
+    monkeypatch.setattr(runtime, "_on_process_role", [reported.append])  # the start-up line's listener, this test's
     try:
         m = model.current()
         for _ in range(2):
-            m.wire(sc.ROLE_TRAINER)
+            m.wire(sc.PROCESS_ROLE_TRAINER)
         kinds = [type(o).__name__ for o in m.steps.observers]
         assert kinds == ["TrainerMetrics", "RewardFlush", "StepConsole", "ProgressConsole"]
-        assert reported == [sc.ROLE_TRAINER]
-        m.wire(sc.ROLE_TRAINER, key=model.FULLY_ASYNC_TRAINER)
-        assert m.step_notes == [m.trainer_side.console_note] and reported == [sc.ROLE_TRAINER]
-        assert set(model.ROLES) >= {sc.ROLE_TRAINER, sc.ROLE_WORKER, sc.ROLE_AGENT_LOOP, sc.ROLE_REWARD}
+        assert reported == [sc.PROCESS_ROLE_TRAINER]
+        m.wire(sc.PROCESS_ROLE_TRAINER, key=model.FULLY_ASYNC_TRAINER)
+        assert m.step_notes == [m.trainer_side.console_note] and reported == [sc.PROCESS_ROLE_TRAINER]
+        assert set(model.PROCESS_ROLES) >= {
+            sc.PROCESS_ROLE_TRAINER,
+            sc.PROCESS_ROLE_WORKER,
+            sc.PROCESS_ROLE_AGENT_LOOP,
+            sc.PROCESS_ROLE_REWARD,
+        }
     finally:
         runtime.reset_for_tests()
 
@@ -57,7 +62,7 @@ def test_reset_stops_the_models_threads_and_exit_hooks(monkeypatch, tmp_path):
     unregistered: list[object] = []
     monkeypatch.setattr(atexit, "unregister", unregistered.append)
     m = model.current()
-    m.wire(sc.ROLE_TRAINER)
+    m.wire(sc.PROCESS_ROLE_TRAINER)
     console = m.progress.console
     assert console is not None
     console._stream = io.StringIO()

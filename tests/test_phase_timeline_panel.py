@@ -15,25 +15,25 @@ pytestmark = pytest.mark.prometheus
 
 _RUN = f'{sc.LABEL_PROJECT}="p",{sc.LABEL_EXPERIMENT}="e"'
 PROCESSES = {
-    sc.ROLE_TRAINER: f'verl_phase_active{{{_RUN},phase="rollout"}} 0\n'
+    sc.PROCESS_ROLE_TRAINER: f'verl_phase_active{{{_RUN},phase="rollout"}} 0\n'
     f'verl_phase_active{{{_RUN},phase="update_actor"}} 1',
-    sc.ROLE_AGENT_LOOP: f'verl_rollout_samples_inflight{{{_RUN},rollout_worker="0",mode="train"}} 3',
-    sc.ROLE_WORKER: 'verl_update_minibatches_completed{role="actor"} 2\n'
+    sc.PROCESS_ROLE_AGENT_LOOP: f'verl_rollout_samples_inflight{{{_RUN},rollout_worker="0",mode="train"}} 3',
+    sc.PROCESS_ROLE_WORKER: 'verl_update_minibatches_completed{role="actor"} 2\n'
     'verl_update_minibatches_expected{role="actor"} 4\n'
     'verl_update_minibatches_completed{role="critic"} 4\n'
     'verl_update_minibatches_expected{role="critic"} 4',
-    sc.ROLE_REWARD: f'verl_rollout_samples_inflight{{{_RUN},rollout_worker="1",mode="train"}} 0',
+    sc.PROCESS_ROLE_REWARD: f'verl_rollout_samples_inflight{{{_RUN},rollout_worker="1",mode="train"}} 0',
 }
 EXPECTED = {
-    sc.ROLE_TRAINER: sc.PHASE_UPDATE_ACTOR,
-    sc.ROLE_AGENT_LOOP: sc.PHASE_ROLLOUT,
-    sc.ROLE_WORKER: sc.PHASE_UPDATE_ACTOR,  # the actor's update has mini-batches left; the critic's is done
-    sc.ROLE_REWARD: timeline_panels.IDLE_TEXT,
+    sc.PROCESS_ROLE_TRAINER: sc.PHASE_UPDATE_ACTOR,
+    sc.PROCESS_ROLE_AGENT_LOOP: sc.PHASE_ROLLOUT,
+    sc.PROCESS_ROLE_WORKER: sc.PHASE_UPDATE_ACTOR,  # the actor's update has mini-batches left; the critic's is done
+    sc.PROCESS_ROLE_REWARD: timeline_panels.IDLE_TEXT,
 }
 
 
 def _page(role: str) -> str:
-    run = _RUN if role != sc.ROLE_WORKER else ""  # a training worker's page carries no run labels
+    run = _RUN if role != sc.PROCESS_ROLE_WORKER else ""  # a training worker's page carries no run labels
     return f"{PROCESSES[role]}\nverl_process_resident_memory_bytes{{{run}}} 1000000\n"
 
 

@@ -40,7 +40,7 @@ def watch(tmp_path: Path):
         state=state,
         flush_soon=lambda: flushes.append(1),
         evidence=EvidenceFiles(tmp_path / "stalls", py_spy=""),
-        role=lambda: sc.ROLE_REWARD,
+        process_role=lambda: sc.PROCESS_ROLE_REWARD,
         on_stall=print_stall,
     )
     w.stop()  # the test ticks it by hand
@@ -92,7 +92,7 @@ def test_a_stall_leaves_file_span_metrics_and_a_line(watch, tmp_path, capsys):
         path = Path(stall.evidence)
         assert (
             path.parent == tmp_path / "stalls"
-            and path.name == f"step3-reward-{sc.ROLE_REWARD}-{stall.host}-{stall.pid}.txt"
+            and path.name == f"step3-reward-{sc.PROCESS_ROLE_REWARD}-{stall.host}-{stall.pid}.txt"
         )
         text = path.read_text()
         assert text.startswith(sc.STALL_FILE_MAGIC) and "phase: reward" in text and "in my_stuck_reward" in text
@@ -103,7 +103,7 @@ def test_a_stall_leaves_file_span_metrics_and_a_line(watch, tmp_path, capsys):
         assert span.parent.span_id == parent.get_span_context().span_id  # under the stalled phase, ended at once
         assert span.attributes[sc.ATTR_STALL_FRAME] == stall.frame
         assert span.attributes[sc.ATTR_STALL_EVIDENCE] == str(path)
-        assert span.attributes[sc.ATTR_STALL_ROLE] == sc.ROLE_REWARD and watch.flushes
+        assert span.attributes[sc.ATTR_STALL_PROCESS_ROLE] == sc.PROCESS_ROLE_REWARD and watch.flushes
         readings = {(m.name, labels): v for m, labels, v in watch.state_.readings()}
         assert readings[("verl_stall_active", ("reward",))] == 1.0
         assert readings[("verl_stalls_total", ("reward",))] == 1.0

@@ -24,7 +24,7 @@ def _run(tmp_path, monkeypatch, steps: int = 3) -> list[Span]:
     runtime.reset_for_tests()
     try:
         m = model.current()
-        m.wire(sc.ROLE_TRAINER)
+        m.wire(sc.PROCESS_ROLE_TRAINER)
         tracer, number = m.steps, [0]
         tracer.fit_started(RunInfo("v1", "proj", "exp", 2, 4, steps), lambda: number[0])
         for step in range(1, steps + 1):

@@ -41,13 +41,13 @@ def test_top_shows_each_process_with_its_host(tmp_path):
     groups = []
     for host, state in hosts.items():
         port = serve(state, "127.0.0.1", 0)
-        role = sc.ROLE_AGENT_LOOP
+        role = sc.PROCESS_ROLE_AGENT_LOOP
         groups.append({"targets": [f"127.0.0.1:{port}"], "labels": {sc.LABEL_PROCESS_ROLE: role, sc.LABEL_HOST: host}})
     (tmp_path / sc.PROM_TARGETS_FILE).write_text(json.dumps(groups))
     text = _render(tmp_path)
     assert "hosts: hostA (1), hostB (1)" in text, text
     assert "hostA/0" in text and "hostB/1" in text, text
-    assert f"STALLED: {sc.ROLE_AGENT_LOOP} on hostB in {sc.PHASE_ROLLOUT}" in text, text
+    assert f"STALLED: {sc.PROCESS_ROLE_AGENT_LOOP} on hostB in {sc.PHASE_ROLLOUT}" in text, text
     (tmp_path / sc.PROM_TARGETS_FILE).write_text(json.dumps(groups[:1]))  # one host: no host shown
     one = _render(tmp_path)
     assert "hosts:" not in one and "hostA/0" not in one

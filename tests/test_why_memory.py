@@ -60,7 +60,7 @@ def test_the_runtime_reads_it_on_the_flusher_thread(monkeypatch, tmp_path):
     runtime.reset_for_tests()
     try:
         rt = runtime.current()
-        rt.wire(sc.ROLE_TRAINER)  # a process that exports metrics
+        rt.wire(sc.PROCESS_ROLE_TRAINER)  # a process that exports metrics
         deadline = time.monotonic() + 5
         while not any(state is rt.state for state, _ in seen) and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -4,8 +4,8 @@ flush requests) through its constructor.
 
 Hooks reach it through :func:`current` where verl's code enters ours; a forked child gets a new runtime and
 so a new model, and ``runtime.reset_for_tests()`` closes the old one (its threads, its exit hook). What a
-process builds follows from its role, in one table, :data:`ROLES`: a hook says what the process is with
-:meth:`Model.wire`, once per role, and the role's row wires that role's objects together (readings into the
+process builds follows from its process role, in one table, :data:`PROCESS_ROLES`: a hook says what the
+process is with :meth:`Model.wire`, once, and that row wires the process' objects together (readings into the
 metric state, observers onto the trackers, the [VERL_PROGRESS] lines of verl_otel/progress/).
 """
 
@@ -38,7 +38,7 @@ from verl_otel.telemetry.update import UpdateTracker
 
 T = TypeVar("T")
 
-#: the key a fully_async trainer process is wired under (its role is the trainer's, its parts its own)
+#: the key a fully_async trainer process is wired under (its process role is the trainer's, its parts its own)
 FULLY_ASYNC_TRAINER = "fully_async_trainer"
 
 
@@ -61,7 +61,7 @@ def services_of(rt: runtime.Runtime) -> Services:
 
 class Model:
     """The process' model objects; each is made on first use (a timer hook asks every process whether a fit()
-    runs here), and wired to its observers by its process role's row of :data:`ROLES`."""
+    runs here), and wired to its observers by its process role's row of :data:`PROCESS_ROLES`."""
 
     def __init__(self, rt: runtime.Runtime) -> None:
         self.runtime = rt
@@ -140,10 +140,10 @@ class Model:
         """The open validation span: the trainer's ``validate`` phase, or fully_async's rollouter.validate."""
         return self.steps.innermost_span(sc.PHASE_VALIDATE) or self.windows.validating
 
-    # -- roles -----------------------------------------------------------------------------------------------
+    # -- process roles ---------------------------------------------------------------------------------------
     def wire(
         self,
-        role: str,
+        process_role: str,
         *,
         key: str | None = None,
         index: int | None = None,
@@ -151,13 +151,13 @@ class Model:
         experiment: Any = None,
         **parts: Any,
     ) -> None:
-        """This process is a ``role``: the runtime declares it, and the row of ``key`` (default: the role) in
-        :data:`ROLES` wires its objects, once; ``parts`` are what the hooks lend that row (verl's readers).
-        Never raises."""
-        key = key or role
-        row = ROLES.get(key)
+        """This process is a ``process_role``: the runtime declares it, and the row of ``key`` (default:
+        ``process_role``) in :data:`PROCESS_ROLES` wires its objects, once; ``parts`` are what the hooks lend that
+        row (verl's readers). Never raises."""
+        key = key or process_role
+        row = PROCESS_ROLES.get(key)
         self.runtime.wire(
-            role,
+            process_role,
             index=index,
             project=project,
             experiment=experiment,
@@ -193,7 +193,7 @@ class Model:
             progress.stop()
 
 
-# -- the role table: what each process role wires ---------------------------------------------------------------
+# -- the process role table: what each process role wires -------------------------------------------------------
 def _trainer(m: Model) -> None:
     """The process where fit() runs: the metrics, the reward flush, the step line and the [VERL_PROGRESS] console."""
     observers = m.steps.observers
@@ -254,15 +254,15 @@ def _rollouter(m: Model) -> None:
         m.windows.on_window_closed.append(WindowConsole())
 
 
-#: process role (or wiring key) -> what it wires; a role without a row (the rollout server: vLLM's own
+#: process role (or wiring key) -> what it wires; a process role without a row (the rollout server: vLLM's own
 #: spans and page, see hooks/engine.py) is declared only
-ROLES: dict[str, Callable[..., None]] = {
-    sc.ROLE_TRAINER: _trainer,
+PROCESS_ROLES: dict[str, Callable[..., None]] = {
+    sc.PROCESS_ROLE_TRAINER: _trainer,
     FULLY_ASYNC_TRAINER: _fully_async_trainer,
-    sc.ROLE_WORKER: _train_worker,
-    sc.ROLE_AGENT_LOOP: _agent_loop,
-    sc.ROLE_REWARD: _reward_worker,
-    sc.ROLE_ROLLOUTER: _rollouter,
+    sc.PROCESS_ROLE_WORKER: _train_worker,
+    sc.PROCESS_ROLE_AGENT_LOOP: _agent_loop,
+    sc.PROCESS_ROLE_REWARD: _reward_worker,
+    sc.PROCESS_ROLE_ROLLOUTER: _rollouter,
 }
 
 

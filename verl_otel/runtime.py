@@ -2,8 +2,8 @@
 the one flusher thread. :func:`current` never raises: the runtime is made on first use (again in a forked child), its
 SDK parts lazily, each behind a boundary that degrades (a no-op tracer, no exporter) with one log line instead of
 raising into verl. It owns the process' telemetry model (verl_otel/model.py, which the hooks reach). A process says
-what it is with :meth:`Runtime.wire` (role, run, the role's own set-up, once per role); training threads only *ask*
-for a flush (:meth:`Runtime.flush_soon`); fit end waits ``VERL_OTEL_SHUTDOWN_TIMEOUT`` s at most.
+what it is with :meth:`Runtime.wire` (its process role, run and set-up, once per process role); training threads
+only *ask* for a flush (:meth:`Runtime.flush_soon`); fit end waits ``VERL_OTEL_SHUTDOWN_TIMEOUT`` s at most.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from verl_otel.process.metrics import MetricsState
 from verl_otel.process.stalls import Stall, StallWatch
 
 _given: dict[str, Any] = {}  # providers handed to instrument() in this process
-_on_role: list[Callable[[str], None]] = []  # told each role once per process when it is wired (see on_role)
+_on_process_role: list[Callable[[str], None]] = []  # told each process role once, when it is wired (on_process_role)
 
 
-def on_role(tell: Callable[[str], None]) -> None:
-    """Call ``tell(role)`` once per role and process when it is first wired (hooks/targets.py: the start-up line)."""
-    if tell not in _on_role:
-        _on_role.append(tell)
+def on_process_role(tell: Callable[[str], None]) -> None:
+    """Call ``tell(process_role)`` once per process role, when first wired (hooks/targets.py: the start-up line)."""
+    if tell not in _on_process_role:
+        _on_process_role.append(tell)
 
 
 class Runtime:
@@ -40,14 +40,14 @@ class Runtime:
         self.state = MetricsState(settings.max_metric_keys, settings.deprecated_names)
         self.destination = "none"
         self._lock = threading.RLock()
-        self._role: tuple[str, int | None] = (settings.role, None)
+        self._process_role: tuple[str, int | None] = (settings.process_role, None)
         self._run: dict[str, str] = {}
         self._provider: Any = None
         self._tracer: trace.Tracer | None = None
         self._meter_provider: Any = None
         self._metrics_started = False
         self._wired: set[str] = set()
-        self._reported: set[str] = set()  # roles whose hook coverage line was logged
+        self._reported: set[str] = set()  # process roles whose hook coverage line was logged
         self._engine_provider: Any = None  # an inference engine's request spans (vLLM), see engine_provider
         self._cluster: Any = None  # the Ray driver's discovery of every node's targets (see discover)
         self._stalls: Any = None  # the stall watch (process/stalls.py), made on first use
@@ -60,7 +60,7 @@ class Runtime:
 
         self.unsent = UnsentSpans(settings.data_dir)  # the OTLP push's span buffers, spilled at exit
         # the signals that end this process (export/run_end.py): a trainer's open step is written at once
-        self.ends = RunEnds(settings.data_dir, self.unsent, lambda: self.role, settings.console_only)
+        self.ends = RunEnds(settings, self.unsent, lambda: self.process_role)
         self.flusher = Flusher(self._flush_exports)
         self.targets = ProcessTargets(settings.data_dir, self.flusher.submit, self.flusher.every_tick)  # /metrics pages
         self.budget = ShutdownBudget(settings.shutdown_timeout_s)  # every wait at fit end and exit
@@ -68,7 +68,7 @@ class Runtime:
     # -- identity --------------------------------------------------------------------------------
     def wire(
         self,
-        role: str,
+        process_role: str,
         *,
         index: int | None = None,
         project: Any = None,
@@ -76,10 +76,10 @@ class Runtime:
         setup: Callable[[Runtime], None] | None = None,
         key: str | None = None,
     ) -> None:
-        """This process is a ``role``: declare it (before its first span), start the metric exporters and
-        run the role's ``setup`` once per ``key`` (default: the role); tells :func:`on_role`'s listeners (what of
-        verl is hooked here) once per role. Never raises."""
-        key = key or role
+        """This process is a ``process_role``: declare it (before its first span), start the metric exporters and
+        run its ``setup`` once per ``key`` (default: ``process_role``); tells :func:`on_process_role`'s listeners
+        (what of verl is hooked here) once per process role. Never raises."""
+        key = key or process_role
         if key in self._wired:
             return
         with self._lock:
@@ -87,7 +87,7 @@ class Runtime:
                 return
             self._wired.add(key)  # one try: a set-up that failed is reported, not retried per call
             try:
-                self.declare(role, index, project, experiment)
+                self.declare(process_role, index, project, experiment)
                 self._start_metrics()
                 if setup is not None:
                     setup(self)
@@ -97,11 +97,11 @@ class Runtime:
                     f"telemetry set-up for {key} failed ({exc!r}); training continues, "
                     "this part of the telemetry is off",
                 )
-            if role not in self._reported:  # once per role and process: on_role's listeners (the start-up line)
-                self._reported.add(role)
-                for tell in list(_on_role):
+            if process_role not in self._reported:  # once per process role: its listeners (the start-up line)
+                self._reported.add(process_role)
+                for tell in list(_on_process_role):
                     try:
-                        tell(role)
+                        tell(process_role)
                     except Exception as exc:  # noqa: BLE001
                         warn_once("coverage", f"cannot say which hooks are on ({exc!r})")
 
@@ -114,11 +114,11 @@ class Runtime:
     def wired(self, key: str) -> bool:
         return key in self._wired
 
-    def declare(self, role: str, index: int | None = None, project: Any = None, experiment: Any = None) -> None:
-        """What this process is, its index in that role (the resource is fixed once the first span exists)."""
+    def declare(self, process_role: str, index: int | None = None, project: Any = None, experiment: Any = None) -> None:
+        """What this process is, its index in that process role (the resource is fixed once the first span exists)."""
         with self._lock:
             if self._tracer is None:
-                self._role = (role, index)
+                self._process_role = (process_role, index)
             if project:
                 self._run[sc.RES_PROJECT] = str(project)[:256]
             if experiment:
@@ -127,15 +127,15 @@ class Runtime:
     def _resource(self) -> Any:
         from verl_otel.export.providers import resource
 
-        return resource(*self._role, self._run, self.settings.deprecated_names)
+        return resource(*self._process_role, self._run, self.settings.deprecated_names)
 
     @property
-    def role(self) -> str:
-        return self._role[0]
+    def process_role(self) -> str:
+        return self._process_role[0]
 
     def run_labels(self) -> dict[str, str]:
         """Target labels of this process for Prometheus (same names as the push path's)."""
-        labels = {sc.LABEL_PROCESS_ROLE: self._role[0]}
+        labels = {sc.LABEL_PROCESS_ROLE: self._process_role[0]}
         if sc.RES_PROJECT in self._run:
             labels[sc.LABEL_PROJECT] = self._run[sc.RES_PROJECT]
         if sc.RES_EXPERIMENT in self._run:
@@ -181,7 +181,7 @@ class Runtime:
         carried one of our samples' contexts), never roots. None when spans are off here."""
         with self._lock:
             if self._engine_provider is None and self._provider is None:
-                self.tracer  # noqa: B018 - the resource (this process' role) is fixed with our tracer
+                self.tracer  # noqa: B018 - the resource (the process role) is fixed with our tracer
             if self._engine_provider is None and self._provider is not None and _given.get("tracer_provider") is None:
                 try:
                     from verl_otel.export import providers
@@ -240,7 +240,7 @@ class Runtime:
                 state=self.state,
                 flush_soon=self.flush_soon,
                 evidence=stall_evidence.for_settings(self.settings),
-                role=lambda: self.role,
+                process_role=lambda: self.process_role,
                 on_stall=lambda stall: [tell(stall) for tell in list(self.stall_listeners)],
                 capture=captures.for_settings(self.settings),
             )
@@ -262,7 +262,7 @@ class Runtime:
             self.state.drop(reason, 0)
         providers.start_pull(self.state, self.settings, self.run_labels(), self.targets.add)
         self.every_tick(ResidentMemory(self.state))  # read on the flusher's tick, never a training thread
-        self.gpus = gpu_sampler.start_for(self.role, self.state)  # a GPU process' own GPUs, on its own thread
+        self.gpus = gpu_sampler.start_for(self.process_role, self.state)  # a GPU process' own GPUs, on its own thread
         res = None
         if self.settings.metrics_endpoint is not None and _given.get("meter_provider") is None:
             self.tracer  # noqa: B018 - the resource is the tracer provider's

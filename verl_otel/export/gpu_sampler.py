@@ -24,7 +24,7 @@ READ_EVERY_S = 2.0
 MAX_GPUS = 16  # a node's GPUs: more than any process is given
 KEEP_SAMPLES = 1800  # one hour at READ_EVERY_S: busy_share's window, bounded
 #: the processes that hold GPUs: training workers, rollout servers (vLLM), a standalone replica's worker
-GPU_ROLES = frozenset((sc.ROLE_WORKER, sc.ROLE_ROLLOUT_SERVER, sc.ROLE_REPLICA_WORKER))
+GPU_PROCESS_ROLES = frozenset((sc.PROCESS_ROLE_WORKER, sc.PROCESS_ROLE_ROLLOUT_SERVER, sc.PROCESS_ROLE_REPLICA_WORKER))
 
 
 def load_nvml() -> ModuleType | str:
@@ -151,9 +151,9 @@ class GpuSampler:
             self.gpus = []
 
 
-def start_for(role: str, state: MetricsState) -> GpuSampler | None:
-    """A running sampler for a process of ``role`` that holds GPUs; None for other roles or where it is off."""
-    if role not in GPU_ROLES:
+def start_for(process_role: str, state: MetricsState) -> GpuSampler | None:
+    """A running sampler for a process of ``process_role`` that holds GPUs; None for the others or where it is off."""
+    if process_role not in GPU_PROCESS_ROLES:
         return None
     sampler = GpuSampler(state)
     return sampler if sampler.start() else None

@@ -35,10 +35,10 @@ Drop = Callable[[str, int], None]
 ENGINE_SPANS_PER_SAMPLE_SPAN = 4
 
 
-def instance_id(host: str, role: str, index: int | None, pid: int) -> str:
+def instance_id(host: str, process_role: str, index: int | None, pid: int) -> str:
     """Unique per process (two processes sharing it would overwrite each other's series behind the Collector),
     so the pid is in it; the rest makes ``$instance`` readable: ``node-1/agent_loop_worker-0/4242``."""
-    return f"{host}/{role}{'' if index is None else f'-{index}'}/{pid}"
+    return f"{host}/{process_role}{'' if index is None else f'-{index}'}/{pid}"
 
 
 _preset = threading.local()
@@ -82,22 +82,23 @@ class PresetIds(RandomIdGenerator):
         return super().generate_span_id()
 
 
-def resource(role: str, index: int | None, run: Mapping[str, str], deprecated_names: bool = True) -> Resource:
+def resource(process_role: str, index: int | None, run: Mapping[str, str], deprecated_names: bool = True) -> Resource:
     """The process' resource; ``index``: its index within its process role, under the key naming what it counts
-    (an agent-loop worker's, a replica's: semconv.INDEX_OF_ROLE), and the deprecated key too unless switched off."""
+    (an agent-loop worker's, a replica's: semconv.INDEX_OF_PROCESS_ROLE), and the deprecated key too unless switched
+    off."""
     host, pid = cfg.hostname(), os.getpid()
     # ours wins over OTEL_RESOURCE_ATTRIBUTES' service.instance.id: one value there is shared by every process
     attrs: dict[str, Any] = {
-        sc.RES_ROLE: role,
+        sc.RES_PROCESS_ROLE: process_role,
         sc.RES_NODE: host,
         sc.RES_PID: pid,
-        sc.RES_INSTANCE: instance_id(host, role, index, pid),
+        sc.RES_INSTANCE: instance_id(host, process_role, index, pid),
         **run,
     }
     if index is not None:
-        if role in sc.INDEX_OF_ROLE:
-            attrs[sc.INDEX_OF_ROLE[role]] = index
-        if deprecated_names or role not in sc.INDEX_OF_ROLE:
+        if process_role in sc.INDEX_OF_PROCESS_ROLE:
+            attrs[sc.INDEX_OF_PROCESS_ROLE[process_role]] = index
+        if deprecated_names or process_role not in sc.INDEX_OF_PROCESS_ROLE:
             attrs[sc.RES_DEPRECATED_WORKER_INDEX] = index
     if not os.environ.get("OTEL_SERVICE_NAME"):
         attrs["service.name"] = sc.SERVICE_NAME_DEFAULT  # else Resource.create reads it from the environment

@@ -228,7 +228,7 @@ def _hook_tool_class(tool: Any) -> None:
             f"{cls.__qualname__}.{m}",
             tool_method,
             "the tool's exception type on its calls",
-            role=sc.ROLE_AGENT_LOOP,
+            process_role=sc.PROCESS_ROLE_AGENT_LOOP,
         )
         for m in missing
     )

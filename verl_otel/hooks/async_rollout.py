@@ -39,13 +39,13 @@ def _wire_rollouter(rollouter: Any) -> None:
     m = model.current()
     if m.windows.read is None:  # this process is the rollouter from its first hooked call on, fit() or not
         m.windows.read = verl_async.rollouter_reader(rollouter)
-    m.wire(sc.ROLE_ROLLOUTER, **verl.run_names(rollouter))
+    m.wire(sc.PROCESS_ROLE_ROLLOUTER, **verl.run_names(rollouter))
 
 
 def _wire_trainer() -> model.Model:
     """fully_async's trainer process (the model's row: its gauges, its note on the step line)."""
     m = model.current()
-    m.wire(sc.ROLE_TRAINER, key=model.FULLY_ASYNC_TRAINER)
+    m.wire(sc.PROCESS_ROLE_TRAINER, key=model.FULLY_ASYNC_TRAINER)
     return m
 
 

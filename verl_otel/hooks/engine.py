@@ -76,7 +76,7 @@ def client_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any,
 # -- server side -----------------------------------------------------------------------------------
 def _switch_tracing_on(server: Any, ns: Any) -> None:
     m = model.current()
-    m.wire(sc.ROLE_ROLLOUT_SERVER, index=_replica(server))
+    m.wire(sc.PROCESS_ROLE_ROLLOUT_SERVER, index=_replica(server))
     rt = m.runtime
     replica = _replica(server)
     attrs = {} if replica is None else {sc.ATTR_ENGINE_REPLICA: replica}
@@ -107,7 +107,7 @@ def _list_metrics_page(server: Any) -> None:
     if host is None or port is None or node_rank not in (0, None):  # one page per replica: its first node's
         return
     rt = model.current().runtime
-    labels = {**rt.run_labels(), sc.LABEL_PROCESS_ROLE: sc.ROLE_ROLLOUT_SERVER}
+    labels = {**rt.run_labels(), sc.LABEL_PROCESS_ROLE: sc.PROCESS_ROLE_ROLLOUT_SERVER}
     if replica is not None:
         labels[sc.LABEL_REPLICA] = str(replica)
     rt.add_scrape_target(host, port, labels)

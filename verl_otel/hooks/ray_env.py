@@ -91,4 +91,4 @@ def _note_ends() -> None:
     ends it moments later, and ``doctor`` names. Main thread only (elsewhere: no note)."""
     from verl_otel import model
 
-    model.current().runtime.ends.note(sc.ROLE_DRIVER)
+    model.current().runtime.ends.note(sc.PROCESS_ROLE_DRIVER)

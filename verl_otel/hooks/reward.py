@@ -24,8 +24,8 @@ from verl_otel.telemetry.propagation import inject, traceparent_of
 def _wire(worker: Any) -> None:
     """A reward-loop worker (the model's row: its spans, flushed at exit)."""
     m = model.current()
-    if not m.wired(sc.ROLE_REWARD):  # per reward call: the config is read once
-        m.wire(sc.ROLE_REWARD, **run_names(worker))
+    if not m.wired(sc.PROCESS_ROLE_REWARD):  # per reward call: the config is read once
+        m.wire(sc.PROCESS_ROLE_REWARD, **run_names(worker))
 
 
 def _take_parent(worker: Any, data: Any) -> str | None:
@@ -54,7 +54,7 @@ def compute_score(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, .
     data = args[0] if args else kwargs.get("data")
     parent = safe(_take_parent, instance, data)
     coro = wrapped(*args, **kwargs)
-    return _timed(coro, parent, data) if parent and model.current().wired(sc.ROLE_REWARD) else coro
+    return _timed(coro, parent, data) if parent and model.current().wired(sc.PROCESS_ROLE_REWARD) else coro
 
 
 def _context_column(data: Any) -> Callable[[], None] | None:
@@ -86,7 +86,7 @@ def _trace_id(traceparent: str) -> str:
 
 def _emit_groups(trace_id: str | None) -> int:
     m = model.current()
-    if not m.wired(sc.ROLE_REWARD):
+    if not m.wired(sc.PROCESS_ROLE_REWARD):
         return 0
     match = None if trace_id is None else (lambda parent: _trace_id(parent) == trace_id)
     return m.reward_spans.flush(idle_only=False, parents=match)

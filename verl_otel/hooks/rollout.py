@@ -53,11 +53,11 @@ def _rollout_worker_index() -> int | None:
 def _wire(worker: Any = None) -> None:
     """First batch in this process: an agent-loop worker (the model's row: gauges, sample spans, the bar)."""
     m = model.current()
-    if m.wired(sc.ROLE_AGENT_LOOP):
+    if m.wired(sc.PROCESS_ROLE_AGENT_LOOP):
         return
     m.rollout.worker = _rollout_worker_index()
     m.wire(
-        sc.ROLE_AGENT_LOOP,
+        sc.PROCESS_ROLE_AGENT_LOOP,
         index=m.rollout.worker,
         describe=sample_attributes,
         **run_names(worker),

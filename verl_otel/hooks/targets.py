@@ -42,11 +42,11 @@ def _m(module: str, attr: str, wrapper: str, feature: str, min_verl: str = "0.0"
     return _t(module, attr, wrapper, feature, min_verl, how="method")
 
 
-def _in(role: str, *targets: HookTarget) -> tuple[HookTarget, ...]:
-    """``targets`` run in processes of ``role``, one of semconv's ROLE_* values (written out: every Python start-up
-    of the venv imports this module, which must not load semconv; tests/test_version_drift.py checks each is one);
-    that role's start-up line counts them."""
-    return tuple(replace(t, role=role) for t in targets)
+def _in(process_role: str, *targets: HookTarget) -> tuple[HookTarget, ...]:
+    """``targets`` run in processes of ``process_role``, one of semconv's PROCESS_ROLE_* values (written out:
+    every Python start-up of the venv imports this module, which must not load semconv; tests/test_version_drift.py
+    checks each is one); that process role's start-up line counts them."""
+    return tuple(replace(t, process_role=process_role) for t in targets)
 
 
 RAY_TARGETS: tuple[HookTarget, ...] = (
@@ -361,15 +361,15 @@ def install_all() -> None:
         _all_installed = True
     console()  # verl-otel starts working here: its own lines, unless the application configured our logger
     registry.install((*RAY_TARGETS, *ALL_TARGETS))
-    # the start-up line of each role the runtime wires; attached when a hook module first imports the runtime
+    # the start-up line of each process role the runtime wires; attached when a hook module first imports the runtime
     # (the runtime never imports the hooks, and a process that never imports verl loads no runtime)
-    import_hooks.register("verl_otel.runtime", lambda module: module.on_role(_start_up_line))
+    import_hooks.register("verl_otel.runtime", lambda module: module.on_process_role(_start_up_line))
 
 
-def _start_up_line(role: str) -> None:
+def _start_up_line(process_role: str) -> None:
     from verl_otel.hooks import coverage  # here: start-up loads no more than it must
 
-    coverage.report(role)
+    coverage.report(process_role)
 
 
 def uninstall_all() -> None:

@@ -27,7 +27,7 @@ def _steps() -> StepTracer:
 def declare_run(trainer: Any) -> None:
     """The process where fit() runs (the model's trainer row: metrics, reward flush, console lines)."""
     info = verl.run_info(trainer, "")
-    model.current().wire(sc.ROLE_TRAINER, project=info.project, experiment=info.experiment)
+    model.current().wire(sc.PROCESS_ROLE_TRAINER, project=info.project, experiment=info.experiment)
 
 
 def start_fit(trainer: Any, kind: str) -> None:

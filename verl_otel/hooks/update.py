@@ -41,7 +41,7 @@ def _strategy(worker: Any, section: str) -> str:
 def _wire() -> model.Model:
     """A training worker (the model's row: update-progress gauges, the [VERL_PROGRESS] actor/critic bar)."""
     m = model.current()
-    m.wire(sc.ROLE_WORKER)
+    m.wire(sc.PROCESS_ROLE_WORKER)
     return m
 
 

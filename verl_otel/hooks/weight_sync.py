@@ -136,8 +136,8 @@ replica_update_weights = _wrap(sc.CALL_WEIGHT_RECEIVE, replica=True)
 def _replica_worker() -> None:
     """This process is a replica's worker, unless it already said it is something else (before its first span)."""
     m = model.current()
-    if m.runtime.role == sc.ROLE_OTHER:
-        m.wire(sc.ROLE_REPLICA_WORKER)
+    if m.runtime.process_role == sc.PROCESS_ROLE_OTHER:
+        m.wire(sc.PROCESS_ROLE_REPLICA_WORKER)
 
 
 def _remember(worker: Any, traceparent: str, step: int) -> None:

@@ -34,7 +34,7 @@ def _send(group: Any, method: str, blocking: bool) -> int | None:
     if stalls is None:
         return None
     size = getattr(group, "world_size", None)
-    return stalls.send(sent_text(sc.ROLE_WORKER, method, size if isinstance(size, int) else None), blocking)
+    return stalls.send(sent_text(sc.PROCESS_ROLE_WORKER, method, size if isinstance(size, int) else None), blocking)
 
 
 def _answered(token: int | None) -> None:

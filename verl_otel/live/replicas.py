@@ -37,7 +37,7 @@ def replicas_of(series: list[Series]) -> list[Replica]:
     rows: dict[tuple[str, str], dict[str, float]] = {}
     for s in series:
         attr = _FIELDS.get(s.name)
-        if attr is None or s.labels.get(sc.LABEL_PROCESS_ROLE) != sc.ROLE_ROLLOUT_SERVER:
+        if attr is None or s.labels.get(sc.LABEL_PROCESS_ROLE) != sc.PROCESS_ROLE_ROLLOUT_SERVER:
             continue
         key = (s.labels.get("instance", ""), s.labels.get(sc.LABEL_REPLICA, ""))
         row = rows.setdefault(key, {})

@@ -320,6 +320,6 @@ def attach_stall_frames(view: RunView, stalls_dir: Path) -> None:
     if not view.stalls:
         return
     for rec in stall_records.read_dir(stalls_dir):  # newest first
-        key = (rec.role, rec.phase)
+        key = (rec.process_role, rec.phase)
         if key in view.stalls and not view.stalls[key]:
             view.stalls[key] = rec.frame

@@ -52,14 +52,18 @@ class StallWatch:
         state: MetricsState,
         flush_soon: Callable[[], None],
         evidence: Evidence | None,
-        role: Callable[[], str],
+        process_role: Callable[[], str],
         on_stall: Callable[[Stall], object] | None = None,
         capture: Capture | None = None,
     ) -> None:
         self.settings = settings
         self._capture = capture
         self._tracer, self._state, self._flush_soon = tracer, state, flush_soon
-        self._evidence, self._role, self._on_stall = evidence, role, on_stall  # on_stall: the console line (progress/)
+        self._evidence, self._process_role, self._on_stall = (
+            evidence,
+            process_role,
+            on_stall,
+        )  # on_stall: the console line (progress/)
         self._ids = itertools.count(1)
         self._calls: dict[int, _Call] = {}
         self._sent: dict[int, _Sent] = {}  # calls sent to other processes, in the order sent (bounded: MAX_SENT)
@@ -228,7 +232,7 @@ class StallWatch:
         kind = frames.classify(c.phase if c.call == c.phase else c.call, stack.frames if stack else ())
         if kind == sc.STALL_UNKNOWN and c.call != c.phase:
             kind = frames.classify(c.phase, ())
-        role = self._role()
+        process_role = self._process_role()
         stall = Stall(
             c.phase,
             c.call,
@@ -238,7 +242,7 @@ class StallWatch:
             frames.frame_text(frame) if frame else "",
             kind,
             "",
-            role,
+            process_role,
             self.pid,
             self.host,
             stack=tuple(frames.frame_text(f) for f in reversed(stack.frames) if frames.is_relevant(f[0]))[:12]
@@ -251,7 +255,7 @@ class StallWatch:
         self._phases.add(c.phase)
         self._state.inc(sc.STALLS_TOTAL, (c.phase,))
         step = f"step{c.step}" if c.step >= 0 else "step-unknown"
-        name = f"{step}-{c.phase}-{role}-{self.host}-{self.pid}"  # two hosts, one pid: two files
+        name = f"{step}-{c.phase}-{process_role}-{self.host}-{self.pid}"  # two hosts, one pid: two files
         if c.step < 0:  # one stall per phase and trace: the next step's must not replace this one's file
             name += f"-{_trace_of(c.parent):032x}"[:9]
         if self._capture is not None:  # while it is stuck: started first, the evidence's header names it
@@ -314,7 +318,7 @@ class StallWatch:
             "waiting_on": s.waiting_on,
             "capture": s.capture,
             "waits_for": s.waits_for,
-            "role": s.role,
+            "process_role": s.process_role,
             "pid": s.pid,
             "host": s.host,
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -334,7 +338,7 @@ class StallWatch:
             sc.ATTR_STALL_WAITS_FOR: s.waits_for,
             sc.ATTR_STALL_EVIDENCE: s.evidence,
             sc.ATTR_STALL_CAPTURE: s.capture,
-            sc.ATTR_STALL_ROLE: s.role,
+            sc.ATTR_STALL_PROCESS_ROLE: s.process_role,
             sc.ATTR_STALL_PID: s.pid,
             sc.ATTR_STALL_HOST: s.host,
         }

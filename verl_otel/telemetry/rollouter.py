@@ -28,7 +28,7 @@ from verl_otel.telemetry.services import Services
 from verl_otel.telemetry.slowest_calls import Group, SlowestCalls, emit_calls
 from verl_otel.telemetry.text import mark_failed
 
-_ROLLOUTER = (sc.ROLE_ROLLOUTER,)
+_ROLLOUTER = (sc.PROCESS_ROLE_ROLLOUTER,)
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ class StepTracer:
             self._global_step = global_step
             self._run = run
             self._scoped_run, self._last_number = False, -1
-            self._svc.declare(sc.ROLE_TRAINER)
+            self._svc.declare(sc.PROCESS_ROLE_TRAINER)
         self._notify("on_fit_start", self._run)
 
     def fit_ended(self, exc: BaseException | None) -> None:
@@ -66,7 +66,7 @@ class StepTracer:
                     self._step.stopped = True
                 elif exc is not None:
                     self._fail(self._step, exc)
-                    self._end_run(self._step, attributes_of(exc))
+                    self._end_run(self._step, attributes_of(exc, deprecated_names=self._svc.settings.deprecated_names))
                 self._end_step(metrics=self._step.metrics or None)
             self._global_step = None
         self._svc.flush_wait()
@@ -94,7 +94,7 @@ class StepTracer:
                     step.stopped = True
             elif exc is not None:
                 mark_failed(token.span, exc, self._svc.settings.max_text)
-                token.span.set_attributes(attributes_of(exc))
+                token.span.set_attributes(attributes_of(exc, deprecated_names=self._svc.settings.deprecated_names))
                 if step is not None:
                     step.failed_in = step.failed_in or token.name
                     self._fail(step, exc, record=False)
