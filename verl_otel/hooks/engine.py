@@ -9,7 +9,7 @@ Server side (verl's ``vLLMHttpServer``, a Ray actor holding vLLM's ``AsyncLLM`` 
 
 - :func:`run_server` switches vLLM's request tracing on (its ``otlp_traces_endpoint``, with log stats on:
   vLLM's tracing asserts per-request stats and would crash its output handler without them), and lists the
-  server's ``/metrics`` (vLLM's own page) in the run's file_sd file (role ``rollout_server``, ``replica``);
+  server's ``/metrics`` (vLLM's own page) in the run's file_sd file (process role ``rollout_server``, ``replica``);
 - :func:`init_tracer` (vLLM's, for our endpoint only): vLLM's request spans go through a tracer provider
   of ours in this process, to our destination (the trace file, or the user's collector) with our bounded
   queue; it records only spans under a sampled parent. vLLM's own set-up is skipped, so vLLM never puts

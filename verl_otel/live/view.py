@@ -100,8 +100,8 @@ def header(view: RunView, now: float) -> RenderableType:
         lines.append(Text.assemble(("GPU time, last step: ", "bold"), split))
     if view.stalls:
         stuck = "; ".join(
-            f"{role}{_on(view.stall_hosts.get((role, phase), []), view)} in {phase}" + (f" at {where}" if where else "")
-            for (role, phase), where in sorted(view.stalls.items())
+            f"{proc}{_on(view.stall_hosts.get((proc, phase), []), view)} in {phase}" + (f" at {where}" if where else "")
+            for (proc, phase), where in sorted(view.stalls.items())
         )
         lines.append(Text.assemble(("STALLED: ", "bold red"), (stuck, "red"), ("  (verl-otel doctor)", "dim")))
     hung = [r for r in view.replicas if r.stuck]
