@@ -39,7 +39,7 @@ def test_a_role_row_wires_once(monkeypatch, tmp_path):
         for _ in range(2):
             m.wire(sc.PROCESS_ROLE_TRAINER)
         kinds = [type(o).__name__ for o in m.steps.observers]
-        assert kinds == ["TrainerMetrics", "RewardFlush", "StepConsole", "ProgressConsole"]
+        assert kinds == ["TrainerMetrics", "RewardEmit", "StepConsole", "ProgressConsole"]
         assert reported == [sc.PROCESS_ROLE_TRAINER]
         m.wire(sc.PROCESS_ROLE_TRAINER, key=model.FULLY_ASYNC_TRAINER)
         assert m.step_notes == [m.trainer_side.console_note] and reported == [sc.PROCESS_ROLE_TRAINER]

@@ -58,7 +58,7 @@ def test_a_worker_spills_at_fit_end_within_the_budget(tmp_path, ray_session, ote
     unsent = tmp_path / sc.UNSENT_DIR / f"spans-{socket.gethostname()}-{pid}.jsonl"
     assert not unsent.exists()
 
-    flush = WorkerFlush(lambda: [actor, object()], ShutdownBudget(BUDGET_S), model.current().reward_flush)
+    flush = WorkerFlush(lambda: [actor, object()], ShutdownBudget(BUDGET_S), model.current().reward_emit)
     t0 = time.monotonic()
     flush.start()
     flush.wait()

@@ -26,7 +26,7 @@ from verl_otel.progress.stall_line import print_stall
 from verl_otel.progress.step_line import Note, StepConsole, WindowConsole
 from verl_otel.telemetry.agent import AgentTools
 from verl_otel.telemetry.async_trainer import SubmitLinks, TrainerSide
-from verl_otel.telemetry.reward_flush import RewardFlush
+from verl_otel.telemetry.reward_emit import RewardEmit
 from verl_otel.telemetry.reward_spans import RewardSpans
 from verl_otel.telemetry.rollout import RolloutTracker
 from verl_otel.telemetry.rollout_spans import BatchSpans, Describe
@@ -122,9 +122,9 @@ class Model:
         return self._part("submits", SubmitLinks)
 
     @property
-    def reward_flush(self) -> RewardFlush:
-        """The fit() process' step-end flush of the reward-loop workers' spans."""
-        return self._part("reward_flush", lambda: RewardFlush(self.services))
+    def reward_emit(self) -> RewardEmit:
+        """The fit() process' step-end emit of the reward-loop workers' spans."""
+        return self._part("reward_emit", lambda: RewardEmit(self.services))
 
     @property
     def reward_spans(self) -> RewardSpans:
@@ -195,10 +195,10 @@ class Model:
 
 # -- the process role table: what each process role wires -------------------------------------------------------
 def _trainer(m: Model) -> None:
-    """The process where fit() runs: the metrics, the reward flush, the step line and the [VERL_PROGRESS] console."""
+    """The process where fit() runs: the metrics, the reward emit, the step line and the [VERL_PROGRESS] console."""
     observers = m.steps.observers
     observers.append(TrainerMetrics(m.services.state))
-    observers.append(m.reward_flush)  # the reward workers' spans at each step's end
+    observers.append(m.reward_emit)  # the reward workers' spans at each step's end
     if m.services.settings.step_line:
         observers.append(StepConsole(m.step_notes))
     console = m.progress.trainer_console()
@@ -244,7 +244,7 @@ def _agent_loop(m: Model, describe: Describe | None = None) -> None:
 def _reward_worker(m: Model) -> None:
     """A reward-loop worker: its spans, and the last groups where the process gets to exit."""
     spans = m.reward_spans
-    m.at_exit(lambda: spans.flush(False))
+    m.at_exit(lambda: spans.emit(False))
 
 
 def _rollouter(m: Model) -> None:

@@ -25,7 +25,7 @@ from verl_otel import semconv as sc
 from verl_otel.hooks import verl_async_objects as verl_async
 from verl_otel.hooks import verl_objects as verl
 from verl_otel.hooks._safe import on_exit, safe
-from verl_otel.hooks.reward_flush import RayRewardWorkers
+from verl_otel.hooks.reward_emit import RayRewardWorkers
 from verl_otel.hooks.worker_flush import WorkerFlush, fit_end, for_owner
 from verl_otel.telemetry.rollouter import RolloutWindows
 
@@ -58,7 +58,7 @@ async def rollouter_fit(
     safe(windows.fit_started, verl_async.rollouter_reader(instance))
     gpus: int | None = safe(verl.rollout_gpus, instance)
     windows.gpus = gpus or 1
-    safe(lambda: model.current().reward_flush.attach(RayRewardWorkers(verl.reward_workers(instance))))
+    safe(lambda: model.current().reward_emit.attach(RayRewardWorkers(verl.reward_workers(instance))))
     with on_exit(_rollouter_end, windows, safe(for_owner, instance)):
         return await wrapped(*args, **kwargs)
 

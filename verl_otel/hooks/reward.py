@@ -22,7 +22,7 @@ from verl_otel.telemetry.propagation import inject, traceparent_of
 
 
 def _wire(worker: Any) -> None:
-    """A reward-loop worker (the model's row: its spans, flushed at exit)."""
+    """A reward-loop worker (the model's row: its spans, emitted at exit)."""
     m = model.current()
     if not m.wired(sc.PROCESS_ROLE_REWARD):  # per reward call: the config is read once
         m.wire(sc.PROCESS_ROLE_REWARD, **run_names(worker))
@@ -89,10 +89,10 @@ def _emit_groups(trace_id: str | None) -> int:
     if not m.wired(sc.PROCESS_ROLE_REWARD):
         return 0
     match = None if trace_id is None else (lambda parent: _trace_id(parent) == trace_id)
-    return m.reward_spans.flush(idle_only=False, parents=match)
+    return m.reward_spans.emit(idle_only=False, parents=match)
 
 
-async def verl_otel_flush(self: Any, trace_id: str | None = None, wait_s: float = 0.0) -> int:
+async def verl_otel_emit_spans(self: Any, trace_id: str | None = None, wait_s: float = 0.0) -> int:
     """Added to verl's ``RewardLoopWorker`` (a Ray actor; hooks/targets.py). The trainer calls it when a
     step ended, when every reward call of that step's trace has returned: its groups are emitted now, not
     after the idle time, which the last step never gets (Ray ends this process without ``atexit``). At

@@ -240,8 +240,8 @@ REWARD_TARGETS: tuple[HookTarget, ...] = (
         _m(_RL, "RewardLoopWorker.compute_score", "reward:compute_score", "reward-loop spans in the trace", "0.7.1"),
         _t(
             _RL,
-            "RewardLoopWorker.verl_otel_flush",
-            "reward:verl_otel_flush",
+            "RewardLoopWorker.verl_otel_emit_spans",
+            "reward:verl_otel_emit_spans",
             "reward spans at the step's end (the last step's included)",
             "0.7.1",
             how="add",

@@ -15,7 +15,7 @@ from verl_otel import model
 from verl_otel import semconv as sc
 from verl_otel.hooks import verl_objects as verl
 from verl_otel.hooks._safe import on_exit, safe
-from verl_otel.hooks.reward_flush import RayRewardWorkers
+from verl_otel.hooks.reward_emit import RayRewardWorkers
 from verl_otel.hooks.worker_flush import WorkerFlush, fit_end, for_owner
 from verl_otel.telemetry.steps import StepTracer
 
@@ -25,7 +25,7 @@ def _steps() -> StepTracer:
 
 
 def declare_run(trainer: Any) -> None:
-    """The process where fit() runs (the model's trainer row: metrics, reward flush, console lines)."""
+    """The process where fit() runs (the model's trainer row: metrics, reward emit, console lines)."""
     info = verl.run_info(trainer, "")
     model.current().wire(sc.PROCESS_ROLE_TRAINER, project=info.project, experiment=info.experiment)
 
@@ -34,7 +34,7 @@ def start_fit(trainer: Any, kind: str) -> None:
     """verl's trainer ``trainer`` (a ``kind`` trainer) entered fit()."""
     m = model.current()
     m.steps.fit_started(verl.run_info(trainer, kind), verl.global_step_reader(trainer))
-    m.reward_flush.attach(RayRewardWorkers(verl.reward_workers(trainer)))
+    m.reward_emit.attach(RayRewardWorkers(verl.reward_workers(trainer)))
 
 
 def _end_fit(workers: WorkerFlush | None, exc: BaseException | None) -> None:
@@ -42,7 +42,7 @@ def _end_fit(workers: WorkerFlush | None, exc: BaseException | None) -> None:
     run (fully_async's coroutine fit() has no reward-loop workers of its own: its rollouter's are asked at the
     rollouter's fit end)."""
     m = model.current()
-    fit_end(workers, lambda: m.steps.fit_ended(exc), m.reward_flush.fit_end)  # reward: when not asked above
+    fit_end(workers, lambda: m.steps.fit_ended(exc), m.reward_emit.fit_end)  # reward: when not asked above
 
 
 _WATCHED_TIMERS = frozenset((sc.VERL_TIMER_STEP, *sc.VERL_TIMER_TO_PHASE))

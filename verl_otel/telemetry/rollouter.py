@@ -118,7 +118,7 @@ class RolloutWindows:
         with self._lock:
             self._close_locked(None, exc)
         if self.sample_spans is not None:
-            self.sample_spans.flush(idle_only=False)
+            self.sample_spans.emit(idle_only=False)
         self._svc.flush_wait()
 
     def sample_finished(
