@@ -78,7 +78,7 @@ def step_end_us(rounds: int = 200, keys: int = 150) -> float:
     runtime.reset_for_tests()
     rt = runtime.current()
     tracer = StepTracer(model.current().services)
-    tracer.observers.append(TrainerMetrics(rt.state))
+    tracer.observers.append(TrainerMetrics(rt.store))
 
     class Trainer:
         global_steps = 1
@@ -266,19 +266,19 @@ def engine_carry_us(n: int = 20000) -> tuple[float, float | None]:
 def scrape_ms() -> float:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from verl_otel.export.prometheus import StateCollector
-    from verl_otel.process.metrics import MetricsState
+    from verl_otel.export.prometheus import StoreCollector
+    from verl_otel.process.metrics import MetricStore
     from verl_otel.telemetry.rollout import RolloutTracker
     from verl_otel.telemetry.trainer_metrics import record_training_metrics
 
-    state = MetricsState()
+    store = MetricStore()
     tracker = RolloutTracker()
     tracker.batch_started("train", 1, 512, None)
     tracker.batch_started("validate", 1, 64, None)
-    state.add_source(tracker.readings)
-    record_training_metrics(state, {f"actor/metric_{i}": float(i) for i in range(300)})
+    store.add_source(tracker.readings)
+    record_training_metrics(store, {f"actor/metric_{i}": float(i) for i in range(300)})
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(StateCollector(state))
+    reg.register(StoreCollector(store))
     times = []
     for _ in range(50):
         t0 = time.perf_counter()
@@ -302,13 +302,13 @@ def _stall_watch(root: str) -> Any:
 
     from verl_otel.config import StallSettings
     from verl_otel.export.stall_evidence import EvidenceFiles
-    from verl_otel.process.metrics import MetricsState
+    from verl_otel.process.metrics import MetricStore
     from verl_otel.process.stalls import StallWatch
 
     watch = StallWatch(
         StallSettings(),
         tracer=trace.NoOpTracer,
-        state=MetricsState(),
+        store=MetricStore(),
         flush_soon=lambda: None,
         evidence=EvidenceFiles(__import__("pathlib").Path(root), py_spy=""),
         process_role=lambda: "bench",

@@ -7,7 +7,7 @@ own, since they set environment variables and the runtime):
   same count: no label takes a per-step value).
 - ``rank``: a training rank's /metrics page (its update gauges for actor and critic, the stall watch's, the drop
   counters).
-- :func:`series` counts the samples of a MetricsState's rendered page (``name{labels} value`` lines).
+- :func:`series` counts the samples of a MetricStore's rendered page (``name{labels} value`` lines).
 
 Prints ``SCALE_TRAINER {json}``.
 """
@@ -27,13 +27,13 @@ def rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def series(state: Any) -> int:
+def series(store: Any) -> int:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from verl_otel.export.prometheus import StateCollector
+    from verl_otel.export.prometheus import StoreCollector
 
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(StateCollector(state))
+    reg.register(StoreCollector(store))
     return sum(1 for line in generate_latest(reg).decode().splitlines() if line and not line.startswith("#"))
 
 
@@ -55,7 +55,7 @@ def trainer(steps: int, keys: int) -> dict[str, float]:
     rt = _runtime()
     rt.wire(sc.PROCESS_ROLE_TRAINER)
     tracer = StepTracer(model.current().services)
-    tracer.observers.append(TrainerMetrics(rt.state))
+    tracer.observers.append(TrainerMetrics(rt.store))
 
     class Trainer:
         global_steps = 1
@@ -73,9 +73,9 @@ def trainer(steps: int, keys: int) -> dict[str, float]:
         if step % 20 == 0:
             rt.flush_wait(30)  # the flusher keeps up, as it does between real steps
         if step == 20:
-            out["rss_warm_mb"], out["series_warm"] = rss_mb(), series(rt.state)
+            out["rss_warm_mb"], out["series_warm"] = rss_mb(), series(rt.store)
     rt.flush_wait(30)
-    out["rss_end_mb"], out["series_end"] = rss_mb(), series(rt.state)
+    out["rss_end_mb"], out["series_end"] = rss_mb(), series(rt.store)
     tracer.fit_ended(None)
     return out
 
@@ -92,7 +92,7 @@ def rank() -> dict[str, float]:
     for role in ("actor", "critic"):
         TRACKER.begin(role, 16, 1, step=1)
         TRACKER.minibatch_done(role)
-    return {"series": series(rt.state)}
+    return {"series": series(rt.store)}
 
 
 if __name__ == "__main__":

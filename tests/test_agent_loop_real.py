@@ -141,7 +141,7 @@ def test_real_tool_agent_loop(env, capsys):
     assert {c.attributes[sc.ATTR_ERROR_TYPE] for c in raised} == {"ConnectionError"} and len(raised) == N
     counts = {
         labels: series.count
-        for metric, labels, series in model.current().services.state.histograms()
+        for metric, labels, series in model.current().services.store.histograms()
         if metric is sc.TOOL_CALL_SECONDS
     }
     assert counts[("search", sc.TOOL_RAISED)] == N and sum(counts.values()) == 3 * 2 * N

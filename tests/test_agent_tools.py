@@ -101,12 +101,12 @@ def test_each_outcome_its_span_and_metric(hooked):
 
     async def sample(_self: Any, trajectory: dict[str, Any]) -> str:
         for (name, args), _ in CALLS:
-            await agent_loop.generating_state(generate, loop, (agent_data, {}), {})
+            await agent_loop.generating_turn(generate, loop, (agent_data, {}), {})
 
             async def tools(call: Any) -> None:
                 await loop._call_tool(call, {}, agent_data)  # hooked by the registry
 
-            await agent_loop.processing_tools_state(tools, loop, (FunctionCall(name=name, arguments=args),), {})
+            await agent_loop.processing_tools(tools, loop, (FunctionCall(name=name, arguments=args),), {})
         return "done"
 
     async def batch() -> Any:
@@ -135,7 +135,7 @@ def test_each_outcome_its_span_and_metric(hooked):
     assert attrs[sc.ATTR_SAMPLE_GENERATE_S] >= 0.07 and attrs[sc.ATTR_SAMPLE_TOOLS_S] > 0
     counts = {
         labels: series.count
-        for metric, labels, series in model.current().services.state.histograms()
+        for metric, labels, series in model.current().services.store.histograms()
         if metric is sc.TOOL_CALL_SECONDS
     }
     assert counts == {
@@ -148,14 +148,14 @@ def test_each_outcome_its_span_and_metric(hooked):
     }
     exemplars = [
         e.trace_id
-        for metric, _, series in model.current().services.state.histograms()
+        for metric, _, series in model.current().services.store.histograms()
         if metric is sc.TOOL_CALL_SECONDS
         for e in series.exemplars.values()
     ]
     assert exemplars and set(exemplars) == {"a" * 32}  # the step's trace
     parts = {
         labels[1]: value
-        for metric, labels, value in model.current().services.state.readings()
+        for metric, labels, value in model.current().services.store.readings()
         if metric is sc.ROLLOUT_PART_SECONDS
     }
     assert parts[sc.PART_GENERATE] >= 0.07 and parts[sc.PART_TOOLS] > 0 and sc.PART_OTHER in parts
@@ -169,13 +169,13 @@ def _top_text() -> str:
     from prometheus_client import CollectorRegistry, generate_latest
     from rich.console import Console
 
-    from verl_otel.export.prometheus import StateCollector
+    from verl_otel.export.prometheus import StoreCollector
     from verl_otel.live.run_view import History, build_view
     from verl_otel.live.sources import Scrape, parse_metrics_text
     from verl_otel.live.view import frame
 
     registry = CollectorRegistry()
-    registry.register(StateCollector(model.current().services.state))
+    registry.register(StoreCollector(model.current().services.store))
     scrape = Scrape(source="test", targets=1)
     scrape.series += parse_metrics_text(generate_latest(registry).decode(), {"instance": "h:1"})
     console = Console(width=150, record=True, file=open("/dev/null", "w"))  # noqa: SIM115

@@ -82,7 +82,7 @@ def test_phase_per_process_panel_over_the_run(v1_run):
     start = min(v1_run.extra["step_times"].values()) - 5
     rows = prom.api("query_range", query=expr, start=start, end=end, step="0.5")["result"]
     states: dict[str, set[str]] = {}
-    text = {str(v): t for v, t, _ in timeline_panels.STATES}
+    text = {str(v): t for v, t, _ in timeline_panels.PHASE_VALUES}
     for row in rows:
         role = row["metric"][sc.LABEL_PROCESS_ROLE]
         states.setdefault(role, set()).update(text[str(int(float(v)))] for _, v in row["values"])

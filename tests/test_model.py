@@ -19,7 +19,7 @@ def test_one_model_per_runtime_and_a_new_one_after_reset(monkeypatch):
     try:
         first = model.current()
         assert model.current() is first and first.runtime is runtime.current()
-        assert first.steps is first.steps and first.steps._svc.state is runtime.current().state
+        assert first.steps is first.steps and first.steps._svc.store is runtime.current().store
         runtime.reset_for_tests()
         second = model.current()
         assert second is not first and second.steps is not first.steps

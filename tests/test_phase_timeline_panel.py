@@ -59,7 +59,7 @@ def test_each_process_row_takes_its_state(tmp_path):
             expr = timeline_panels.phase_per_process()
             for var, value in grafana.ALL_VALUES.items():
                 expr = expr.replace(var, value)
-            text = {float(v): t for v, t, _ in timeline_panels.STATES}
+            text = {float(v): t for v, t, _ in timeline_panels.PHASE_VALUES}
             got = {r["metric"][sc.LABEL_PROCESS_ROLE]: text[float(r["value"][1])] for r in prom.query(expr)}
     finally:
         for e in endpoints.values():

@@ -21,7 +21,7 @@ from verl_otel.export import prometheus
 from verl_otel.export.spool import unsent_path
 from verl_otel.export.stall_evidence import EvidenceFiles
 from verl_otel.hooks.ray_env import job_env
-from verl_otel.process.metrics import MetricsState
+from verl_otel.process.metrics import MetricStore
 from verl_otel.process.stalls import StallWatch
 
 
@@ -75,7 +75,7 @@ def _stall_on(host: str, stalls_dir: Path, monkeypatch: pytest.MonkeyPatch) -> s
     watch = StallWatch(
         StallSettings(seconds=0.1, min_seconds=0.1, factor=3.0, repeat_s=60),
         tracer=lambda: tracer,
-        state=MetricsState(),
+        store=MetricStore(),
         flush_soon=lambda: None,
         evidence=EvidenceFiles(stalls_dir, py_spy=""),
         process_role=lambda: sc.PROCESS_ROLE_REWARD,

@@ -16,7 +16,7 @@ from verl_otel.analysis import incidents
 from verl_otel.analysis.stall_records import StallRecord, advice, parse_file
 from verl_otel.config import StallSettings
 from verl_otel.export.stall_evidence import EvidenceFiles
-from verl_otel.process.metrics import MetricsState
+from verl_otel.process.metrics import MetricStore
 from verl_otel.process.stall_record import sent_text
 from verl_otel.process.stalls import MAX_SENT, StallWatch
 from verl_otel.progress.stall_line import stall_line
@@ -31,7 +31,7 @@ def watch(tmp_path: Path):
     w = StallWatch(
         StallSettings(seconds=0.2, min_seconds=0.2, factor=3.0, repeat_s=100.0),
         tracer=lambda: tracer,
-        state=MetricsState(),
+        store=MetricStore(),
         flush_soon=lambda: None,
         evidence=EvidenceFiles(tmp_path / "stalls", py_spy=""),
         process_role=lambda: sc.PROCESS_ROLE_TRAINER,

@@ -104,7 +104,7 @@ def test_each_worker_call_sets_its_ranks_gauge():
             pass
         with pytest.raises(RuntimeError), WorkerSpan(services, "compute_log_prob", "actor", 3, tp, 8):
             raise RuntimeError("a failed call is no timing")
-        got = {lbl: v for m, lbl, v in runtime.current().state.readings() if m is sc.WORKER_CALL_SECONDS}
+        got = {lbl: v for m, lbl, v in runtime.current().store.readings() if m is sc.WORKER_CALL_SECONDS}
         assert list(got) == [("update_actor", "actor", "3")] and 0 <= got[("update_actor", "actor", "3")] < 1
     finally:
         runtime.reset_for_tests()

@@ -1,12 +1,12 @@
 """The telemetry model of one process, owned by its runtime: the trackers, the step tracer and their observers,
-each built with the process' :class:`~verl_otel.telemetry.services.Services` (tracer, metric state, settings,
+each built with the process' :class:`~verl_otel.telemetry.services.Services` (tracer, metric store, settings,
 flush requests) through its constructor.
 
 Hooks reach it through :func:`current` where verl's code enters ours; a forked child gets a new runtime and
 so a new model, and ``runtime.reset_for_tests()`` closes the old one (its threads, its exit hook). What a
 process builds follows from its process role, in one table, :data:`PROCESS_ROLES`: a hook says what the
 process is with :meth:`Model.wire`, once, and that row wires the process' objects together (readings into the
-metric state, observers onto the trackers, the [VERL_PROGRESS] lines of verl_otel/progress/).
+metric store, observers onto the trackers, the [VERL_PROGRESS] lines of verl_otel/progress/).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def services_of(rt: runtime.Runtime) -> Services:
     """What the runtime lends the model's objects: nothing of it but these calls."""
     return Services(
         settings=rt.settings,
-        state=rt.state,
+        store=rt.store,
         tracer=lambda: rt.tracer,
         flush_soon=rt.flush_soon,
         flush_wait=rt.flush_wait,
@@ -197,7 +197,7 @@ class Model:
 def _trainer(m: Model) -> None:
     """The process where fit() runs: the metrics, the reward emit, the step line and the [VERL_PROGRESS] console."""
     observers = m.steps.observers
-    observers.append(TrainerMetrics(m.services.state))
+    observers.append(TrainerMetrics(m.services.store))
     observers.append(m.reward_emit)  # the reward workers' spans at each step's end
     if m.services.settings.step_line:
         observers.append(StepConsole(m.step_notes))
@@ -209,13 +209,13 @@ def _trainer(m: Model) -> None:
 
 def _fully_async_trainer(m: Model) -> None:
     """fully_async's trainer process: its gauges, and its parameter version on the step line."""
-    m.services.state.add_source(m.trainer_side.readings)
+    m.services.store.add_source(m.trainer_side.readings)
     m.step_notes.append(m.trainer_side.console_note)
 
 
 def _train_worker(m: Model) -> None:
     """A training worker: update-progress gauges and the [VERL_PROGRESS] actor/critic bar."""
-    m.services.state.add_source(m.update.readings)
+    m.services.store.add_source(m.update.readings)
     if m.progress.enabled:
         m.update.on_progress.append(UpdateBar(m.progress.settings))
 
@@ -224,10 +224,10 @@ def _agent_loop(m: Model, describe: Describe | None = None) -> None:
     """An agent-loop worker: gauges, the batch's spans (the slowest samples), the [VERL_PROGRESS] bar.
     ``describe`` reads a sample's span attributes out of verl's objects (the hooks lend it)."""
     tracker, settings = m.rollout, m.services.settings
-    m.services.state.add_source(tracker.readings)
+    m.services.store.add_source(tracker.readings)
     tools = m.agent_tools
     tools.worker = "" if tracker.worker is None else str(tracker.worker)
-    m.services.state.add_source(tools.readings)
+    m.services.store.add_source(tools.readings)
     spans = BatchSpans(m.services, settings.sample_spans)
     if describe is not None:
         spans.describe = describe
@@ -249,7 +249,7 @@ def _reward_worker(m: Model) -> None:
 
 def _rollouter(m: Model) -> None:
     """fully_async's rollouter process: its gauges, and its console line per window."""
-    m.services.state.add_source(m.windows.readings)
+    m.services.store.add_source(m.windows.readings)
     if m.services.settings.step_line:
         m.windows.on_window_closed.append(WindowConsole())
 

@@ -1,4 +1,4 @@
-"""One telemetry runtime per process: settings, the tracer (ours or the caller's), the metric state, the exporters and
+"""One telemetry runtime per process: settings, the tracer (ours or the caller's), the metric store, the exporters and
 the one flusher thread. :func:`current` never raises: the runtime is made on first use (again in a forked child), its
 SDK parts lazily, each behind a boundary that degrades (a no-op tracer, no exporter) with one log line instead of
 raising into verl. It owns the process' telemetry model (verl_otel/model.py, which the hooks reach). A process says
@@ -20,7 +20,7 @@ from opentelemetry import trace
 from verl_otel import config as cfg
 from verl_otel import semconv as sc
 from verl_otel._log import logger, warn_once
-from verl_otel.process.metrics import MetricsState
+from verl_otel.process.metrics import MetricStore
 from verl_otel.process.stalls import Stall, StallWatch
 
 _given: dict[str, Any] = {}  # providers handed to instrument() in this process
@@ -37,7 +37,7 @@ class Runtime:
     def __init__(self, settings: cfg.Settings) -> None:
         self.pid = os.getpid()
         self.settings = settings
-        self.state = MetricsState(settings.max_metric_keys, settings.deprecated_names)
+        self.store = MetricStore(settings.max_metric_keys, settings.deprecated_names)
         self.destination = "none"
         self._lock = threading.RLock()
         self._process_role: tuple[str, int | None] = (settings.process_role, None)
@@ -167,7 +167,7 @@ class Runtime:
             providers.quiet_sdk_logs()
             res = self._resource()
             self._provider, self.destination = providers.tracer_provider(
-                self.settings, res, self.state.drop, on_buffer=self.unsent.add
+                self.settings, res, self.store.drop, on_buffer=self.unsent.add
             )
             logger.debug("spans of pid %s go to %s", os.getpid(), self.destination)
             return self._provider.get_tracer(sc.INSTRUMENTATION_NAME, sc.INSTRUMENTATION_VERSION)
@@ -190,7 +190,7 @@ class Runtime:
                     self._engine_provider, _ = providers.tracer_provider(
                         self.settings,
                         res,
-                        self.state.drop,
+                        self.store.drop,
                         children_only=True,
                         span_attributes=span_attributes,
                         on_buffer=self.unsent.add,
@@ -237,7 +237,7 @@ class Runtime:
             return StallWatch(
                 self.settings.stall,
                 tracer=lambda: self.tracer,
-                state=self.state,
+                store=self.store,
                 flush_soon=self.flush_soon,
                 evidence=stall_evidence.for_settings(self.settings),
                 process_role=lambda: self.process_role,
@@ -259,15 +259,15 @@ class Runtime:
         from verl_otel.export.process_memory import ResidentMemory
 
         for reason in sc.DROP_REASONS:  # counters start at 0, so "nothing dropped" is a visible 0
-            self.state.drop(reason, 0)
-        providers.start_pull(self.state, self.settings, self.run_labels(), self.targets.add)
-        self.every_tick(ResidentMemory(self.state))  # read on the flusher's tick, never a training thread
-        self.gpus = gpu_sampler.start_for(self.process_role, self.state)  # a GPU process' own GPUs, on its own thread
+            self.store.drop(reason, 0)
+        providers.start_pull(self.store, self.settings, self.run_labels(), self.targets.add)
+        self.every_tick(ResidentMemory(self.store))  # read on the flusher's tick, never a training thread
+        self.gpus = gpu_sampler.start_for(self.process_role, self.store)  # a GPU process' own GPUs, on its own thread
         res = None
         if self.settings.metrics_endpoint is not None and _given.get("meter_provider") is None:
             self.tracer  # noqa: B018 - the resource is the tracer provider's
             res = getattr(self._provider, "resource", None) or self._resource()
-        self._meter_provider = providers.start_push(self.state, self.settings, res, _given.get("meter_provider"))
+        self._meter_provider = providers.start_push(self.store, self.settings, res, _given.get("meter_provider"))
 
     # -- flushing -----------------------------------------------------------------------------------
     def flush_soon(self) -> None:

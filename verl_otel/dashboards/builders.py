@@ -180,17 +180,17 @@ def _kind_options(p: g.Panel, b: Any) -> None:
             b.thresholds(
                 db.ThresholdsConfig().mode(dm.ThresholdsMode.ABSOLUTE).steps([dm.Threshold(value=None, color="blue")])
             )
-    elif p.kind == "state-timeline":  # one row per series, coloured by its value's state (p.mappings)
+    elif p.kind == "state-timeline":  # one row per series, coloured by its value (p.mappings)
         b.show_value(cm.VisibilityMode.NEVER).merge_values(True).fill_opacity(80).line_width(0)
         b.legend(cb.VizLegendOptions().display_mode(cm.LegendDisplayMode.LIST).placement(cm.LegendPlacement.BOTTOM))
-        states = {v: dm.ValueMappingResult(text=t, color=c, index=i) for i, (v, t, c) in enumerate(p.mappings)}
-        b.mappings([dm.ValueMap(states)])
+        values = {v: dm.ValueMappingResult(text=t, color=c, index=i) for i, (v, t, c) in enumerate(p.mappings)}
+        b.mappings([dm.ValueMap(values)])
     else:
         b.show_header(True)
 
 
 def _color(p: g.Panel) -> dm.FieldColorModeId:
-    if p.kind == "state-timeline":  # each state's own colour (its value mapping)
+    if p.kind == "state-timeline":  # each value's own colour (its value mapping)
         return dm.FieldColorModeId.FIXED
     if p.kind == "bargauge":  # a progress bar (percentunit) keeps its threshold colour, durations grade to red
         return dm.FieldColorModeId.THRESHOLDS if p.unit == "percentunit" else dm.FieldColorModeId.CONTINUOUS_GR_YL_RD

@@ -60,7 +60,7 @@ class Panel:
     cpu_empty: str | None = None  # why this may show nothing in the CPU demo
     links: tuple[dict[str, Any], ...] = ()
     repeat: str | None = None  # a variable: one copy of the panel per selected value (vertically)
-    mappings: tuple[tuple[str, str, str], ...] = ()  # value -> (text, colour): a state timeline's states
+    mappings: tuple[tuple[str, str, str], ...] = ()  # value -> (text, colour): a Grafana state timeline's values
     # where the dashboard puts it: its rows set both (laid_out); x, y, w, h, and a panel left at x=y=0 is placed by
     # the SDK's dashboard builder after the one before it
     grid: tuple[int, int, int, int] = (0, 0, 12, 8)

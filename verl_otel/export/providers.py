@@ -27,7 +27,7 @@ from verl_otel._log import warn_once
 from verl_otel.export.otlp_json import OtlpJsonFileExporter
 from verl_otel.export.sdk_private import span_queue
 from verl_otel.export.span_buffer import BufferedSpanExporter, unsent_path
-from verl_otel.process.metrics import MetricsState
+from verl_otel.process.metrics import MetricStore
 
 Drop = Callable[[str, int], None]
 #: an engine's request spans exported per trace and rollout server: the first 4 x VERL_OTEL_SAMPLE_SPANS, then
@@ -281,7 +281,7 @@ def tracer_provider(
 
 
 def start_pull(
-    state: MetricsState,
+    store: MetricStore,
     settings: cfg.Settings,
     labels: dict[str, str],
     listed: Callable[[str, int, dict[str, str]], None],
@@ -298,7 +298,7 @@ def start_pull(
         from verl_otel.export.ray_store import node_ip_bind
 
         bind = bind or node_ip_bind()
-        port = prometheus.serve(state, bind, settings.prometheus_port)
+        port = prometheus.serve(store, bind, settings.prometheus_port)
         listed(bind, port, labels)
     except Exception as exc:  # noqa: BLE001 - e.g. the port is taken
         warn_once(
@@ -308,14 +308,14 @@ def start_pull(
         )
 
 
-def start_push(state: MetricsState, settings: cfg.Settings, res: Resource | None, given: Any = None) -> Any:
+def start_push(store: MetricStore, settings: cfg.Settings, res: Resource | None, given: Any = None) -> Any:
     """OTLP metrics push when an endpoint is configured (or into the caller's meter provider)."""
     if settings.metrics_endpoint is None and given is None:
         return None
     try:
         from verl_otel.export.otel_metrics import start_push as _start
 
-        return _start(state, settings, res, given)
+        return _start(store, settings, res, given)
     except Exception as exc:  # noqa: BLE001
         warn_once("otlp-metrics", f"cannot start OTLP metrics export: {exc}")
         return None

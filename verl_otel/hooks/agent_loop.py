@@ -38,7 +38,7 @@ def _agent(ctx: _SampleCtx) -> AgentSample:
 
 
 # -- turns ---------------------------------------------------------------------------------------------------
-def generating_state(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def generating_turn(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     ctx = current_sample()
     agent_data = args[0] if args else kwargs.get("agent_data")
     if ctx is None or agent_data is None:
@@ -59,9 +59,7 @@ def _turn_done(ctx: _SampleCtx, agent_data: Any, start: int, prompt: int) -> Non
     _agent(ctx).turn(start, time.monotonic_ns(), prompt, len(getattr(agent_data, "response_ids", None) or ()))
 
 
-def processing_tools_state(
-    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
+def processing_tools(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     ctx = current_sample()
     if ctx is None:
         return wrapped(*args, **kwargs)

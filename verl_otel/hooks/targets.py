@@ -324,11 +324,11 @@ ENGINE_TARGETS: tuple[HookTarget, ...] = (
 
 _TAL = "verl.experimental.agent_loop.tool_agent_loop"
 _TOOL = "the tool's exception type on its calls"
-# verl 0.9.1's ToolAgentLoop (its states and _call_tool's failure texts; not checked on older releases)
+# verl 0.9.1's ToolAgentLoop (its AgentState handlers and _call_tool's failure texts; not checked on older releases)
 AGENT_TARGETS: tuple[HookTarget, ...] = _in(
     "agent_loop_worker",
-    _t(_TAL, "ToolAgentLoop._handle_generating_state", "agent_loop:generating_state", "turn spans", "0.9.1"),
-    _t(_TAL, "ToolAgentLoop._handle_processing_tools_state", "agent_loop:processing_tools_state", "tool time", "0.9.1"),
+    _t(_TAL, "ToolAgentLoop._handle_generating_state", "agent_loop:generating_turn", "turn spans", "0.9.1"),
+    _t(_TAL, "ToolAgentLoop._handle_processing_tools_state", "agent_loop:processing_tools", "tool time", "0.9.1"),
     _t(_TAL, "ToolAgentLoop._call_tool", "agent_loop:call_tool", "tool-call spans, outcomes and metrics", "0.9.1"),
     _t("verl.tools.function_tool", "FunctionTool.call", "agent_loop:tool_method", _TOOL, "0.9.1"),
     _t("verl.tools.base_tool", "BaseTool.create", "agent_loop:tool_method", _TOOL, "0.9.1"),

@@ -98,7 +98,7 @@ def train_mini_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any
     with _span("train_mini_batch", role, instance, data):
         if rank0:  # read the totals before verl pops them from the batch
             safe(_begin, instance, data)
-        with PeakMemory(model.current().services.state, sc.PHASE_UPDATE_CRITIC if role == "critic" else None, "critic"):
+        with PeakMemory(model.current().services.store, sc.PHASE_UPDATE_CRITIC if role == "critic" else None, "critic"):
             return wrapped(*args, **kwargs)
 
 
@@ -132,10 +132,10 @@ def _call_lines(method: str, role: str, worker: Any, data: Any) -> Any:
 def _phase_method(method: str, phase: str, role: str) -> Callable[..., Any]:
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         data = _data(args, kwargs)
-        state = model.current().services.state
+        store = model.current().services.store
         with (
             _span(method, role, instance, data),
-            PeakMemory(state, phase, role),
+            PeakMemory(store, phase, role),
             _rank0_lines(method, role, instance, data),
         ):
             return wrapped(*args, **kwargs)

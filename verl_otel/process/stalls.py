@@ -34,7 +34,7 @@ from verl_otel import semconv as sc
 from verl_otel._log import warn_once
 from verl_otel.config import StallSettings
 from verl_otel.process import stall_frames as frames
-from verl_otel.process.metrics import MetricsState, Reading
+from verl_otel.process.metrics import MetricStore, Reading
 from verl_otel.process.stall_record import Capture, Evidence, Stall, _Call, _Sent
 
 MAX_STALLS = 32  # stalls a process reports in a run (each: a file, a span)
@@ -49,7 +49,7 @@ class StallWatch:
         settings: StallSettings,
         *,
         tracer: Callable[[], trace.Tracer],
-        state: MetricsState,
+        store: MetricStore,
         flush_soon: Callable[[], None],
         evidence: Evidence | None,
         process_role: Callable[[], str],
@@ -58,7 +58,7 @@ class StallWatch:
     ) -> None:
         self.settings = settings
         self._capture = capture
-        self._tracer, self._state, self._flush_soon = tracer, state, flush_soon
+        self._tracer, self._store, self._flush_soon = tracer, store, flush_soon
         self._evidence, self._process_role, self._on_stall = (
             evidence,
             process_role,
@@ -70,12 +70,12 @@ class StallWatch:
         self._history: dict[str, deque[tuple[int, float]]] = {}
         self._stalls: dict[tuple[str, Any], Stall] = {}
         self._phases: set[str] = set()  # phases that stalled here: their gauge goes back to 0, not away
-        self._lock = threading.Lock()  # the watchdog's own state (stalls); enter/exit do not take it
+        self._lock = threading.Lock()  # the watchdog's own stalls; enter/exit do not take it
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.pid, self.host = os.getpid(), cfg.hostname()
         self.tick_s = max(0.05, min(1.0, settings.min_seconds / 4, settings.seconds / 4))
-        state.add_source(self.readings)
+        store.add_source(self.readings)
 
     # -- from the hooks (training threads): a dict entry, nothing else -----------------------------
     def enter(
@@ -253,7 +253,7 @@ class StallWatch:
             last_dump=now,
         )
         self._phases.add(c.phase)
-        self._state.inc(sc.STALLS_TOTAL, (c.phase,))
+        self._store.inc(sc.STALLS_TOTAL, (c.phase,))
         step = f"step{c.step}" if c.step >= 0 else "step-unknown"
         name = f"{step}-{c.phase}-{process_role}-{self.host}-{self.pid}"  # two hosts, one pid: two files
         if c.step < 0:  # one stall per phase and trace: the next step's must not replace this one's file
@@ -284,7 +284,7 @@ class StallWatch:
         if got is None:
             return
         stall.capture, tool = got
-        self._state.inc(sc.CAPTURES_TOTAL, (c.phase,))
+        self._store.inc(sc.CAPTURES_TOTAL, (c.phase,))
         span = trace.get_current_span(c.parent) if c.parent is not None else None
         if span is not None and span.is_recording():  # the stalled call's span: a capture ran in it
             attrs = {sc.ATTR_CAPTURE_FILE: stall.capture, sc.ATTR_CAPTURE_TOOL: tool}

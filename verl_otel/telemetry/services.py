@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from opentelemetry import trace
 
 from verl_otel.config import Settings
-from verl_otel.process.metrics import MetricsState
+from verl_otel.process.metrics import MetricStore
 
 if TYPE_CHECKING:
     from verl_otel.process.stalls import StallWatch
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Services:
     settings: Settings
-    state: MetricsState
+    store: MetricStore
     tracer: Callable[[], trace.Tracer]  # called per span: the runtime makes its tracer on first use
     flush_soon: Callable[[], None]  # ask the flusher for an export (never blocks)
     flush_wait: Callable[..., bool]  # fit end: export and wait, within the shutdown budget

@@ -25,10 +25,10 @@ from opentelemetry.trace import Span, Status, StatusCode
 from verl_otel import semconv as sc
 from verl_otel._log import logger
 from verl_otel.telemetry.goodput import Occupancy, Split, pools_of, step_split
+from verl_otel.telemetry.open_step import _Open, _Step, is_stop, known_id
 from verl_otel.telemetry.run_end import attributes_of
 from verl_otel.telemetry.services import Services
 from verl_otel.telemetry.step_events import RunInfo, StepObserver, StepResult
-from verl_otel.telemetry.step_state import _Open, _Step, is_stop, known_id
 from verl_otel.telemetry.step_summary import write_summary
 from verl_otel.telemetry.step_tokens import StepTokens
 from verl_otel.telemetry.text import mark_failed
@@ -36,7 +36,7 @@ from verl_otel.telemetry.values import to_scalar
 
 
 class StepTracer:
-    """State machine of the fit() process. Thread-safe; never raises into the caller."""
+    """The fit() process' steps and phases, as verl's timers open and close them. Thread-safe; never raises."""
 
     def __init__(self, services: Services) -> None:
         self._svc = services
