@@ -34,12 +34,12 @@ def span_us(n: int = 200, rounds: int = 30) -> tuple[float, float]:
     while the foreground cost is measured (a real step makes about a dozen spans)."""
     os.environ["VERL_OTEL_DIR"] = tempfile.mkdtemp(prefix="verl-otel-bench-")
     os.environ.setdefault("VERL_OTEL_CONSOLE", "0")
-    from verl_otel import model, runtime
+    from verl_otel import runtime, trackers
     from verl_otel.hooks import verl_objects
     from verl_otel.telemetry.steps import StepTracer
 
     runtime.reset_for_tests()
-    tracer = StepTracer(model.current().services)
+    tracer = StepTracer(trackers.current().services)
 
     class Trainer:
         global_steps = 1
@@ -70,14 +70,14 @@ def step_end_us(rounds: int = 200, keys: int = 150) -> float:
     happens on the flusher thread. Median µs."""
     os.environ["VERL_OTEL_DIR"] = tempfile.mkdtemp(prefix="verl-otel-bench-")
     os.environ["VERL_OTEL_CONSOLE"] = "0"
-    from verl_otel import model, runtime
+    from verl_otel import runtime, trackers
     from verl_otel.hooks import verl_objects
     from verl_otel.telemetry.steps import StepTracer
     from verl_otel.telemetry.trainer_metrics import TrainerMetrics
 
     runtime.reset_for_tests()
     rt = runtime.current()
-    tracer = StepTracer(model.current().services)
+    tracer = StepTracer(trackers.current().services)
     tracer.observers.append(TrainerMetrics(rt.store))
 
     class Trainer:
@@ -141,10 +141,10 @@ def progress_update_us(n: int = 200000) -> float:
 def reward_record_us(n: int = 200000) -> float:
     """Per reward call in a reward-loop worker: the K-slowest bookkeeping (the spans themselves are
     made once per group, off the call path)."""
-    from verl_otel import model
+    from verl_otel import trackers
     from verl_otel.telemetry.reward_spans import RewardSpans
 
-    spans = RewardSpans(model.current().services, max_spans=8, background=False)
+    spans = RewardSpans(trackers.current().services, max_spans=8, background=False)
     tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
     def run(k: int) -> None:

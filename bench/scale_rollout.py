@@ -51,7 +51,7 @@ def main(n: int, steps: int, replicas: int, in_flight: bool = False, agent: bool
     os.environ.update(VERL_OTEL_DIR=str(data), VERL_OTEL_CONSOLE="0")
     from omegaconf import OmegaConf
 
-    from verl_otel import model, runtime
+    from verl_otel import runtime, trackers
     from verl_otel import semconv as sc
     from verl_otel.hooks import agent_loop, engine, rollout, verl_objects
     from verl_otel.telemetry.propagation import extract
@@ -61,7 +61,7 @@ def main(n: int, steps: int, replicas: int, in_flight: bool = False, agent: bool
 
     runtime.reset_for_tests()
     rt = runtime.current()
-    m = model.current()
+    m = trackers.current()
     TRACKER = m.rollout  # noqa: N806
     TRACKER.worker = 0  # what rollout._wire reads from Ray's actor name
     m.wire(sc.PROCESS_ROLE_AGENT_LOOP, worker_index=0, describe=verl_objects.sample_attributes)

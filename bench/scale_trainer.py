@@ -1,4 +1,4 @@
-"""Scale of the trainer's model and of the run's Prometheus series (bench/scale.py runs each in a process of its
+"""Scale of the trainer's trackers and of the run's Prometheus series (bench/scale.py runs each in a process of its
 own, since they set environment variables and the runtime):
 
 - ``trainer STEPS KEYS``: STEPS steps through the real step tracer and trainer metrics (a step span, two phases,
@@ -46,15 +46,15 @@ def _runtime() -> Any:
 
 
 def trainer(steps: int, keys: int) -> dict[str, float]:
-    from verl_otel import model
     from verl_otel import semconv as sc
+    from verl_otel import trackers
     from verl_otel.hooks import verl_objects
     from verl_otel.telemetry.steps import StepTracer
     from verl_otel.telemetry.trainer_metrics import TrainerMetrics
 
     rt = _runtime()
     rt.wire(sc.PROCESS_ROLE_TRAINER)
-    tracer = StepTracer(model.current().services)
+    tracer = StepTracer(trackers.current().services)
     tracer.observers.append(TrainerMetrics(rt.store))
 
     class Trainer:
@@ -81,11 +81,11 @@ def trainer(steps: int, keys: int) -> dict[str, float]:
 
 
 def rank() -> dict[str, float]:
-    from verl_otel import model
     from verl_otel import semconv as sc
+    from verl_otel import trackers
 
     rt = _runtime()
-    m = model.current()
+    m = trackers.current()
     TRACKER = m.update  # noqa: N806
     m.wire(sc.PROCESS_ROLE_WORKER, worker_index=0)
     rt.stalls  # noqa: B018 - the stall watch registers its gauges on first use

@@ -13,7 +13,7 @@ import pytest
 
 from helpers.memory_spans import memory_provider
 
-from verl_otel import model, runtime
+from verl_otel import runtime, trackers
 from verl_otel import semconv as sc
 from verl_otel.hooks import agent_loop, registry, rollout
 from verl_otel.hooks.targets import AGENT_TARGETS
@@ -90,9 +90,9 @@ def test_each_outcome_its_span_and_metric(hooked):
     from verl.experimental.agent_loop.tool_parser import FunctionCall
 
     loop = _loop()
-    tracker = model.current().rollout
+    tracker = trackers.current().rollout
     tracker.keep = 4
-    model.current().wire(sc.PROCESS_ROLE_AGENT_LOOP)
+    trackers.current().wire(sc.PROCESS_ROLE_AGENT_LOOP)
     agent_data = SimpleNamespace(prompt_ids=[1] * 10, response_ids=[], _active_tools=loop.tools)
 
     async def generate(*_: Any) -> None:
@@ -135,7 +135,7 @@ def test_each_outcome_its_span_and_metric(hooked):
     assert attrs[sc.ATTR_SAMPLE_GENERATE_S] >= 0.07 and attrs[sc.ATTR_SAMPLE_TOOLS_S] > 0
     counts = {
         labels: series.count
-        for metric, labels, series in model.current().services.store.histograms()
+        for metric, labels, series in trackers.current().services.store.histograms()
         if metric is sc.TOOL_CALL_SECONDS
     }
     assert counts == {
@@ -148,14 +148,14 @@ def test_each_outcome_its_span_and_metric(hooked):
     }
     exemplars = [
         e.trace_id
-        for metric, _, series in model.current().services.store.histograms()
+        for metric, _, series in trackers.current().services.store.histograms()
         if metric is sc.TOOL_CALL_SECONDS
         for e in series.exemplars.values()
     ]
     assert exemplars and set(exemplars) == {"a" * 32}  # the step's trace
     parts = {
         labels[1]: value
-        for metric, labels, value in model.current().services.store.readings()
+        for metric, labels, value in trackers.current().services.store.readings()
         if metric is sc.ROLLOUT_PART_SECONDS
     }
     assert parts[sc.PART_GENERATE] >= 0.07 and parts[sc.PART_TOOLS] > 0 and sc.PART_OTHER in parts
@@ -175,7 +175,7 @@ def _top_text() -> str:
     from verl_otel.live.view import frame
 
     registry = CollectorRegistry()
-    registry.register(StoreCollector(model.current().services.store))
+    registry.register(StoreCollector(trackers.current().services.store))
     scrape = Scrape(source="test", targets=1)
     scrape.series += parse_metrics_text(generate_latest(registry).decode(), {"instance": "h:1"})
     console = Console(width=150, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
@@ -192,6 +192,6 @@ def test_uninstall_restores_the_tool_class_hooked_on_first_use(hooked):
 
 
 def test_tool_labels_are_bounded(hooked):
-    tools = model.current().agent_tools
+    tools = trackers.current().agent_tools
     labels = {tools.label(f"tool{i}") for i in range(sc.MAX_TOOL_NAMES + 10)}
     assert len(labels) == sc.MAX_TOOL_NAMES + 1 and sc.TOOL_OTHER in labels

@@ -48,7 +48,7 @@ def trainer_state(
     phase: str | None = sc.PHASE_UPDATE_ACTOR,
     elapsed: float = 20.0,
 ) -> MetricStore:
-    """A trainer process' metrics as verl-otel's model holds them: step, ETA, the phase running now, the
+    """A trainer process' metrics as verl-otel's trackers hold them: step, ETA, the phase running now, the
     step and phase histograms (mean step 60 s, update_actor 15 s) and verl's last logged scalars."""
     st = MetricStore()
     st.set(sc.TRAINING_STEP, (), step)

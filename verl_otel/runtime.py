@@ -1,7 +1,7 @@
 """One telemetry runtime per process: settings, the tracer (ours or the caller's), the metric store, the exporters and
 the one flusher thread. :func:`current` never raises: the runtime is made on first use (again in a forked child), its
 SDK parts lazily, each behind a boundary that degrades (a no-op tracer, no exporter) with one log line instead of
-raising into verl. It owns the process' telemetry model (verl_otel/model.py, which the hooks reach). A process says
+raising into verl. It owns the process' trackers (verl_otel/trackers.py, which the hooks reach). A process says
 what it is with :meth:`Runtime.wire` (its process role, run and set-up, once per process role); training threads
 only *ask* for a flush (:meth:`Runtime.flush_soon`); fit end waits ``VERL_OTEL_SHUTDOWN_TIMEOUT`` s at most.
 """
@@ -51,8 +51,8 @@ class Runtime:
         self._engine_provider: Any = None  # an inference engine's request spans (vLLM), see engine_provider
         self._cluster: Any = None  # the Ray driver's discovery of every node's targets (see discover)
         self._stalls: Any = None  # the stall watch (process/stalls.py), made on first use
-        self.stall_listeners: list[Callable[[Stall], None]] = []  # told each new stall (the model's console line)
-        self.model: Any = None  # the telemetry model (verl_otel/model.py), made on first use by its accessor
+        self.stall_listeners: list[Callable[[Stall], None]] = []  # told each new stall (the trackers' console line)
+        self.trackers: Any = None  # the trackers (verl_otel/trackers.py), made on first use by its accessor
         from verl_otel.export.flusher import Flusher, ShutdownBudget
         from verl_otel.export.ray_store import ProcessTargets
         from verl_otel.export.run_end import RunEnds
@@ -105,11 +105,11 @@ class Runtime:
                     except Exception as exc:  # noqa: BLE001
                         warn_once("coverage", f"cannot say which hooks are on ({exc!r})")
 
-    def own_model(self, make: Callable[[Runtime], Any]) -> Any:
-        """This runtime's model, made once by ``make`` (verl_otel/model.py::current)."""
+    def own_trackers(self, make: Callable[[Runtime], Any]) -> Any:
+        """This runtime's trackers, made once by ``make`` (verl_otel/trackers.py::current)."""
         with self._lock:
-            self.model = self.model or make(self)
-            return self.model
+            self.trackers = self.trackers or make(self)
+            return self.trackers
 
     def wired(self, key: str) -> bool:
         return key in self._wired
@@ -158,7 +158,7 @@ class Runtime:
         if given is not None:
             self._provider, self.destination = given, "the tracer provider given to instrument()"
             return given.get_tracer(sc.INSTRUMENTATION_NAME, sc.INSTRUMENTATION_VERSION)
-        if self.settings.console_only:  # the console observers get their events from the model, not from spans
+        if self.settings.console_only:  # the console observers get their events from the trackers, not from spans
             self.destination = "nowhere (console only: VERL_PROGRESS_LOG without telemetry)"
             return trace.NoOpTracer()
         try:
@@ -385,16 +385,16 @@ def configure(tracer_provider: Any = None, meter_provider: Any = None) -> None:
 
 
 def reset_for_tests() -> None:
-    """Forget this process' runtime, its model and given providers (tests switch settings between runs)."""
+    """Forget this process' runtime, its trackers and given providers (tests switch settings between runs)."""
     global _current
     with _lock:
         rt, _current = _current, None
         _given.clear()
     if rt is not None and rt._stalls:
         rt._stalls.stop()  # its thread ends at its next tick
-    if rt is not None and rt.model is not None:
+    if rt is not None and rt.trackers is not None:
         with contextlib.suppress(Exception):
-            rt.model.close()  # the model's threads and exit hook
+            rt.trackers.close()  # the trackers' threads and exit hook
     if rt is not None and rt._provider is not None and hasattr(rt._provider, "shutdown"):
         with contextlib.suppress(Exception):  # a provider that fails to shut down is dropped all the same
             rt._provider.shutdown()

@@ -128,7 +128,7 @@ class Dashboard:
 def jaeger_step_search(experiment: str, project: str | None = None) -> dict[str, Any]:
     """A Jaeger search (tags in logfmt) for one run's step spans under ``$service``; ``experiment`` and ``project``
     are single values: a repeated variable or a field-label reference. A raw dict: grafana-foundation-sdk has no
-    Jaeger query model (builders.RawQuery passes it through)."""
+    Jaeger query object (builders.RawQuery passes it through)."""
     tags = f'{sc.ATTR_EXPERIMENT}="{experiment}"'
     if project is not None:
         tags = f'{sc.ATTR_PROJECT}="{project}" {tags}'

@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from verl_otel import model
 from verl_otel import semconv as sc
+from verl_otel import trackers
 from verl_otel.hooks._safe import safe
 from verl_otel.hooks.rollout import _SampleCtx, current_sample
 from verl_otel.hooks.stall_watch import unwatch, watch
@@ -94,7 +94,7 @@ async def _timed_call(
     tool_call: Any,
     agent_data: Any,
 ) -> Any:
-    tools = model.current().agent_tools
+    tools = trackers.current().agent_tools
     name = getattr(tool_call, "name", "")
     active = getattr(agent_data, "_active_tools", None)  # the sample's selection (verl's per-sample tools) ...
     active = getattr(loop, "tools", None) if active is None else active  # ... or the loop's
@@ -162,7 +162,7 @@ def _call_done(
     start: int,
     end: int,
 ) -> None:
-    tools = model.current().agent_tools
+    tools = trackers.current().agent_tools
     response = result[0] if isinstance(result, tuple) and result else None
     text = getattr(response, "text", None) or ""
     text = text if isinstance(text, str) else ""

@@ -27,8 +27,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from verl_otel import model
 from verl_otel import semconv as sc
+from verl_otel import trackers
 from verl_otel._log import warn_once
 from verl_otel.hooks._safe import safe
 from verl_otel.hooks.verl_objects import rollout_engine, rollout_server
@@ -54,7 +54,7 @@ def _talks_to_vllm(client: Any) -> bool:
 
 
 def _carried(client: Any, kwargs: dict[str, Any]) -> dict[str, Any] | None:
-    if not model.current().services.settings.engine_spans:
+    if not trackers.current().services.settings.engine_spans:
         return None
     from verl_otel.hooks.rollout import engine_traceparent
 
@@ -75,7 +75,7 @@ def client_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any,
 
 # -- server side -----------------------------------------------------------------------------------
 def _switch_tracing_on(server: Any, ns: Any) -> None:
-    m = model.current()
+    m = trackers.current()
     m.wire(sc.PROCESS_ROLE_ROLLOUT_SERVER, index=_replica(server))
     rt = m.runtime
     replica = _replica(server)
@@ -106,7 +106,7 @@ def _list_metrics_page(server: Any) -> None:
     replica, node_rank, host, port = rollout_server(server)
     if host is None or port is None or node_rank not in (0, None):  # one page per replica: its first node's
         return
-    rt = model.current().runtime
+    rt = trackers.current().runtime
     labels = {**rt.run_labels(), sc.LABEL_PROCESS_ROLE: sc.PROCESS_ROLE_ROLLOUT_SERVER}
     if replica is not None:
         labels[sc.LABEL_REPLICA] = str(replica)
@@ -134,7 +134,7 @@ def init_tracer(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...
 def _engine_tracer(name: str) -> Any:
     from opentelemetry import trace
 
-    provider = model.current().runtime.engine_provider()
+    provider = trackers.current().runtime.engine_provider()
     if provider is None:
         return None
     # vLLM makes its request spans on the global tracer provider (vllm.tracing.instrument_manual)
@@ -191,7 +191,7 @@ async def _flushed_after(outputs: Any, traceparent: str | None = None) -> Any:
             yield output
     finally:
         safe(unwatch, token)
-        safe(model.current().services.flush_soon)
+        safe(trackers.current().services.flush_soon)
 
 
 def engine_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

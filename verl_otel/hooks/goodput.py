@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from verl_otel import model
 from verl_otel import semconv as sc
+from verl_otel import trackers
 from verl_otel.hooks._safe import safe
 from verl_otel.telemetry.goodput import occupancy_seconds
 from verl_otel.telemetry.step_events import StepObserver
@@ -17,7 +17,7 @@ MAX_ASKED = 4  # steps whose answers are held at once (a step that never ended d
 
 def worker_occupancy(actor: Any, step: int) -> tuple[float, int] | None:
     """In an agent-loop worker (through Ray's ``__ray_call__``): its training rollout's occupancy of ``step``."""
-    return model.current().rollout.occupancy(sc.MODE_TRAIN, step)
+    return trackers.current().rollout.occupancy(sc.MODE_TRAIN, step)
 
 
 class RayOccupancy(StepObserver):

@@ -1,6 +1,6 @@
 """Every verl (and Ray) function verl-otel wraps, as data: the target ("module", "Qual.name") and our
 wrapper as a ``"module:function"`` string. Nothing here imports a hook module: a wrapper's module (and
-through it the telemetry model and the OpenTelemetry SDK) is loaded only when verl's module is imported
+through it the trackers and the OpenTelemetry SDK) is loaded only when verl's module is imported
 in the process, so an enabled process that never imports verl loads almost nothing of ours.
 
 Adding a verl version is adding a row (``min_verl``/``max_verl``). ``how``: ``wrapt`` wraps in place;

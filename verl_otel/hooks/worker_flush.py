@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from verl_otel import model
+from verl_otel import trackers
 from verl_otel._log import warn_once
 from verl_otel.hooks._safe import safe
 
@@ -45,7 +45,7 @@ def flush_or_spill(actor: Any, wait_s: float) -> int:
     """Runs in a worker process (``actor`` is the Ray actor, unused): its exports flushed within ``wait_s``,
     else what is left written to unsent/. Returns the spans that wait there. Never raises."""
     try:
-        rt = model.current().runtime
+        rt = trackers.current().runtime
         return 0 if rt.flush_wait(max(0.0, min(float(wait_s), 3600.0))) else rt.spill_unsent()
     except Exception as exc:  # noqa: BLE001 - the worker goes on as if asked nothing
         warn_once("worker-spill", f"cannot flush this worker's spans at fit end ({exc!r})")
@@ -95,10 +95,10 @@ class WorkerFlush:
 
 def for_owner(owner: Any) -> WorkerFlush:
     """The fit end of ``owner`` (a trainer, or fully_async's rollouter): the worker processes it holds
-    (hooks/verl_objects.py::worker_processes, read at fit end) and the reward-loop workers attached to the model."""
+    (hooks/verl_objects.py::worker_processes, read at fit end) and the reward-loop workers attached to the trackers."""
     from verl_otel.hooks.verl_objects import worker_processes
 
-    m = model.current()
+    m = trackers.current()
     return WorkerFlush(lambda: worker_processes(owner), m.runtime.budget, m.reward_emit)
 
 

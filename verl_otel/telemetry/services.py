@@ -1,6 +1,6 @@
-"""What the model's objects take from their process' runtime, handed in through their constructors.
+"""What the trackers take from their process' runtime, handed in through their constructors.
 
-The model (this folder) never looks the runtime up: ``verl_otel/model.py`` builds each object with the
+The trackers (this folder) never look the runtime up: ``verl_otel/trackers.py`` builds each object with the
 :class:`Services` of its process, so a forked child's new runtime makes new objects and a test's reset
 drops them all. Every call here never raises and never waits on export I/O, but ``flush_wait`` and
 ``spend`` (fit end only, within the process' shutdown budget).

@@ -1,11 +1,11 @@
-"""The telemetry model of one process, owned by its runtime: the trackers, the step tracer and their observers,
+"""The trackers of one process, owned by its runtime: the step tracer, the rollout/update trackers and their observers,
 each built with the process' :class:`~verl_otel.telemetry.services.Services` (tracer, metric store, settings,
 flush requests) through its constructor.
 
 Hooks reach it through :func:`current` where verl's code enters ours; a forked child gets a new runtime and
-so a new model, and ``runtime.reset_for_tests()`` closes the old one (its threads, its exit hook). What a
+so new trackers, and ``runtime.reset_for_tests()`` closes the old ones (their threads, their exit hook). What a
 process builds follows from its process role, in one table, :data:`PROCESS_ROLES`: a hook says what the
-process is with :meth:`Model.wire`, once, and that row wires the process' objects together (readings into the
+process is with :meth:`Trackers.wire`, once, and that row wires the process' objects together (readings into the
 metric store, observers onto the trackers, the [VERL_PROGRESS] lines of verl_otel/progress/).
 """
 
@@ -43,7 +43,7 @@ FULLY_ASYNC_TRAINER = "fully_async_trainer"
 
 
 def services_of(rt: runtime.Runtime) -> Services:
-    """What the runtime lends the model's objects: nothing of it but these calls."""
+    """What the runtime lends the trackers: nothing of it but these calls."""
     return Services(
         settings=rt.settings,
         store=rt.store,
@@ -59,8 +59,8 @@ def services_of(rt: runtime.Runtime) -> Services:
     )
 
 
-class Model:
-    """The process' model objects; each is made on first use (a timer hook asks every process whether a fit()
+class Trackers:
+    """The process' trackers; each is made on first use (a timer hook asks every process whether a fit()
     runs here), and wired to its observers by its process role's row of :data:`PROCESS_ROLES`."""
 
     def __init__(self, rt: runtime.Runtime) -> None:
@@ -169,21 +169,21 @@ class Model:
         return self.runtime.wired(key)
 
     def at_exit(self, hook: Callable[[], object]) -> None:
-        """Run ``hook`` where the process gets to exit (once; a closed model's hooks never run)."""
+        """Run ``hook`` where the process gets to exit (once; closed trackers' hooks never run)."""
         with self._lock:
             if not self._exit_hooks:
                 atexit.register(self._exit)
             self._exit_hooks.append(hook)
 
     def _exit(self) -> None:
-        if self.pid != os.getpid():  # a forked child inherits the handler, not the parent's model
+        if self.pid != os.getpid():  # a forked child inherits the handler, not the parent's trackers
             return
         for hook in list(self._exit_hooks):
             with contextlib.suppress(Exception):  # an exit hook never raises at interpreter exit
                 hook()
 
     def close(self) -> None:
-        """This model is done (a test's reset): its threads stop and its exit hooks are taken back."""
+        """These trackers are done (a test's reset): its threads stop and its exit hooks are taken back."""
         with self._lock:
             if self._exit_hooks:
                 atexit.unregister(self._exit)
@@ -194,7 +194,7 @@ class Model:
 
 
 # -- the process role table: what each process role wires -------------------------------------------------------
-def _trainer(m: Model) -> None:
+def _trainer(m: Trackers) -> None:
     """The process where fit() runs: the metrics, the reward emit, the step line and the [VERL_PROGRESS] console."""
     observers = m.steps.observers
     observers.append(TrainerMetrics(m.services.store))
@@ -207,20 +207,20 @@ def _trainer(m: Model) -> None:
     m.runtime.ends.watch(m.steps.abort)  # a signal ends the open step at once (main thread only: fit()'s)
 
 
-def _fully_async_trainer(m: Model) -> None:
+def _fully_async_trainer(m: Trackers) -> None:
     """fully_async's trainer process: its gauges, and its parameter version on the step line."""
     m.services.store.add_source(m.trainer_side.readings)
     m.step_notes.append(m.trainer_side.console_note)
 
 
-def _train_worker(m: Model) -> None:
+def _train_worker(m: Trackers) -> None:
     """A training worker: update-progress gauges and the [VERL_PROGRESS] actor/critic bar."""
     m.services.store.add_source(m.update.readings)
     if m.progress.enabled:
         m.update.on_progress.append(UpdateBar(m.progress.settings))
 
 
-def _agent_loop(m: Model, describe: Describe | None = None) -> None:
+def _agent_loop(m: Trackers, describe: Describe | None = None) -> None:
     """An agent-loop worker: gauges, the batch's spans (the slowest samples), the [VERL_PROGRESS] bar.
     ``describe`` reads a sample's span attributes out of verl's objects (the hooks lend it)."""
     tracker, settings = m.rollout, m.services.settings
@@ -241,13 +241,13 @@ def _agent_loop(m: Model, describe: Describe | None = None) -> None:
         tracker.on_progress.append(RolloutBar(progress.settings))
 
 
-def _reward_worker(m: Model) -> None:
+def _reward_worker(m: Trackers) -> None:
     """A reward-loop worker: its spans, and the last groups where the process gets to exit."""
     spans = m.reward_spans
     m.at_exit(lambda: spans.emit(False))
 
 
-def _rollouter(m: Model) -> None:
+def _rollouter(m: Trackers) -> None:
     """fully_async's rollouter process: its gauges, and its console line per window."""
     m.services.store.add_source(m.windows.readings)
     if m.services.settings.step_line:
@@ -266,10 +266,10 @@ PROCESS_ROLES: dict[str, Callable[..., None]] = {
 }
 
 
-def current() -> Model:
-    """This process' model (its runtime's; made on first use, anew in a forked child). Never raises."""
+def current() -> Trackers:
+    """This process' trackers (its runtime's; made on first use, anew in a forked child). Never raises."""
     rt = runtime.current()
-    model = rt.model
-    if model is None:
-        model = rt.own_model(Model)
-    return model
+    trackers = rt.trackers
+    if trackers is None:
+        trackers = rt.own_trackers(Trackers)
+    return trackers
