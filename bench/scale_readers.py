@@ -55,9 +55,9 @@ def _template(workers: int, samples: int, engine_per_sample: int, replicas: int,
     )
     lines = []
 
-    def process(role: str, index: int | None, build: Any, trace_id: int = _TRACE) -> None:
+    def process(process_role: str, index: int | None, build: Any, trace_id: int = _TRACE) -> None:
         mem = InMemorySpanExporter()
-        attrs = {"service.name": "verl", "verl.process.role": role}
+        attrs = {"service.name": "verl", "verl.process.role": process_role}
         if index is not None:
             attrs["verl.worker.index"] = index
         provider = TracerProvider(resource=Resource.create(attrs), id_generator=_MarkerIds(trace_id))

@@ -90,10 +90,10 @@ def test_off_without_a_driver_or_a_visible_gpu(store, caplog):
     assert all("CUDA_VISIBLE_DEVICES names no GPU" in line for line in lines[1:])
 
 
-def test_roles_without_gpus_start_nothing(store, monkeypatch):
+def test_process_roles_without_gpus_start_nothing(store, monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())
-    for role in (sc.PROCESS_ROLE_TRAINER, sc.PROCESS_ROLE_AGENT_LOOP, sc.PROCESS_ROLE_REWARD):
-        assert gs.start_for(role, store) is None
+    for process_role in (sc.PROCESS_ROLE_TRAINER, sc.PROCESS_ROLE_AGENT_LOOP, sc.PROCESS_ROLE_REWARD):
+        assert gs.start_for(process_role, store) is None
     assert not _gauges(store, sc.GPU_UTILIZATION)
 
 

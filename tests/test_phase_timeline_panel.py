@@ -32,15 +32,15 @@ EXPECTED = {
 }
 
 
-def _page(role: str) -> str:
-    run = _RUN if role != sc.PROCESS_ROLE_WORKER else ""  # a training worker's page carries no run labels
-    return f"{PROCESSES[role]}\nverl_process_resident_memory_bytes{{{run}}} 1000000\n"
+def _page(process_role: str) -> str:
+    run = _RUN if process_role != sc.PROCESS_ROLE_WORKER else ""  # a training worker's page carries no run labels
+    return f"{PROCESSES[process_role]}\nverl_process_resident_memory_bytes{{{run}}} 1000000\n"
 
 
 def test_each_process_row_takes_its_state(tmp_path):
     if not available():
         pytest.skip("prometheus not installed (`make prometheus`)")
-    endpoints = {role: MetricsEndpoint(_page(role)).__enter__() for role in PROCESSES}
+    endpoints = {process_role: MetricsEndpoint(_page(process_role)).__enter__() for process_role in PROCESSES}
     try:
         config = {
             "global": {"scrape_interval": "1s"},
@@ -48,8 +48,8 @@ def test_each_process_row_takes_its_state(tmp_path):
                 {
                     "job_name": "verl",
                     "static_configs": [
-                        {"targets": [e.address], "labels": {sc.LABEL_PROCESS_ROLE: role}}
-                        for role, e in endpoints.items()
+                        {"targets": [e.address], "labels": {sc.LABEL_PROCESS_ROLE: process_role}}
+                        for process_role, e in endpoints.items()
                     ],
                 }
             ],

@@ -77,7 +77,7 @@ def _series(metric: sc.MetricDef) -> list[dict[str, str]]:
 
 
 def _vllm(step: int) -> list[str]:
-    """vLLM's page of two rollout servers as verl-otel lists them in file_sd (role and replica, no run labels)."""
+    """vLLM's page of two rollout servers as verl-otel lists them in file_sd (process role, replica; no run label)."""
     lines: list[str] = []
     for replica in ("0", "1"):
         base = {sc.LABEL_PROCESS_ROLE: sc.PROCESS_ROLE_ROLLOUT_SERVER, sc.LABEL_REPLICA: replica, "engine": "0"}

@@ -2,7 +2,7 @@
 process, as each process' exporter writes them): the driver's phases with a gap, two training ranks (one whose
 first span does not say its rank), three agent-loop workers (one done early: the long tail; one with more samples
 than are spanned), a rollout replica's requests and a replica worker that never got a request, a process whose
-role is markup. ``goodput=True`` puts the GPU-time accounting's attributes on the step span."""
+process role is markup. ``goodput=True`` puts the GPU-time accounting's attributes on the step span."""
 
 from __future__ import annotations
 
@@ -37,10 +37,10 @@ def _attrs(d: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 class Proc:
-    def __init__(self, role: str, pid: int, index: int | None = None, host: str = "node-a") -> None:
-        self.resource = {"service.name": "verl", sc.RES_PROCESS_ROLE: role, sc.RES_NODE: host, sc.RES_PID: pid}
+    def __init__(self, process_role: str, pid: int, index: int | None = None, host: str = "node-a") -> None:
+        self.resource = {"service.name": "verl", sc.RES_PROCESS_ROLE: process_role, sc.RES_NODE: host, sc.RES_PID: pid}
         if index is not None:
-            self.resource[sc.INDEX_OF_PROCESS_ROLE.get(role, sc.RES_DEPRECATED_WORKER_INDEX)] = index
+            self.resource[sc.INDEX_OF_PROCESS_ROLE.get(process_role, sc.RES_DEPRECATED_WORKER_INDEX)] = index
         self.spans: list[dict[str, Any]] = []
 
     def span(self, name: str, start_s: float, end_s: float, parent: str = "", **attrs: Any) -> str:
