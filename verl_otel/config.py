@@ -242,7 +242,7 @@ class Settings:
     process_role: str = sc.PROCESS_ROLE_OTHER
     console_only: bool = False  # VERL_PROGRESS_LOG=1 alone: the [VERL_PROGRESS] lines, no span/metric export at all
     engine_spans: bool = True  # the rollout engine's (vLLM's) request spans under our samples
-    deprecated_names: bool = True  # renamed labels exported under their old name too (CHANGELOG.md)
+    deprecated_names: bool = True  # renamed labels and attributes exported under their old name too (CHANGELOG.md)
     prometheus_host_given: bool = False  # VERL_OTEL_PROMETHEUS_HOST set: no node-IP default on a Ray worker node
     sd_port: int = 0  # VERL_OTEL_SD_PORT: the Ray driver's http_sd endpoint (0: none; the file is kept all the same)
     stall: StallSettings = field(default_factory=lambda: StallSettings())

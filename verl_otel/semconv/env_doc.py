@@ -115,8 +115,8 @@ ENV_DOC: Final[dict[str, tuple[str, str]]] = {
     ),
     ENV_DEPRECATED_NAMES: (
         "`1`",
-        "renamed labels are exported under their old name too, on the same series (CHANGELOG.md, deprecation "
-        "rule); `0`: only the new names",
+        "renamed labels are exported under their old name too, on the same series, as are renamed span and resource "
+        "attributes and `doctor --json` keys (CHANGELOG.md, deprecation rule); `0`: only the new names",
     ),
     ENV_STALL: ("`1`", "`0`: no stall detection"),
     ENV_STALL_SECONDS: (
