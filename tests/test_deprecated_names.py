@@ -105,3 +105,16 @@ def test_a_process_index_is_named_for_its_role_and_under_the_old_key_for_a_relea
     new_only = resource(role, 3, {}, deprecated_names=False).attributes
     assert new_only[key] == 3 and sc.RES_DEPRECATED_WORKER_INDEX not in new_only
     assert not {k for k in resource(sc.PROCESS_ROLE_WORKER, None, {}).attributes if "index" in k}
+
+
+def test_a_lost_workers_run_end_carries_the_old_process_role_key_until_switched_off():
+    """The old key `verl_otel.run_end.role` beside `verl_otel.run_end.process_role`, gone with the switch off."""
+    from verl_otel.telemetry.run_end import attributes_of
+
+    class ActorDiedError(Exception):  # Ray's, by name and text
+        pass
+
+    died = ActorDiedError("The actor died.\n\tclass_name: WorkerDict\n\tpid: 42\n\tip: 10.0.0.7\n")
+    on, off = attributes_of(died), attributes_of(died, deprecated_names=False)
+    assert on[sc.ATTR_RUN_END_PROCESS_ROLE] == on[sc.ATTR_DEPRECATED_RUN_END_ROLE] == "WorkerDict", on
+    assert off[sc.ATTR_RUN_END_PROCESS_ROLE] == "WorkerDict" and sc.ATTR_DEPRECATED_RUN_END_ROLE not in off, off
