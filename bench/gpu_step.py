@@ -56,10 +56,10 @@ def _loop(steps: int, samples: int, device: str, alternate: bool = False) -> tup
     calling = on  # whether this step makes the calls (alternated in one process with ``alternate``)
     trainer = _Trainer()
     if on:
-        from verl_otel import model
+        from verl_otel import trackers
         from verl_otel.hooks import trainer as hooks
 
-        TRACKER, TRACER = model.current().rollout, model.current().steps  # noqa: N806
+        TRACKER, TRACER = trackers.current().rollout, trackers.current().steps  # noqa: N806
 
         hooks.declare_run(trainer)
         hooks.start_fit(trainer, "bench")

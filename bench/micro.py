@@ -34,12 +34,12 @@ def span_us(n: int = 200, rounds: int = 30) -> tuple[float, float]:
     while the foreground cost is measured (a real step makes about a dozen spans)."""
     os.environ["VERL_OTEL_DIR"] = tempfile.mkdtemp(prefix="verl-otel-bench-")
     os.environ.setdefault("VERL_OTEL_CONSOLE", "0")
-    from verl_otel import model, runtime
+    from verl_otel import runtime, trackers
     from verl_otel.hooks import verl_objects
     from verl_otel.telemetry.steps import StepTracer
 
     runtime.reset_for_tests()
-    tracer = StepTracer(model.current().services)
+    tracer = StepTracer(trackers.current().services)
 
     class Trainer:
         global_steps = 1
@@ -70,15 +70,15 @@ def step_end_us(rounds: int = 200, keys: int = 150) -> float:
     happens on the flusher thread. Median µs."""
     os.environ["VERL_OTEL_DIR"] = tempfile.mkdtemp(prefix="verl-otel-bench-")
     os.environ["VERL_OTEL_CONSOLE"] = "0"
-    from verl_otel import model, runtime
+    from verl_otel import runtime, trackers
     from verl_otel.hooks import verl_objects
     from verl_otel.telemetry.steps import StepTracer
     from verl_otel.telemetry.trainer_metrics import TrainerMetrics
 
     runtime.reset_for_tests()
     rt = runtime.current()
-    tracer = StepTracer(model.current().services)
-    tracer.observers.append(TrainerMetrics(rt.state))
+    tracer = StepTracer(trackers.current().services)
+    tracer.observers.append(TrainerMetrics(rt.store))
 
     class Trainer:
         global_steps = 1
@@ -141,10 +141,10 @@ def progress_update_us(n: int = 200000) -> float:
 def reward_record_us(n: int = 200000) -> float:
     """Per reward call in a reward-loop worker: the K-slowest bookkeeping (the spans themselves are
     made once per group, off the call path)."""
-    from verl_otel import model
+    from verl_otel import trackers
     from verl_otel.telemetry.reward_spans import RewardSpans
 
-    spans = RewardSpans(model.current().services, max_spans=8, background=False)
+    spans = RewardSpans(trackers.current().services, max_spans=8, background=False)
     tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
     def run(k: int) -> None:
@@ -266,19 +266,19 @@ def engine_carry_us(n: int = 20000) -> tuple[float, float | None]:
 def scrape_ms() -> float:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from verl_otel.export.prometheus import StateCollector
-    from verl_otel.process.metrics import MetricsState
+    from verl_otel.export.prometheus import StoreCollector
+    from verl_otel.process.metrics import MetricStore
     from verl_otel.telemetry.rollout import RolloutTracker
     from verl_otel.telemetry.trainer_metrics import record_training_metrics
 
-    state = MetricsState()
+    store = MetricStore()
     tracker = RolloutTracker()
     tracker.batch_started("train", 1, 512, None)
     tracker.batch_started("validate", 1, 64, None)
-    state.add_source(tracker.readings)
-    record_training_metrics(state, {f"actor/metric_{i}": float(i) for i in range(300)})
+    store.add_source(tracker.readings)
+    record_training_metrics(store, {f"actor/metric_{i}": float(i) for i in range(300)})
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(StateCollector(state))
+    reg.register(StoreCollector(store))
     times = []
     for _ in range(50):
         t0 = time.perf_counter()
@@ -302,16 +302,16 @@ def _stall_watch(root: str) -> Any:
 
     from verl_otel.config import StallSettings
     from verl_otel.export.stall_evidence import EvidenceFiles
-    from verl_otel.process.metrics import MetricsState
+    from verl_otel.process.metrics import MetricStore
     from verl_otel.process.stalls import StallWatch
 
     watch = StallWatch(
         StallSettings(),
         tracer=trace.NoOpTracer,
-        state=MetricsState(),
+        store=MetricStore(),
         flush_soon=lambda: None,
         evidence=EvidenceFiles(__import__("pathlib").Path(root), py_spy=""),
-        role=lambda: "bench",
+        process_role=lambda: "bench",
     )
     return watch
 

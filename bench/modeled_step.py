@@ -46,10 +46,10 @@ def main() -> None:
     on = enabled()
     trainer = TrainerState()
     if on:
-        from verl_otel import model
+        from verl_otel import trackers
         from verl_otel.hooks import trainer as hooks
 
-        TRACKER, TRACER = model.current().rollout, model.current().steps  # noqa: N806
+        TRACKER, TRACER = trackers.current().rollout, trackers.current().steps  # noqa: N806
 
         hooks.declare_run(trainer)
         hooks.start_fit(trainer, "bench")

@@ -27,7 +27,7 @@ from verl_otel.cli import gather_files
 from verl_otel.export import prometheus
 from verl_otel.export.discovery import ClusterTargets
 
-ROLES = (sc.ROLE_TRAINER, sc.ROLE_WORKER, sc.ROLE_AGENT_LOOP, sc.ROLE_REWARD)
+ROLES = (sc.PROCESS_ROLE_TRAINER, sc.PROCESS_ROLE_WORKER, sc.PROCESS_ROLE_AGENT_LOOP, sc.PROCESS_ROLE_REWARD)
 
 
 def _entries(nodes: int, per_node: int, beat: int) -> dict[bytes, dict]:

@@ -55,9 +55,9 @@ def _template(workers: int, samples: int, engine_per_sample: int, replicas: int,
     )
     lines = []
 
-    def process(role: str, index: int | None, build: Any, trace_id: int = _TRACE) -> None:
+    def process(process_role: str, index: int | None, build: Any, trace_id: int = _TRACE) -> None:
         mem = InMemorySpanExporter()
-        attrs = {"service.name": "verl", "verl.process.role": role}
+        attrs = {"service.name": "verl", "verl.process.role": process_role}
         if index is not None:
             attrs["verl.worker.index"] = index
         provider = TracerProvider(resource=Resource.create(attrs), id_generator=_MarkerIds(trace_id))
@@ -193,17 +193,17 @@ def _page(worker: int) -> bytes:
     """A real agent-loop worker's /metrics page (its rollout gauges, train and validate)."""
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from verl_otel.export.prometheus import StateCollector
-    from verl_otel.process.metrics import MetricsState
+    from verl_otel.export.prometheus import StoreCollector
+    from verl_otel.process.metrics import MetricStore
     from verl_otel.telemetry.rollout import RolloutTracker
 
-    state, tracker = MetricsState(), RolloutTracker()
+    store, tracker = MetricStore(), RolloutTracker()
     tracker.worker = worker
     tracker.batch_started("train", 1, 512, None)
     tracker.batch_started("validate", 1, 64, None)
-    state.add_source(tracker.readings)
+    store.add_source(tracker.readings)
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(StateCollector(state))
+    reg.register(StoreCollector(store))
     return generate_latest(reg)
 
 

@@ -51,7 +51,7 @@ def main(n: int, steps: int, replicas: int, in_flight: bool = False, agent: bool
     os.environ.update(VERL_OTEL_DIR=str(data), VERL_OTEL_CONSOLE="0")
     from omegaconf import OmegaConf
 
-    from verl_otel import model, runtime
+    from verl_otel import runtime, trackers
     from verl_otel import semconv as sc
     from verl_otel.hooks import agent_loop, engine, rollout, verl_objects
     from verl_otel.telemetry.propagation import extract
@@ -61,10 +61,10 @@ def main(n: int, steps: int, replicas: int, in_flight: bool = False, agent: bool
 
     runtime.reset_for_tests()
     rt = runtime.current()
-    m = model.current()
+    m = trackers.current()
     TRACKER = m.rollout  # noqa: N806
     TRACKER.worker = 0  # what rollout._wire reads from Ray's actor name
-    m.wire(sc.ROLE_AGENT_LOOP, worker_index=0, describe=verl_objects.sample_attributes)
+    m.wire(sc.PROCESS_ROLE_AGENT_LOOP, worker_index=0, describe=verl_objects.sample_attributes)
 
     class Client:  # what the hook reads of verl's LLMServerClient: its (OmegaConf) config
         config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"name": "vllm"}}})
@@ -79,12 +79,12 @@ def main(n: int, steps: int, replicas: int, in_flight: bool = False, agent: bool
             carried.append(extra[sc.TRACEPARENT_KEY])
 
     # --agent: verl's tool agent loop as its hooks see it, TURNS turns of a generate call and one tool call each
-    # (the states and _call_tool stand in as plain coroutines: the cost measured is the hooks')
+    # (its AgentState handlers and _call_tool stand in as plain coroutines: the cost measured is the hooks')
     tool_loop = SimpleNamespace(tools={"search": object()}, max_tool_response_length=256)
     call = SimpleNamespace(name="search", arguments='{"query": "x"}', tool_call_id=None)
     answer = (SimpleNamespace(text="found"), 0.0, {})
 
-    async def state(*_: Any) -> Any:
+    async def generating(*_: Any) -> Any:
         if in_flight:
             await asyncio.sleep(0)
         generate(sampling_params=params)
@@ -92,15 +92,15 @@ def main(n: int, steps: int, replicas: int, in_flight: bool = False, agent: bool
     async def tool(*_: Any) -> Any:
         return answer
 
-    async def tools_state(data: Any) -> None:
+    async def processing_tools(data: Any) -> None:
         await agent_loop.call_tool(tool, tool_loop, (call, {}, data), {})
 
     async def hooked_loop(_self: Any, trajectory: Any) -> None:  # verl's agent loop, one engine request
         if agent:
             data = SimpleNamespace(prompt_ids=(), response_ids=(), _active_tools=tool_loop.tools)
             for _ in range(TURNS):
-                await agent_loop.generating_state(state, tool_loop, (data, params), {})
-                await agent_loop.processing_tools_state(tools_state, tool_loop, (data,), {})
+                await agent_loop.generating_turn(generating, tool_loop, (data, params), {})
+                await agent_loop.processing_tools(processing_tools, tool_loop, (data,), {})
             return
         if in_flight:
             await asyncio.sleep(0)  # the request's answer comes later: the others start meanwhile
@@ -183,7 +183,7 @@ def main(n: int, steps: int, replicas: int, in_flight: bool = False, agent: bool
         "sample_wall_us": max(0.0, (min(o[0] for o in ours) - min(p[0] for p in plain)) / n * 1e6),
         "bytes_per_step": size / (steps + 1),
         "spans_per_step": spans / (steps + 1),
-        "series": series(rt.state),  # this worker's /metrics page
+        "series": series(rt.store),  # this worker's /metrics page
     }
 
 

@@ -38,7 +38,7 @@ def main(versions: int, samples: int, timed: int) -> dict[str, float]:
     from omegaconf import OmegaConf
     from verl import DataProto
 
-    from verl_otel import model, runtime
+    from verl_otel import runtime, trackers
     from verl_otel.hooks import async_rollout
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -103,7 +103,7 @@ def main(versions: int, samples: int, timed: int) -> dict[str, float]:
     _drive(async_rollout.rollouter_fit(fit, rollouter, (), {}))
     rt.flush_wait(60)
     out["rss_end_mb"] = rss_mb()
-    spans = model.current().windows.sample_spans
+    spans = trackers.current().windows.sample_spans
     out["pending_groups"] = len(spans._groups) if spans is not None else 0
     files = [p for p in data.glob("traces.jsonl*") if not p.name.endswith(".lock")]
     out["spans"] = sum(line.count(b'"spanId"') for p in files for line in p.read_bytes().splitlines())

@@ -1,4 +1,4 @@
-"""Scale of the trainer's model and of the run's Prometheus series (bench/scale.py runs each in a process of its
+"""Scale of the trainer's trackers and of the run's Prometheus series (bench/scale.py runs each in a process of its
 own, since they set environment variables and the runtime):
 
 - ``trainer STEPS KEYS``: STEPS steps through the real step tracer and trainer metrics (a step span, two phases,
@@ -7,7 +7,7 @@ own, since they set environment variables and the runtime):
   same count: no label takes a per-step value).
 - ``rank``: a training rank's /metrics page (its update gauges for actor and critic, the stall watch's, the drop
   counters).
-- :func:`series` counts the samples of a MetricsState's rendered page (``name{labels} value`` lines).
+- :func:`series` counts the samples of a MetricStore's rendered page (``name{labels} value`` lines).
 
 Prints ``SCALE_TRAINER {json}``.
 """
@@ -27,13 +27,13 @@ def rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def series(state: Any) -> int:
+def series(store: Any) -> int:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from verl_otel.export.prometheus import StateCollector
+    from verl_otel.export.prometheus import StoreCollector
 
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(StateCollector(state))
+    reg.register(StoreCollector(store))
     return sum(1 for line in generate_latest(reg).decode().splitlines() if line and not line.startswith("#"))
 
 
@@ -46,16 +46,16 @@ def _runtime() -> Any:
 
 
 def trainer(steps: int, keys: int) -> dict[str, float]:
-    from verl_otel import model
     from verl_otel import semconv as sc
+    from verl_otel import trackers
     from verl_otel.hooks import verl_objects
     from verl_otel.telemetry.steps import StepTracer
     from verl_otel.telemetry.trainer_metrics import TrainerMetrics
 
     rt = _runtime()
-    rt.wire(sc.ROLE_TRAINER)
-    tracer = StepTracer(model.current().services)
-    tracer.observers.append(TrainerMetrics(rt.state))
+    rt.wire(sc.PROCESS_ROLE_TRAINER)
+    tracer = StepTracer(trackers.current().services)
+    tracer.observers.append(TrainerMetrics(rt.store))
 
     class Trainer:
         global_steps = 1
@@ -73,26 +73,26 @@ def trainer(steps: int, keys: int) -> dict[str, float]:
         if step % 20 == 0:
             rt.flush_wait(30)  # the flusher keeps up, as it does between real steps
         if step == 20:
-            out["rss_warm_mb"], out["series_warm"] = rss_mb(), series(rt.state)
+            out["rss_warm_mb"], out["series_warm"] = rss_mb(), series(rt.store)
     rt.flush_wait(30)
-    out["rss_end_mb"], out["series_end"] = rss_mb(), series(rt.state)
+    out["rss_end_mb"], out["series_end"] = rss_mb(), series(rt.store)
     tracer.fit_ended(None)
     return out
 
 
 def rank() -> dict[str, float]:
-    from verl_otel import model
     from verl_otel import semconv as sc
+    from verl_otel import trackers
 
     rt = _runtime()
-    m = model.current()
+    m = trackers.current()
     TRACKER = m.update  # noqa: N806
-    m.wire(sc.ROLE_WORKER, worker_index=0)
+    m.wire(sc.PROCESS_ROLE_WORKER, worker_index=0)
     rt.stalls  # noqa: B018 - the stall watch registers its gauges on first use
     for role in ("actor", "critic"):
         TRACKER.begin(role, 16, 1, step=1)
         TRACKER.minibatch_done(role)
-    return {"series": series(rt.state)}
+    return {"series": series(rt.store)}
 
 
 if __name__ == "__main__":

@@ -14,16 +14,16 @@ import signal
 import sys
 import time
 
-from verl_otel import model
 from verl_otel import semconv as sc
+from verl_otel import trackers
 from verl_otel.process.ends import WATCH
 from verl_otel.telemetry.steps import RunInfo
 
 MODE = sys.argv[1]
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))  # as a Ray worker's (Ray's handler exits 1)
 WATCH.install()  # as when verl's modules are imported: before the trainer's role listens (and polls)
-m = model.current()
-m.wire(sc.ROLE_TRAINER)
+m = trackers.current()
+m.wire(sc.PROCESS_ROLE_TRAINER)
 TRACER = m.steps
 TRACER.fit_started(RunInfo("v1", "proj", "exp", 3, 2, 4), lambda: 2)
 TRACER.phase_enter(sc.VERL_TIMER_STEP)

@@ -156,7 +156,7 @@ def make_trainer(client: MessageQueueClient, rollouter):
 def async_gauges() -> dict[str, float]:
     return {
         m.name + (f"{{{','.join(labels)}}}" if labels else ""): v
-        for m, labels, v in runtime.current().state.readings()
+        for m, labels, v in runtime.current().store.readings()
         if m.name.startswith("verl_async_")
     }
 

@@ -16,7 +16,7 @@ from verl.utils.profiler import marked_timer
 from verl.utils.tracking import Tracking, ValidationGenerationsLogger
 
 import verl_otel.hooks.registry as registry
-from verl_otel import model
+from verl_otel import trackers
 from verl_otel.hooks import trainer as trainer_hooks
 
 
@@ -104,7 +104,7 @@ def main() -> None:
         err = e
     finally:
         t0 = time.monotonic()
-        model.current().steps.fit_ended(err)
+        trackers.current().steps.fit_ended(err)
         fit_end_s = time.monotonic() - t0
     # what the training thread waited for, and how many threads of ours ever ran at once
     print(

@@ -24,7 +24,7 @@ from verl.utils.profiler import marked_timer
 from helpers.ray import ray_init
 
 import verl_otel.hooks.registry as registry
-from verl_otel import model
+from verl_otel import trackers
 from verl_otel.hooks import trainer as trainer_hooks
 
 STEP, SAMPLES = 3, 4
@@ -78,7 +78,7 @@ def main(asset_dir: str, out_path: str) -> None:
     timing: dict = {}
     with marked_timer("step", timing), marked_timer("reward", timing):
         out = manager.compute_rm_score(data)
-    model.current().steps.fit_ended(None)
+    trackers.current().steps.fit_ended(None)
     time.sleep(4)  # the reward-loop worker emits its group once idle (2 s)
     record = {
         "rm_scores_shape": list(out.batch["rm_scores"].shape),

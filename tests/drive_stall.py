@@ -6,8 +6,8 @@ Usage: python drive_stall.py
 
 import time
 
-from verl_otel import model
 from verl_otel import semconv as sc
+from verl_otel import trackers
 from verl_otel.telemetry.steps import RunInfo
 
 
@@ -16,7 +16,7 @@ def score_with_remote_judge() -> None:  # the user's code the stall must point a
         time.sleep(0.2)
 
 
-TRACER = model.current().steps
+TRACER = trackers.current().steps
 TRACER.fit_started(RunInfo("v1", "proj", "exp", 3, 2, 4), lambda: 7)
 TRACER.phase_enter(sc.VERL_TIMER_STEP)
 TRACER.phase_enter(next(k for k, v in sc.VERL_TIMER_TO_PHASE.items() if v == sc.PHASE_REWARD))

@@ -18,8 +18,8 @@ from verl import DataProto
 from verl.single_controller.ray.base import func_generator
 from verl.utils.profiler import marked_timer
 
-from verl_otel import model
 from verl_otel import semconv as sc
+from verl_otel import trackers
 from verl_otel.hooks import trainer as trainer_hooks
 from verl_otel.hooks.verl_batches import batch_size, find_batch, take
 from verl_otel.telemetry.worker_spans import WorkerSpan
@@ -56,7 +56,7 @@ def main() -> None:
 
     def execute(method_name, *args, **kwargs):  # the worker process, played here
         batch = find_batch(args, kwargs)
-        services = model.current().services
+        services = trackers.current().services
         with WorkerSpan(
             services, "update_actor", "actor", 0, take(batch), batch_size(batch)
         ):  # as hooks/update.py does
@@ -74,7 +74,7 @@ def main() -> None:
     with marked_timer("step", timing), marked_timer("update_actor", timing):
         assert traced(batch) == "out"
     after = list(batch.keys()) if kind == "td" else dict(getattr(batch, "extra_info", None) or batch.meta_info)
-    model.current().steps.fit_ended(None)
+    trackers.current().steps.fit_ended(None)
     print(
         json.dumps(
             {

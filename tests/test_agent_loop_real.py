@@ -15,7 +15,7 @@ import pytest
 
 from helpers.memory_spans import memory_provider
 
-from verl_otel import model, runtime
+from verl_otel import runtime, trackers
 from verl_otel import semconv as sc
 from verl_otel.hooks import registry, rollout
 from verl_otel.hooks.targets import AGENT_TARGETS
@@ -95,9 +95,9 @@ def test_real_tool_agent_loop(env, capsys):
 
     out, mem = env
     asset_dir = assets.build(out / "assets")
-    tracker = model.current().rollout
+    tracker = trackers.current().rollout
     tracker.keep = N
-    model.current().wire(sc.ROLE_AGENT_LOOP)
+    trackers.current().wire(sc.PROCESS_ROLE_AGENT_LOOP)
 
     async def steps() -> list[list[Any]]:
         loop, server = _loop(asset_dir, out)  # verl's loop keeps the event loop it was made on
@@ -141,7 +141,7 @@ def test_real_tool_agent_loop(env, capsys):
     assert {c.attributes[sc.ATTR_ERROR_TYPE] for c in raised} == {"ConnectionError"} and len(raised) == N
     counts = {
         labels: series.count
-        for metric, labels, series in model.current().services.state.histograms()
+        for metric, labels, series in trackers.current().services.store.histograms()
         if metric is sc.TOOL_CALL_SECONDS
     }
     assert counts[("search", sc.TOOL_RAISED)] == N and sum(counts.values()) == 3 * 2 * N

@@ -13,7 +13,7 @@ import pytest
 
 from helpers.memory_spans import memory_provider
 
-from verl_otel import model, runtime
+from verl_otel import runtime, trackers
 from verl_otel import semconv as sc
 from verl_otel.hooks import agent_loop, registry, rollout
 from verl_otel.hooks.targets import AGENT_TARGETS
@@ -90,9 +90,9 @@ def test_each_outcome_its_span_and_metric(hooked):
     from verl.experimental.agent_loop.tool_parser import FunctionCall
 
     loop = _loop()
-    tracker = model.current().rollout
+    tracker = trackers.current().rollout
     tracker.keep = 4
-    model.current().wire(sc.ROLE_AGENT_LOOP)
+    trackers.current().wire(sc.PROCESS_ROLE_AGENT_LOOP)
     agent_data = SimpleNamespace(prompt_ids=[1] * 10, response_ids=[], _active_tools=loop.tools)
 
     async def generate(*_: Any) -> None:
@@ -101,12 +101,12 @@ def test_each_outcome_its_span_and_metric(hooked):
 
     async def sample(_self: Any, trajectory: dict[str, Any]) -> str:
         for (name, args), _ in CALLS:
-            await agent_loop.generating_state(generate, loop, (agent_data, {}), {})
+            await agent_loop.generating_turn(generate, loop, (agent_data, {}), {})
 
             async def tools(call: Any) -> None:
                 await loop._call_tool(call, {}, agent_data)  # hooked by the registry
 
-            await agent_loop.processing_tools_state(tools, loop, (FunctionCall(name=name, arguments=args),), {})
+            await agent_loop.processing_tools(tools, loop, (FunctionCall(name=name, arguments=args),), {})
         return "done"
 
     async def batch() -> Any:
@@ -135,7 +135,7 @@ def test_each_outcome_its_span_and_metric(hooked):
     assert attrs[sc.ATTR_SAMPLE_GENERATE_S] >= 0.07 and attrs[sc.ATTR_SAMPLE_TOOLS_S] > 0
     counts = {
         labels: series.count
-        for metric, labels, series in model.current().services.state.histograms()
+        for metric, labels, series in trackers.current().services.store.histograms()
         if metric is sc.TOOL_CALL_SECONDS and series.count  # every outcome of a tool seen has a series, from 0
     }
     assert counts == {
@@ -148,14 +148,14 @@ def test_each_outcome_its_span_and_metric(hooked):
     }
     exemplars = [
         e.trace_id
-        for metric, _, series in model.current().services.state.histograms()
+        for metric, _, series in trackers.current().services.store.histograms()
         if metric is sc.TOOL_CALL_SECONDS
         for e in series.exemplars.values()
     ]
     assert exemplars and set(exemplars) == {"a" * 32}  # the step's trace
     parts = {
         labels[1]: value
-        for metric, labels, value in model.current().services.state.readings()
+        for metric, labels, value in trackers.current().services.store.readings()
         if metric is sc.ROLLOUT_PART_SECONDS
     }
     assert parts[sc.PART_GENERATE] >= 0.07 and parts[sc.PART_TOOLS] > 0 and sc.PART_OTHER in parts
@@ -169,13 +169,13 @@ def _top_text() -> str:
     from prometheus_client import CollectorRegistry, generate_latest
     from rich.console import Console
 
-    from verl_otel.export.prometheus import StateCollector
+    from verl_otel.export.prometheus import StoreCollector
     from verl_otel.live.run_view import History, build_view
     from verl_otel.live.sources import Scrape, parse_metrics_text
     from verl_otel.live.view import frame
 
     registry = CollectorRegistry()
-    registry.register(StateCollector(model.current().services.state))
+    registry.register(StoreCollector(trackers.current().services.store))
     scrape = Scrape(source="test", targets=1)
     scrape.series += parse_metrics_text(generate_latest(registry).decode(), {"instance": "h:1"})
     console = Console(width=150, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
@@ -192,7 +192,7 @@ def test_uninstall_restores_the_tool_class_hooked_on_first_use(hooked):
 
 
 def test_tool_labels_are_bounded(hooked):
-    tools = model.current().agent_tools
+    tools = trackers.current().agent_tools
     labels = {tools.label(f"tool{i}") for i in range(sc.MAX_TOOL_NAMES + 10)}
     assert len(labels) == sc.MAX_TOOL_NAMES + 1 and sc.TOOL_OTHER in labels
     assert len(tools._names) == sc.MAX_TOOL_NAMES  # names past the cap are not kept
@@ -203,7 +203,7 @@ def test_tool_labels_are_bounded(hooked):
 def test_a_tools_outcome_series_start_at_zero(hooked):
     """A tool's series of every outcome are there from its first call at count 0: the first burst of failures of
     a backend gone down (12 calls raised in one scrape) is an increase() the failure alert sees."""
-    state = model.current().services.state
-    model.current().agent_tools.label("fresh")
+    state = trackers.current().services.store
+    trackers.current().agent_tools.label("fresh")
     counts = {labels: series.count for metric, labels, series in state.histograms() if metric is sc.TOOL_CALL_SECONDS}
     assert {o: counts.get(("fresh", o)) for o in sc.TOOL_OUTCOMES} == dict.fromkeys(sc.TOOL_OUTCOMES, 0), counts

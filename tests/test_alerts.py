@@ -41,7 +41,7 @@ def test_promtool_unit_tests_pass():
 
 
 _RSS = sc.PROCESS_RESIDENT_MEMORY.name
-_RUNNING = f'{sc.VLLM_REQUESTS_RUNNING}{{{sc.LABEL_PROCESS_ROLE}="{sc.ROLE_ROLLOUT_SERVER}"}}'
+_RUNNING = f'{sc.VLLM_REQUESTS_RUNNING}{{{sc.LABEL_PROCESS_ROLE}="{sc.PROCESS_ROLE_ROLLOUT_SERVER}"}}'
 
 
 @needs_promtool
@@ -216,9 +216,9 @@ def test_each_health_check_is_one_declaration():
     assert len(declared) == len(set(declared)) >= len(health.CHECKS) and set(declared) <= set(names)
     assert all(names.count(n) == 1 for n in declared)
     view = RunView(metrics={sc.KEY_PPO_KL: 0.3})
-    for kl_max, state in ((0.1, "tripped"), (0.5, "ok")):
+    for kl_max, verdict in ((0.1, "tripped"), (0.5, "ok")):
         t = alerts.Thresholds.with_overrides([f"kl_max={kl_max}"])
         [rule] = health.KL_BLOW_UP.alerts(t)
         assert rule.expr.endswith(f"> {kl_max:g}") and [r for r in alerts.rules(t) if r.name == rule.name] == [rule]
         kl = {s.name: s for s in signals(view, History(), t)}[health.KL_BLOW_UP.name]
-        assert kl.state == state, kl
+        assert kl.verdict == verdict, kl

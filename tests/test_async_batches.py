@@ -143,14 +143,14 @@ def test_resumed_rollouter_counts_versions_from_the_checkpoint(tmp_path):
     code = f"""
 from omegaconf import OmegaConf
 from verl.experimental.fully_async_policy.fully_async_rollouter import FullyAsyncRollouter
-from verl_otel import model
+from verl_otel import trackers
 r = object.__new__(FullyAsyncRollouter.__ray_metadata__.modified_class)
 r.config = OmegaConf.create({{"trainer": {{"resume_mode": "auto", "default_hdfs_dir": None,
                              "default_local_dir": "{ckpt}", "project_name": "p", "experiment_name": "e"}},
                              "async_training": {{"trigger_parameter_sync_step": 2}}}})
 r.required_samples, r.global_steps = 4, 1
 r.load_checkpoint()
-print("RESUMED", r.global_steps, model.current().windows.version)
+print("RESUMED", r.global_steps, trackers.current().windows.version)
 """
     proc = run_py(["-c", code], clean_env(VERL_OTEL_ENABLED="1", VERL_OTEL_DIR=str(tmp_path)), tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -50,7 +50,7 @@ def test_rollouter_has_one_window_span_per_parameter_version(run):
     # the sync before fit() opens version 0; every later sync closes a window and opens the next
     assert sorted(windows) == syncs == list(range(len(syncs)))
     for span in windows.values():
-        assert not span.parent_id and span.resource[sc.RES_ROLE] == sc.ROLE_ROLLOUTER
+        assert not span.parent_id and span.resource[sc.RES_PROCESS_ROLE] == sc.PROCESS_ROLE_ROLLOUTER
     assert sum(s.attributes.get(sc.ATTR_ASYNC_SAMPLES, 0) for s in windows.values()) == record["produced"] == 8
     assert len({s.trace_id for s in windows.values()}) == len(windows)
 
@@ -109,13 +109,13 @@ def test_gauges_on_the_metrics_page(run):
         return v
 
     assert value(sc.ASYNC_SAMPLES_PRODUCED.name) == record["produced"]
-    assert value(sc.ASYNC_PARAM_VERSION.name, side=sc.ROLE_ROLLOUTER) == record["syncs"][-1]["version"]
-    assert value(sc.ASYNC_PARAM_VERSION.name, side=sc.ROLE_TRAINER) == record["syncs"][-1]["version"]
+    assert value(sc.ASYNC_PARAM_VERSION.name, side=sc.PROCESS_ROLE_ROLLOUTER) == record["syncs"][-1]["version"]
+    assert value(sc.ASYNC_PARAM_VERSION.name, side=sc.PROCESS_ROLE_TRAINER) == record["syncs"][-1]["version"]
     assert value(sc.ASYNC_QUEUE_CAPACITY.name) == 4
     assert value(sc.ASYNC_STALENESS.name) == record["final_gauges"][sc.ASYNC_STALENESS.name]
     # Prometheus adds the process' labels from the targets file: the rollouter's wiring named the run and role
     labels = record["target_labels"]
-    assert labels[sc.LABEL_EXPERIMENT] == "exp" and labels[sc.LABEL_PROCESS_ROLE] == sc.ROLE_ROLLOUTER, labels
+    assert labels[sc.LABEL_EXPERIMENT] == "exp" and labels[sc.LABEL_PROCESS_ROLE] == sc.PROCESS_ROLE_ROLLOUTER, labels
 
 
 def test_async_panels_show_the_run_in_real_prometheus(run, prom_factory):
@@ -172,7 +172,7 @@ def test_rollouter_validation_span(run):
     )
     # before training, then every test_freq=2 versions as the trainer asks
     assert [s.attributes[sc.ATTR_PARAM_VERSION] for s in vals] == [0, 2, 4]
-    assert all(not s.parent_id and s.resource[sc.RES_ROLE] == sc.ROLE_ROLLOUTER for s in vals)
+    assert all(not s.parent_id and s.resource[sc.RES_PROCESS_ROLE] == sc.PROCESS_ROLE_ROLLOUTER for s in vals)
     # the generations verl picks for log_val_generations (seed 001's gap) are events on that span, not elsewhere
     for span in vals:
         assert span.attributes[sc.ATTR_VAL_GENERATIONS] == 2
@@ -192,7 +192,7 @@ def test_rollouter_samples_are_spans_of_their_window(run):
     for sample in samples:
         window = windows[sample.parent_id]
         attrs = sample.attributes
-        assert sample.trace_id == window.trace_id and sample.resource[sc.RES_ROLE] == sc.ROLE_ROLLOUTER
+        assert sample.trace_id == window.trace_id and sample.resource[sc.RES_PROCESS_ROLE] == sc.PROCESS_ROLE_ROLLOUTER
         assert (
             attrs[sc.ATTR_PARAM_VERSION] == window.attributes[sc.ATTR_PARAM_VERSION] <= attrs[sc.ATTR_PARAM_VERSION_END]
         )

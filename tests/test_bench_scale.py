@@ -157,7 +157,7 @@ def test_the_rollouter_reads_only_the_samples_that_get_a_span(tmp_path, monkeypa
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from verl_otel import model, runtime
+    from verl_otel import runtime, trackers
     from verl_otel import semconv as sc
     from verl_otel.hooks import async_rollout
     from verl_otel.telemetry.rollouter import RollouterCounters
@@ -167,7 +167,7 @@ def test_the_rollouter_reads_only_the_samples_that_get_a_span(tmp_path, monkeypa
     monkeypatch.setenv(sc.ENV_DIR, str(tmp_path))
     runtime.reset_for_tests()
     runtime.configure(tracer_provider=provider)
-    windows = model.current().windows  # this test's runtime's (gone with its reset)
+    windows = trackers.current().windows  # this test's runtime's (gone with its reset)
     now = [10**18]
     monkeypatch.setattr(async_rollout, "time", SimpleNamespace(time_ns=lambda: now[0]))
     reads: list[int] = []

@@ -27,7 +27,7 @@ from verl_otel.export.stall_evidence import find_py_spy
 _TRAINER = textwrap.dedent(
     """
     import time
-    from verl_otel import model, runtime
+    from verl_otel import runtime, trackers
     from verl_otel import semconv as sc
     from verl_otel.telemetry.steps import RunInfo
 
@@ -37,8 +37,8 @@ _TRAINER = textwrap.dedent(
             x += 1
         return x
 
-    m = model.current()
-    m.wire(sc.ROLE_TRAINER)
+    m = trackers.current()
+    m.wire(sc.PROCESS_ROLE_TRAINER)
     steps = m.steps
     steps.fit_started(RunInfo("v1", "proj", "exp", 2, 4, 1), lambda: 1)
     steps.phase_enter(sc.VERL_TIMER_STEP)

@@ -54,7 +54,7 @@ def test_progress_log_alone_prints_the_seed_lines_and_exports_nothing(drive, tmp
 
 
 def test_with_telemetry_the_same_lines_and_the_exports(drive, tmp_path):
-    """The same model prints the same lines when telemetry is on (and the check above can see a port)."""
+    """The same trackers print the same lines when telemetry is on (and the check above can see a port)."""
     proc = drive(steps=2, VERL_PROGRESS_LOG="1", VERL_OTEL_ENABLED="1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()

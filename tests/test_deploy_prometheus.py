@@ -81,7 +81,7 @@ def test_pull_path_agent_remote_writes_the_runs_metrics(prom_factory, tmp_path):
                         "labels": {
                             sc.LABEL_PROJECT: "p",
                             sc.LABEL_EXPERIMENT: "e",
-                            sc.LABEL_PROCESS_ROLE: sc.ROLE_TRAINER,
+                            sc.LABEL_PROCESS_ROLE: sc.PROCESS_ROLE_TRAINER,
                             "__verl_otel_pid": "1",
                         },
                     }
@@ -98,7 +98,7 @@ def test_pull_path_agent_remote_writes_the_runs_metrics(prom_factory, tmp_path):
     labels = rows[0]["metric"]
     assert rows[0]["value"][1] == "7"
     assert labels[sc.LABEL_PROJECT] == "p" and labels[sc.LABEL_EXPERIMENT] == "e"
-    assert labels[sc.LABEL_PROCESS_ROLE] == sc.ROLE_TRAINER and "__verl_otel_pid" not in labels
+    assert labels[sc.LABEL_PROCESS_ROLE] == sc.PROCESS_ROLE_TRAINER and "__verl_otel_pid" not in labels
 
 
 # -- Alertmanager --------------------------------------------------------------------------------------------------

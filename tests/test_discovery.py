@@ -16,7 +16,7 @@ from verl_otel.export.discovery import VIA_LABEL, ClusterTargets
 
 
 def _entry(target: str, node: str, beat: int, host: str, pid: int = 1) -> dict:
-    labels = {sc.LABEL_PROCESS_ROLE: sc.ROLE_WORKER, sc.LABEL_HOST: host, prometheus.PID_LABEL: str(pid)}
+    labels = {sc.LABEL_PROCESS_ROLE: sc.PROCESS_ROLE_WORKER, sc.LABEL_HOST: host, prometheus.PID_LABEL: str(pid)}
     return {"targets": [target], "labels": labels, "node": node, "beat": beat}
 
 
@@ -25,7 +25,7 @@ def _file(data: Path) -> list[dict]:
 
 
 def test_refresh_prunes_dead_nodes_and_stopped_beats(tmp_path, monkeypatch):
-    own = prometheus.register_target(tmp_path, "10.0.0.1", 5, {sc.LABEL_PROCESS_ROLE: sc.ROLE_TRAINER})
+    own = prometheus.register_target(tmp_path, "10.0.0.1", 5, {sc.LABEL_PROCESS_ROLE: sc.PROCESS_ROLE_TRAINER})
     cluster = ClusterTargets(tmp_path, refresh_s=0)
     entries = {
         b"k1": _entry("10.0.0.2:7", "nodeB", 1, "hostB"),

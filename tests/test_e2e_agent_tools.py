@@ -130,9 +130,9 @@ def test_doctor_names_the_hung_tool_call_and_the_frame_inside_the_tool(colocate_
     assert main(["doctor", "--dir", str(run.out), "--json"]) == 0
     records = json.loads(capsys.readouterr().out)["stalls"]
     tools = [r for r in records if r["phase"] == sc.SPAN_TOOL_PREFIX]
-    assert tools, [(r["role"], r["phase"], r["frame"]) for r in records]
+    assert tools, [(r["process_role"], r["phase"], r["frame"]) for r in records]
     assert all(r["call"].startswith(f"{sc.SPAN_TOOL_PREFIX} {SEARCH} (sample #") for r in tools), tools
-    assert tools[0]["role"] == sc.ROLE_AGENT_LOOP, tools[0]
+    assert tools[0]["process_role"] == sc.PROCESS_ROLE_AGENT_LOOP, tools[0]
     assert main(["doctor", "--dir", str(run.out)]) == 0
     text = capsys.readouterr().out
     assert f"{sc.SPAN_TOOL_PREFIX} {SEARCH} (sample #" in text, text

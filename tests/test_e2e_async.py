@@ -136,7 +136,7 @@ def test_the_gloo_weight_sync_parts_sit_under_update_weights(separate_async_run)
         assert recv.parent_id == phase.span_id and recv.attributes[sc.ATTR_GLOBAL_STEP] == number
         assert recv.attributes[sc.ATTR_WSYNC_MODE] == "cpu_gloo" and recv.attributes[sc.ATTR_WSYNC_BYTES] == model
         assert recv.attributes[sc.ATTR_WSYNC_TENSORS] == sync.attributes[sc.ATTR_WSYNC_TENSORS]
-        assert recv.resource["verl.process.role"] == sc.ROLE_REPLICA_WORKER, recv.resource  # not the server
+        assert recv.resource["verl.process.role"] == sc.PROCESS_ROLE_REPLICA_WORKER, recv.resource  # not the server
         assert recv.resource["process.pid"] != sync.resource["process.pid"]
         assert recv.start_ns >= phase.start_ns and recv.end_ns <= phase.end_ns
         assert recv.attributes[sc.ATTR_WSYNC_RECEIVE_S] > 0 and recv.attributes[sc.ATTR_WSYNC_LOAD_S] > 0

@@ -276,7 +276,7 @@ def test_killed_worker_ends_the_run_as_without_telemetry(tmp_path, pattern, caps
     assert main(["doctor", "--dir", str(tmp_path / "telemetry-1"), "--json"]) == 0
     end = json.loads(capsys.readouterr().out)["run_end"]
     assert end["reason"] == sc.END_WORKER_LOST, (end["detail"], end["frames"])
-    assert end["pid"] == kills["1"] and end["role"] == "WorkerDict", end
+    assert end["pid"] == kills["1"] and end["process_role"] == "WorkerDict", end
     assert (end["step"], end["phase"]) == (1, sc.PHASE_UPDATE_ACTOR), end
     assert main(["doctor", "--dir", str(tmp_path / "telemetry-1")]) == 0
     text = capsys.readouterr().out

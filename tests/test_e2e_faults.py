@@ -141,7 +141,7 @@ def test_worker_killed_mid_step_ends_trace_and_expires_gauges(tmp_path, capsys):
         assert main(["doctor", "--dir", str(tmp_path), "--json"]) == 0
         end = json.loads(capsys.readouterr().out)["run_end"]
         assert (end["reason"], end["pid"], end["step"]) == (sc.END_WORKER_LOST, killed["pid"], 2), end
-        assert end["role"] == "AgentLoopWorker" and end["host"] and end["phase"] == sc.PHASE_ROLLOUT, end
+        assert end["process_role"] == "AgentLoopWorker" and end["host"] and end["phase"] == sc.PHASE_ROLLOUT, end
         assert main(["doctor", "--dir", str(tmp_path)]) == 0
         text = capsys.readouterr().out
         assert text.startswith("run end:   a worker process was lost") and "in step 2, phase rollout" in text, text

@@ -35,7 +35,7 @@ def test_each_trained_step_is_one_trace_then_a_stop_and_fit_end(fully_async_run)
     for number, tree in trained.items():
         root = tree.root
         assert root.attributes[sc.ATTR_TRAINER] == sc.TRAINER_FULLY_ASYNC and not root.status_error
-        assert root.resource[sc.RES_ROLE] == sc.ROLE_TRAINER
+        assert root.resource[sc.RES_PROCESS_ROLE] == sc.PROCESS_ROLE_TRAINER
         names = Counter(s.name for s in tree.spans)
         assert set(names) >= TRAIN_PHASES, (number, names)
         assert names["param_sync"] == 1  # trigger_parameter_sync_step=1: a weight sync per step
@@ -74,7 +74,9 @@ def test_rollouter_windows_and_the_links_from_each_step(fully_async_run):
     spans = _spans(run)
     windows = {s.attributes[sc.ATTR_PARAM_VERSION]: s for s in spans if s.name == sc.SPAN_ROLLOUTER_GENERATE}
     assert sorted(windows) == list(range(len(windows))) and len(windows) >= run.steps, sorted(windows)
-    assert all(w.resource[sc.RES_ROLE] == sc.ROLE_ROLLOUTER and not w.parent_id for w in windows.values())
+    assert all(
+        w.resource[sc.RES_PROCESS_ROLE] == sc.PROCESS_ROLE_ROLLOUTER and not w.parent_id for w in windows.values()
+    )
     # 2 prompts per step (ppo_mini_batch_size) x 3 steps, each window counts what it put in the queue
     assert sum(w.attributes.get(sc.ATTR_ASYNC_SAMPLES, 0) for w in windows.values()) == 2 * run.steps
     by_step = steps(spans)
@@ -88,7 +90,11 @@ def test_rollouter_windows_and_the_links_from_each_step(fully_async_run):
             # trained at parameter version number-1 (one sync per step)
             assert ln.attributes[sc.ATTR_STALENESS] == number - 1 - version >= 0
     # the window's slowest samples, measured at the rollouter, under their window
-    samples = [s for s in spans if s.name == sc.SPAN_ROLLOUT_SAMPLE and s.resource[sc.RES_ROLE] == sc.ROLE_ROLLOUTER]
+    samples = [
+        s
+        for s in spans
+        if s.name == sc.SPAN_ROLLOUT_SAMPLE and s.resource[sc.RES_PROCESS_ROLE] == sc.PROCESS_ROLE_ROLLOUTER
+    ]
     assert len(samples) == 2 * run.steps
     for s in samples:
         assert parent_chain(s, spans) == [sc.SPAN_ROLLOUT_SAMPLE, sc.SPAN_ROLLOUTER_GENERATE]
@@ -107,7 +113,11 @@ def test_trained_steps_and_phases_carry_the_assembled_batchs_tokens(fully_async_
         assert 4 <= prompt <= 4 * 32 and 4 <= response <= 4 * 16, (number, prompt, response)
         responses += response
     # each prompt group (a rollouter sample: its longest response) is trained on once
-    groups = [s for s in spans if s.name == sc.SPAN_ROLLOUT_SAMPLE and s.resource[sc.RES_ROLE] == sc.ROLE_ROLLOUTER]
+    groups = [
+        s
+        for s in spans
+        if s.name == sc.SPAN_ROLLOUT_SAMPLE and s.resource[sc.RES_PROCESS_ROLE] == sc.PROCESS_ROLE_ROLLOUTER
+    ]
     assert responses >= sum(s.attributes[sc.ATTR_SAMPLE_RESPONSE_TOKENS] for s in groups) > 0
     per_1k = run.prom.scalar_by(sc.PHASE_S_PER_1K_TOKENS.name, "phase")
     assert {sc.PHASE_ROLLOUT, sc.PHASE_REF, sc.PHASE_UPDATE_ACTOR} <= set(per_1k) and min(per_1k.values()) > 0, per_1k
@@ -118,7 +128,7 @@ def test_agent_loop_workers_join_the_rollouter_traces(fully_async_run):
     span (and its rollout.sample spans) joins the window the sample started in, or the validation."""
     spans = _spans(fully_async_run)
     workers = [s for s in spans if s.name == sc.SPAN_ROLLOUT_WORKER]
-    assert workers and all(w.resource[sc.RES_ROLE] == sc.ROLE_AGENT_LOOP for w in workers)
+    assert workers and all(w.resource[sc.RES_PROCESS_ROLE] == sc.PROCESS_ROLE_AGENT_LOOP for w in workers)
     parents = Counter((w.attributes[sc.ATTR_MODE], tuple(parent_chain(w, spans)[1:])) for w in workers)
     want = {(sc.MODE_TRAIN, (sc.SPAN_ROLLOUTER_GENERATE,)), (sc.MODE_VALIDATE, (sc.SPAN_ROLLOUTER_VALIDATE,))}
     assert set(parents) == want, parents
@@ -127,7 +137,7 @@ def test_agent_loop_workers_join_the_rollouter_traces(fully_async_run):
     trajectories = sum(w.attributes[sc.ATTR_SAMPLES] for w in workers if w.attributes[sc.ATTR_MODE] == sc.MODE_TRAIN)
     assert trajectories >= 2 * 2 * fully_async_run.steps, trajectories
     for s in spans:
-        if s.name == sc.SPAN_ROLLOUT_SAMPLE and s.resource[sc.RES_ROLE] == sc.ROLE_AGENT_LOOP:
+        if s.name == sc.SPAN_ROLLOUT_SAMPLE and s.resource[sc.RES_PROCESS_ROLE] == sc.PROCESS_ROLE_AGENT_LOOP:
             assert parent_chain(s, spans)[-1] in (sc.SPAN_ROLLOUTER_GENERATE, sc.SPAN_ROLLOUTER_VALIDATE)
 
 
@@ -139,7 +149,7 @@ def test_rollouter_validation_carries_the_validation_generations(fully_async_run
     # before training (val_before_train) and at parameter version 2
     assert len(vals) == 2, [s.attributes for s in vals]
     for span in vals:
-        assert span.resource[sc.RES_ROLE] == sc.ROLE_ROLLOUTER
+        assert span.resource[sc.RES_PROCESS_ROLE] == sc.PROCESS_ROLE_ROLLOUTER
         assert span.attributes[sc.ATTR_VAL_GENERATIONS] == 2
         assert event_names(span).count(sc.EVENT_VAL_GENERATION) == 2
 
@@ -177,6 +187,8 @@ def test_async_gauges_and_panels_on_real_prometheus(fully_async_run):
     # the trainer trained at versions 0..2 and synced 3; the rollouter's last window is the one the
     # post-loop sync opened (fit.end), as in its traces
     last_window = max(s.attributes[sc.ATTR_PARAM_VERSION] for s in _spans(run) if s.name == sc.SPAN_ROLLOUTER_GENERATE)
-    assert versions == {sc.ROLE_TRAINER: float(run.steps), sc.ROLE_ROLLOUTER: float(last_window)}, versions
+    assert versions == {sc.PROCESS_ROLE_TRAINER: float(run.steps), sc.PROCESS_ROLE_ROLLOUTER: float(last_window)}, (
+        versions
+    )
     assert prom.scalar_by(f"sum({sc.ASYNC_SAMPLES_PRODUCED.name})") == {(): 2.0 * run.steps}
     assert prom.scalar_by("sum(verl_step_duration_seconds_count)") == {(): float(run.steps)}

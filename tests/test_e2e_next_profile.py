@@ -19,7 +19,8 @@ pytestmark = pytest.mark.verl
 
 
 def _trainer_stalls(spans):
-    return [s for s in spans if s.name == sc.SPAN_STALL and s.attributes.get(sc.ATTR_STALL_ROLE) == sc.ROLE_TRAINER]
+    trainer = sc.PROCESS_ROLE_TRAINER
+    return [s for s in spans if s.name == sc.SPAN_STALL and s.attributes.get(sc.ATTR_STALL_PROCESS_ROLE) == trainer]
 
 
 def _step_of(name: str) -> int:
@@ -61,7 +62,8 @@ def test_a_stall_in_step_3_profiles_step_4_with_verls_own_profiler(legacy_run):
 def test_doctor_names_the_next_steps_profile(legacy_run, capsys):
     assert main(["doctor", "--dir", str(legacy_run.out), "--json"]) == 0
     stalls = json.loads(capsys.readouterr().out)["stalls"]
-    (values,) = [r for r in stalls if r["phase"] == "values" and r["role"] == sc.ROLE_TRAINER and r["step"] == 3]
+    trainer = sc.PROCESS_ROLE_TRAINER
+    (values,) = [r for r in stalls if r["phase"] == "values" and r["process_role"] == trainer and r["step"] == 3]
     assert values["next_profile"].endswith("/verl-profile/*_step4_*")
     assert main(["doctor", "--dir", str(legacy_run.out)]) == 0
     assert "next step: verl's profiler wrote " + str(legacy_run.out / "verl-profile") in capsys.readouterr().out

@@ -169,13 +169,16 @@ def test_push_delivers_the_workers_spans_of_every_step(long_outage):
         spans = list(o.rx.received.spans)
     in_trace: dict[str, set[tuple[str, str]]] = {}  # trace -> (span name, process role)
     for s in spans:
-        in_trace.setdefault(s.trace_id, set()).add((s.name, s.resource.get(sc.RES_ROLE, "")))
+        in_trace.setdefault(s.trace_id, set()).add((s.name, s.resource.get(sc.RES_PROCESS_ROLE, "")))
     for step in range(1, STEPS + 1):
         traces = [s.trace_id for s in spans if s.name == sc.SPAN_STEP and s.attributes.get("verl.global_step") == step]
         assert len(traces) == 1, (step, traces)
         seen = in_trace[traces[0]]
-        assert (sc.SPAN_ROLLOUT_SAMPLE, sc.ROLE_AGENT_LOOP) in seen, (step, sorted(seen))  # agent-loop workers
-        assert {n for n, role in seen if n.startswith("worker.") and role == sc.ROLE_WORKER}, (step, sorted(seen))
+        assert (sc.SPAN_ROLLOUT_SAMPLE, sc.PROCESS_ROLE_AGENT_LOOP) in seen, (step, sorted(seen))  # agent-loop workers
+        assert {n for n, role in seen if n.startswith("worker.") and role == sc.PROCESS_ROLE_WORKER}, (
+            step,
+            sorted(seen),
+        )
     ids = {s.span_id for s in spans}
     assert [s.name for s in spans if s.parent_id and s.parent_id not in ids] == []
 

@@ -37,7 +37,7 @@ def pushed(tmp_path_factory):
 
 
 def _roles(spans: list[Span], name: str) -> set[str]:
-    return {s.resource.get(sc.RES_ROLE, "") for s in spans if s.name == name}
+    return {s.resource.get(sc.RES_PROCESS_ROLE, "") for s in spans if s.name == name}
 
 
 def test_the_workers_spans_waited_on_disk_and_push_delivered_them(pushed):
@@ -46,14 +46,20 @@ def test_the_workers_spans_waited_on_disk_and_push_delivered_them(pushed):
     assert p.push_rc == 0 and len(p.files) >= 4, p.files  # trainer, rollouter and their workers
     assert not list((p.run.out / sc.UNSENT_DIR).glob("*.jsonl"))
     # the rollouter's agent-loop workers (reached by the rollouter's fit end), under its windows
-    assert _roles(p.spans, sc.SPAN_ROLLOUT_WORKER) == {sc.ROLE_AGENT_LOOP}, _roles(p.spans, sc.SPAN_ROLLOUT_WORKER)
-    assert _roles(p.spans, sc.SPAN_ROLLOUTER_GENERATE) == {sc.ROLE_ROLLOUTER}
+    assert _roles(p.spans, sc.SPAN_ROLLOUT_WORKER) == {sc.PROCESS_ROLE_AGENT_LOOP}, _roles(
+        p.spans, sc.SPAN_ROLLOUT_WORKER
+    )
+    assert _roles(p.spans, sc.SPAN_ROLLOUTER_GENERATE) == {sc.PROCESS_ROLE_ROLLOUTER}
     # the trainer's FSDP workers (reached by the trainer's fit end), in every step's trace
     for step in range(1, STEPS + 1):
         roots = [s for s in p.spans if s.name == sc.SPAN_STEP and s.attributes.get(sc.ATTR_GLOBAL_STEP) == step]
         traces = {s.trace_id for s in roots}
         assert len(traces) == 1, (step, traces)
-        calls = {s.name for s in p.spans if s.trace_id in traces and s.resource.get(sc.RES_ROLE) == sc.ROLE_WORKER}
+        calls = {
+            s.name
+            for s in p.spans
+            if s.trace_id in traces and s.resource.get(sc.RES_PROCESS_ROLE) == sc.PROCESS_ROLE_WORKER
+        }
         assert {"worker.update_actor", "worker.compute_ref_log_prob"} <= calls, (step, sorted(calls))
     ids = {s.span_id for s in p.spans}
     assert [s.name for s in p.spans if s.parent_id and s.parent_id not in ids] == []

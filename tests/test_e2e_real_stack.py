@@ -190,7 +190,7 @@ def test_every_semconv_metric_comes_out_of_the_real_collector_as_named(real_stac
 
     from verl_otel.config import load
     from verl_otel.export.otel_metrics import start_push
-    from verl_otel.process.metrics import MetricsState
+    from verl_otel.process.metrics import MetricStore
 
     stack, experiment = real_stack_run.stack, "names-check"
     exporter = OTLPMetricExporter(endpoint=f"127.0.0.1:{stack.ports.otlp_grpc}", insecure=True, timeout=10)
@@ -205,7 +205,7 @@ def test_every_semconv_metric_comes_out_of_the_real_collector_as_named(real_stac
     )
     pushed = {re.sub(r"[^a-zA-Z0-9_]", "_", k) for k in resource.attributes if not k.startswith(DELETED)}
     provider = MeterProvider(metric_readers=[reader], resource=resource)
-    state = MetricsState()
+    state = MetricStore()
     start_push(state, load({}, report=False), resource, given=provider)
     for metric in sc.METRICS:
         labels = tuple(f"v{i}" for i in range(len(metric.labels)))

@@ -156,10 +156,10 @@ def _check_kept(run: Ended, reason: str, capsys) -> dict:
 
 def test_ctrl_c_keeps_the_interrupted_step(interrupted, capsys):
     end = _check_kept(interrupted, sc.END_INTERRUPTED, capsys)
-    assert end["role"] == sc.ROLE_DRIVER and any(n["signal"] == "SIGINT" for n in end["notes"]), end
+    assert end["process_role"] == sc.PROCESS_ROLE_DRIVER and any(n["signal"] == "SIGINT" for n in end["notes"]), end
     assert "trainer pid" in end["trainer"]
 
 
 def test_a_time_limit_keeps_the_terminated_step(terminated, capsys):
     end = _check_kept(terminated, sc.END_TERMINATED, capsys)
-    assert end["detail"].startswith("SIGTERM to the driver") and end["role"] == sc.ROLE_DRIVER, end
+    assert end["detail"].startswith("SIGTERM to the driver") and end["process_role"] == sc.PROCESS_ROLE_DRIVER, end

@@ -50,25 +50,29 @@ def test_the_slow_worker_and_the_waiting_trainer_say_it(request, capsys, cell):
     run = request.getfixturevalue(name)
     assert run.rc == 0, run.log_tail()
     doc = _doctor(run.out, capsys)
-    trainer = [r for r in doc["stalls"] if r["role"] == sc.ROLE_TRAINER and r["phase"] == phase and r["step"] == step]
-    assert trainer, [(r["role"], r["phase"], r["step"], r["call"]) for r in doc["stalls"]]
+    trainer = [
+        r
+        for r in doc["stalls"]
+        if r["process_role"] == sc.PROCESS_ROLE_TRAINER and r["phase"] == phase and r["step"] == step
+    ]
+    assert trainer, [(r["process_role"], r["phase"], r["step"], r["call"]) for r in doc["stalls"]]
     t = trainer[0]
     assert f"train_worker call {method}, rank 0" in t["waits_for"] or f"calls {method}, ranks 0-" in t["waits_for"], t
     workers = [
         r
         for r in doc["stalls"]
-        if r["role"] == sc.ROLE_WORKER
+        if r["process_role"] == sc.PROCESS_ROLE_WORKER
         and r["phase"] == phase
         and (r["step"] == step or (r["step"] is None and r["trace_id"] == t["trace_id"]))
     ]
-    assert workers, [(r["role"], r["phase"], r["step"], r["call"]) for r in doc["stalls"]]
+    assert workers, [(r["process_role"], r["phase"], r["step"], r["call"]) for r in doc["stalls"]]
     w = workers[0]
     assert w["frame"].startswith(FRAME) and w["waiting_on"] == "" and w["pid"] and w["host"], w
     assert w["call"] == sc.WORKER_SPAN_NAMES[method] and Path(w["evidence"]).is_file(), w
     # one incident: the worker its root, the trainer waiting on it
     (inc,) = [i for i in doc["incidents"] if i["root"]["evidence"] == w["evidence"]]
-    assert (sc.ROLE_TRAINER, phase) in {(x["role"], x["phase"]) for x in inc["waiting"]}, inc
+    assert (sc.PROCESS_ROLE_TRAINER, phase) in {(x["process_role"], x["phase"]) for x in inc["waiting"]}, inc
     assert main(["doctor", "--dir", str(run.out)]) == 0
     text = capsys.readouterr().out
-    assert f"{sc.ROLE_WORKER} pid {w['pid']} on {w['host']} stuck in {w['call']} at {w['frame']}" in text
+    assert f"{sc.PROCESS_ROLE_WORKER} pid {w['pid']} on {w['host']} stuck in {w['call']} at {w['frame']}" in text
     assert f"waits on:  {t['waits_for']}" in text

@@ -88,9 +88,9 @@ def _doctor(run, capsys, what: str = "stalls") -> list[dict]:
     return json.loads(capsys.readouterr().out)[what]
 
 
-def _one(records: list[dict], role: str, phase: str) -> dict:
-    found = [r for r in records if r["role"] == role and r["phase"] == phase]
-    assert found, [(r["role"], r["phase"], r["frame"]) for r in records]
+def _one(records: list[dict], process_role: str, phase: str) -> dict:
+    found = [r for r in records if r["process_role"] == process_role and r["phase"] == phase]
+    assert found, [(r["process_role"], r["phase"], r["frame"]) for r in records]
     return found[0]
 
 
@@ -99,7 +99,7 @@ def test_the_run_ends_normally(hung_run):
 
 
 def test_the_reward_hang_is_caught_in_the_reward_worker(hung_run, capsys):
-    rec = _one(_doctor(hung_run, capsys), sc.ROLE_REWARD, sc.CALL_REWARD)
+    rec = _one(_doctor(hung_run, capsys), sc.PROCESS_ROLE_REWARD, sc.CALL_REWARD)
     assert rec["frame"].startswith("planted_hang (slow.py:"), rec
     assert any(f.startswith("compute_score (hang_reward.py:") for f in rec["stack"]), rec
     assert rec["kind"] == sc.STALL_REWARD and rec["step"] == 1 and rec["in_trace"], rec
@@ -109,12 +109,12 @@ def test_the_reward_hang_is_caught_in_the_reward_worker(hung_run, capsys):
 
 
 def test_the_worker_hang_is_caught_in_the_fsdp_worker(hung_run, capsys):
-    rec = _one(_doctor(hung_run, capsys), sc.ROLE_WORKER, sc.PHASE_UPDATE_ACTOR)
+    rec = _one(_doctor(hung_run, capsys), sc.PROCESS_ROLE_WORKER, sc.PHASE_UPDATE_ACTOR)
     assert rec["frame"].startswith("planted_hang (slow.py:"), rec
     assert rec["call"] == "worker.update_actor" and rec["step"] == 2 and rec["in_trace"], rec
     assert any("verl" in Path(rec["evidence"]).read_text() for _ in [0])
     # the trainer's own update_actor phase stalled too, waiting for the worker, at step 2
-    trainer = _one(_doctor(hung_run, capsys), sc.ROLE_TRAINER, sc.PHASE_UPDATE_ACTOR)
+    trainer = _one(_doctor(hung_run, capsys), sc.PROCESS_ROLE_TRAINER, sc.PHASE_UPDATE_ACTOR)
     assert trainer["step"] == 2 and trainer["frame"], trainer
     assert trainer["waits_for"] == "1 train_worker call update_actor, rank 0", trainer  # whom, not only "unknown"
 
@@ -142,11 +142,11 @@ def test_metrics_and_console_say_it(hung_run):
     assert metrics.get('verl_stalls_total{phase="reward.compute_score"}', 0) >= 1, metrics
     log = (hung_run.out / "demo.log").read_text(errors="replace")
     lines = [ln for ln in log.splitlines() if "[verl-otel] STALL:" in ln]
-    assert any("planted_hang" in ln and sc.ROLE_REWARD in ln and "evidence: " in ln for ln in lines), lines
+    assert any("planted_hang" in ln and sc.PROCESS_ROLE_REWARD in ln and "evidence: " in ln for ln in lines), lines
     assert not any("waiting on" in ln for ln in lines if "planted_hang" in ln), lines  # the roots work
     # the trainer's line says whom it waits on
     waits = ", waiting on 1 train_worker call update_actor, rank 0 ["
-    assert any(f"{sc.ROLE_TRAINER} pid" in ln and waits in ln for ln in lines), lines
+    assert any(f"{sc.PROCESS_ROLE_TRAINER} pid" in ln and waits in ln for ln in lines), lines
 
 
 def test_doctor_names_phase_step_and_function(hung_run, capsys):
@@ -157,7 +157,7 @@ def test_doctor_names_phase_step_and_function(hung_run, capsys):
 
 
 def test_the_rollout_hang_is_caught_in_the_llm_server(hung_run, capsys):
-    rec = _one(_doctor(hung_run, capsys), sc.ROLE_ROLLOUT_SERVER, sc.CALL_SERVER_REQUEST)
+    rec = _one(_doctor(hung_run, capsys), sc.PROCESS_ROLE_ROLLOUT_SERVER, sc.CALL_SERVER_REQUEST)
     assert rec["frame"].startswith("planted_hang (slow.py:"), rec
     assert any(f.startswith("_generate (standins.py:") for f in rec["stack"]), rec
     assert rec["kind"] == sc.STALL_ROLLOUT and rec["step"] == 2, rec
@@ -165,24 +165,24 @@ def test_the_rollout_hang_is_caught_in_the_llm_server(hung_run, capsys):
 
 def test_the_weight_sync_hang_is_caught_in_the_checkpoint_engine(hung_run, capsys):
     records = _doctor(hung_run, capsys)
-    rec = _one(records, sc.ROLE_WORKER, sc.PHASE_UPDATE_WEIGHTS)  # verl's worker-side update_weights, hooked
+    rec = _one(records, sc.PROCESS_ROLE_WORKER, sc.PHASE_UPDATE_WEIGHTS)  # verl's worker-side update_weights, hooked
     assert rec["frame"].startswith("_wait_for_transfer (cpu_checkpoint_engine.py:"), rec
     assert rec["kind"] == sc.STALL_COLLECTIVE and rec["call"] == sc.CALL_WEIGHT_SEND and rec["step"] == 2, rec
-    trainer = _one(records, sc.ROLE_TRAINER, sc.PHASE_UPDATE_WEIGHTS)
+    trainer = _one(records, sc.PROCESS_ROLE_TRAINER, sc.PHASE_UPDATE_WEIGHTS)
     assert trainer["step"] == 2 and trainer["waits_for"] == "1 train_worker call update_weights, rank 0", trainer
     assert main(["doctor", "--dir", str(hung_run.out)]) == 0
     assert "phase update_weights" in capsys.readouterr().out
 
 
-def _incident(incidents: list[dict], role: str, call: str) -> dict:
-    found = [i for i in incidents if i["root"]["role"] == role and i["root"]["call"] == call]
-    assert len(found) == 1, [(i["step"], i["root"]["role"], i["root"]["call"]) for i in incidents]
+def _incident(incidents: list[dict], process_role: str, call: str) -> dict:
+    found = [i for i in incidents if i["root"]["process_role"] == process_role and i["root"]["call"] == call]
+    assert len(found) == 1, [(i["step"], i["root"]["process_role"], i["root"]["call"]) for i in incidents]
     return found[0]
 
 
 def _waiting(incident: dict) -> set[tuple[str, str]]:
     assert all(w["waiting_on"] in sc.STALL_WAITS for w in incident["waiting"]), incident  # said by the process
-    return {(w["role"], w["call"]) for w in incident["waiting"]}
+    return {(w["process_role"], w["call"]) for w in incident["waiting"]}
 
 
 def test_each_hang_is_one_incident_rooted_where_it_was_planted(hung_run, capsys):
@@ -192,24 +192,30 @@ def test_each_hang_is_one_incident_rooted_where_it_was_planted(hung_run, capsys)
     caught = [i for i in incidents if i["root_caught"] and i["step"] != 0]
     assert len(caught) == 4 and not any(i["peers"] for i in incidents), incidents
     planted = "planted_hang (slow.py:"
-    reward = _incident(caught, sc.ROLE_REWARD, sc.CALL_REWARD)
+    reward = _incident(caught, sc.PROCESS_ROLE_REWARD, sc.CALL_REWARD)
     assert reward["step"] == 1 and reward["root"]["frame"].startswith(planted), reward
-    assert _waiting(reward) == {(sc.ROLE_AGENT_LOOP, sc.CALL_AGENT_SAMPLE), (sc.ROLE_TRAINER, sc.PHASE_ROLLOUT)}
+    assert _waiting(reward) == {
+        (sc.PROCESS_ROLE_AGENT_LOOP, sc.CALL_AGENT_SAMPLE),
+        (sc.PROCESS_ROLE_TRAINER, sc.PHASE_ROLLOUT),
+    }
     assert "timeout" in reward["root"]["advice"]
-    server = _incident(caught, sc.ROLE_ROLLOUT_SERVER, sc.CALL_SERVER_REQUEST)
+    server = _incident(caught, sc.PROCESS_ROLE_ROLLOUT_SERVER, sc.CALL_SERVER_REQUEST)
     assert server["step"] == 2 and server["root"]["frame"].startswith(planted), server
-    assert _waiting(server) == {(sc.ROLE_AGENT_LOOP, sc.CALL_AGENT_SAMPLE), (sc.ROLE_TRAINER, sc.PHASE_ROLLOUT)}
-    worker = _incident(caught, sc.ROLE_WORKER, "worker.update_actor")
+    assert _waiting(server) == {
+        (sc.PROCESS_ROLE_AGENT_LOOP, sc.CALL_AGENT_SAMPLE),
+        (sc.PROCESS_ROLE_TRAINER, sc.PHASE_ROLLOUT),
+    }
+    worker = _incident(caught, sc.PROCESS_ROLE_WORKER, "worker.update_actor")
     assert worker["step"] == 2 and worker["root"]["frame"].startswith(planted), worker
-    assert _waiting(worker) == {(sc.ROLE_TRAINER, sc.PHASE_UPDATE_ACTOR)}
-    weights = _incident(caught, sc.ROLE_WORKER, sc.CALL_WEIGHT_SEND)
+    assert _waiting(worker) == {(sc.PROCESS_ROLE_TRAINER, sc.PHASE_UPDATE_ACTOR)}
+    weights = _incident(caught, sc.PROCESS_ROLE_WORKER, sc.CALL_WEIGHT_SEND)
     assert weights["root"]["frame"].startswith("_wait_for_transfer (cpu_checkpoint_engine.py:"), weights
-    assert _waiting(weights) == {(sc.ROLE_TRAINER, sc.PHASE_UPDATE_WEIGHTS)}
+    assert _waiting(weights) == {(sc.PROCESS_ROLE_TRAINER, sc.PHASE_UPDATE_WEIGHTS)}
     # an agent-loop worker stalled in both hangs' steps: a file each (step-unknown, told apart by the trace)
-    samples = [r for r in _doctor(hung_run, capsys) if r["role"] == sc.ROLE_AGENT_LOOP]
+    samples = [r for r in _doctor(hung_run, capsys) if r["process_role"] == sc.PROCESS_ROLE_AGENT_LOOP]
     assert len({r["evidence"] for r in samples}) == len(samples) >= 2, samples
     # no agent-loop stall left on its own: each one waits on a caught root
-    assert all(i["root"]["role"] != sc.ROLE_AGENT_LOOP for i in incidents), incidents
+    assert all(i["root"]["process_role"] != sc.PROCESS_ROLE_AGENT_LOOP for i in incidents), incidents
     assert main(["doctor", "--dir", str(hung_run.out)]) == 0
     text = capsys.readouterr().out
     assert f"{len(incidents)} incidents in " in text and "   waiting:   trainer pid " in text
@@ -223,14 +229,15 @@ def test_each_planted_hang_was_captured_while_it_hung(hung_run, capsys):
     hung = [
         r
         for r in _doctor(hung_run, capsys)
-        if (r["role"], r["phase"]) in ((sc.ROLE_REWARD, sc.CALL_REWARD), (sc.ROLE_WORKER, sc.PHASE_UPDATE_ACTOR))
+        if (r["process_role"], r["phase"])
+        in ((sc.PROCESS_ROLE_REWARD, sc.CALL_REWARD), (sc.PROCESS_ROLE_WORKER, sc.PHASE_UPDATE_ACTOR))
     ]
     assert len(hung) == 2, hung
     for rec in hung:
         assert rec["capture"].endswith(sc.CAPTURE_SUFFIX) and Path(rec["capture"]).is_file(), rec
         got = captures.read(Path(rec["capture"]))
-        assert got.thread and got.samples > 50, (rec["role"], captures.to_text(got))
-        assert got.innermost[0].frame.startswith("planted_hang (slow.py:"), (rec["role"], captures.to_text(got))
+        assert got.thread and got.samples > 50, (rec["process_role"], captures.to_text(got))
+        assert got.innermost[0].frame.startswith("planted_hang (slow.py:"), (rec["process_role"], captures.to_text(got))
     assert main(["doctor", "--dir", str(hung_run.out)]) == 0
     text = capsys.readouterr().out
     assert text.count("   capture:   ") >= 2 and "planted_hang (slow.py:" in text.split("   capture:   ", 1)[1]

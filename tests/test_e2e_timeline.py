@@ -82,12 +82,14 @@ def test_phase_per_process_panel_over_the_run(v1_run):
     start = min(v1_run.extra["step_times"].values()) - 5
     rows = prom.api("query_range", query=expr, start=start, end=end, step="0.5")["result"]
     states: dict[str, set[str]] = {}
-    text = {str(v): t for v, t, _ in timeline_panels.STATES}
+    text = {str(v): t for v, t, _ in timeline_panels.PHASE_VALUES}
     for row in rows:
         role = row["metric"][sc.LABEL_PROCESS_ROLE]
         states.setdefault(role, set()).update(text[str(int(float(v)))] for _, v in row["values"])
-    assert {sc.PHASE_ROLLOUT, sc.PHASE_UPDATE_ACTOR, timeline_panels.IDLE_TEXT} <= states[sc.ROLE_TRAINER], states
-    assert sc.PHASE_ROLLOUT in states[sc.ROLE_AGENT_LOOP], states
-    assert {sc.ROLE_WORKER, sc.ROLE_REWARD} <= set(states), states  # a row for every process
+    assert {sc.PHASE_ROLLOUT, sc.PHASE_UPDATE_ACTOR, timeline_panels.IDLE_TEXT} <= states[sc.PROCESS_ROLE_TRAINER], (
+        states
+    )
+    assert sc.PHASE_ROLLOUT in states[sc.PROCESS_ROLE_AGENT_LOOP], states
+    assert {sc.PROCESS_ROLE_WORKER, sc.PROCESS_ROLE_REWARD} <= set(states), states  # a row for every process
     last = {row["metric"]["instance"]: row["values"][-1][1] for row in rows}
     assert set(last.values()) == {"0"}, last  # the run settled: every process between phases

@@ -65,7 +65,7 @@ class VllmRun:
 def _settled(prom: Any) -> bool:
     try:
         step = prom.scalar_by("max(verl_training_step)").get((), -1.0)
-        engine = prom.query(f'{sc.VLLM_REQUESTS_RUNNING}{{{sc.LABEL_PROCESS_ROLE}="{sc.ROLE_ROLLOUT_SERVER}"}}')
+        engine = prom.query(f'{sc.VLLM_REQUESTS_RUNNING}{{{sc.LABEL_PROCESS_ROLE}="{sc.PROCESS_ROLE_ROLLOUT_SERVER}"}}')
     except (OSError, ValueError):
         return False
     return step >= STEPS and bool(engine)
@@ -126,7 +126,7 @@ def test_vllm_request_span_is_a_child_of_its_sample_in_the_step_trace(vllm_run):
         assert chain[:3] == [sc.SPAN_ENGINE_REQUEST, sc.SPAN_ROLLOUT_SAMPLE, sc.SPAN_ROLLOUT_WORKER], chain
         assert chain[-1] == "step", chain
         assert req.trace_id == samples[req.parent_id].trace_id
-        assert req.resource["verl.process.role"] == sc.ROLE_ROLLOUT_SERVER
+        assert req.resource["verl.process.role"] == sc.PROCESS_ROLE_ROLLOUT_SERVER
         attrs = req.attributes
         assert all(isinstance(attrs.get(a), float) and attrs[a] >= 0 for a in ENGINE_TIMING), attrs
         assert attrs[sc.ENGINE_ATTR_COMPLETION_TOKENS] >= 1 and attrs[sc.ENGINE_ATTR_PROMPT_TOKENS] >= 1, attrs
@@ -146,7 +146,7 @@ def test_vllm_request_span_is_a_child_of_its_sample_in_the_step_trace(vllm_run):
 def test_prometheus_scrapes_vllms_page_through_file_sd(vllm_run):
     prom = vllm_run.prom
     assert vllm_run.query_time is not None, vllm_run.log_tail()
-    running = prom.query(f'{sc.VLLM_REQUESTS_RUNNING}{{{sc.LABEL_PROCESS_ROLE}="{sc.ROLE_ROLLOUT_SERVER}"}}')
+    running = prom.query(f'{sc.VLLM_REQUESTS_RUNNING}{{{sc.LABEL_PROCESS_ROLE}="{sc.PROCESS_ROLE_ROLLOUT_SERVER}"}}')
     assert {r["metric"].get(sc.LABEL_REPLICA) for r in running} == {"0"}, running
     tokens = prom.scalar_by(f"sum({sc.VLLM_GENERATION_TOKENS})")
     assert tokens.get((), 0) >= 3 * 4 * 2, tokens  # validation + 2 training rollouts, at least a token each
@@ -182,7 +182,7 @@ def test_a_hung_engine_fires_no_tokens_for_its_replica_while_it_hangs(vllm_run):
     assert vllm_run.rc == 0 and vllm_run.query_time is not None, vllm_run.log_tail()
     prom = vllm_run.prom
     start, end = _tail_span(vllm_run)
-    (server,) = prom.query(f'{sc.VLLM_REQUESTS_RUNNING}{{{sc.LABEL_PROCESS_ROLE}="{sc.ROLE_ROLLOUT_SERVER}"}}')
+    (server,) = prom.query(f'{sc.VLLM_REQUESTS_RUNNING}{{{sc.LABEL_PROCESS_ROLE}="{sc.PROCESS_ROLE_ROLLOUT_SERVER}"}}')
     firing = prom.api(
         "query_range",
         query='ALERTS{alertname="VerlEngineNoTokens", alertstate="firing"}',

@@ -144,6 +144,6 @@ def test_through_the_real_stack_every_step_trace_is_whole_in_jaeger_with_vllms_s
             assert sample.name == sc.SPAN_ROLLOUT_SAMPLE, (number, sample.name)
             assert by_id[sample.parent_id].name == sc.SPAN_ROLLOUT_WORKER, (number, by_id[sample.parent_id].name)
             # vLLM's span comes from the vLLM server's process, not from the agent-loop worker's
-            assert req.resource.get(ROLE) == sc.ROLE_ROLLOUT_SERVER, req.resource
-            assert sample.resource.get(ROLE) != sc.ROLE_ROLLOUT_SERVER, sample.resource
+            assert req.resource.get(ROLE) == sc.PROCESS_ROLE_ROLLOUT_SERVER, req.resource
+            assert sample.resource.get(ROLE) != sc.PROCESS_ROLE_ROLLOUT_SERVER, sample.resource
             assert isinstance(req.attributes.get(sc.ENGINE_ATTR_E2E), float), req.attributes

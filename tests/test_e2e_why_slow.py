@@ -92,7 +92,7 @@ def test_one_rank_names_no_straggler_and_sets_its_gauge(run):
 
 def test_every_process_role_exports_its_resident_memory(run):
     rss = run.prom.scalar_by(sc.PROCESS_RESIDENT_MEMORY.name, sc.LABEL_PROCESS_ROLE)
-    assert {sc.ROLE_TRAINER, sc.ROLE_WORKER} <= set(rss), rss
+    assert {sc.PROCESS_ROLE_TRAINER, sc.PROCESS_ROLE_WORKER} <= set(rss), rss
     assert all(50e6 < v < 64e9 for v in rss.values()), rss  # Python + torch + Ray: tens of MB at least
 
 

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from helpers.procs import clean_env
 
-from verl_otel import _env, config, model, runtime
+from verl_otel import _env, config, runtime, trackers
 from verl_otel import config as cfg
 from verl_otel import semconv as sc
 from verl_otel.export.providers import PresetIds, preset_span_id, tracer_provider
@@ -69,7 +69,7 @@ def test_our_provider_names_sample_spans_as_their_requests_did(tmp_path):
     runtime.configure(tracer_provider=provider)
     try:
         tracker = RolloutTracker()
-        tracker.on_batch_done.append(BatchSpans(model.current().services, max_sample_spans=8).done)
+        tracker.on_batch_done.append(BatchSpans(trackers.current().services, max_sample_spans=8).done)
         tracker.batch_started("train", 1, 2, SAMPLED)
         ctx = sample_context(SAMPLED)
         assert ctx is not None
@@ -155,7 +155,7 @@ def test_a_rollout_servers_page_is_listed_in_file_sd_on_the_push_path_too(tmp_pa
     try:
         rt = runtime.current()
         assert rt.settings.prometheus_port is None and rt.settings.traces_endpoint
-        labels = {sc.LABEL_PROCESS_ROLE: sc.ROLE_ROLLOUT_SERVER, sc.LABEL_REPLICA: "0"}
+        labels = {sc.LABEL_PROCESS_ROLE: sc.PROCESS_ROLE_ROLLOUT_SERVER, sc.LABEL_REPLICA: "0"}
         rt.add_scrape_target("127.0.0.1", 40123, labels)
         assert rt.flusher.wait(rt.flusher.request(), 10)
         groups = json.loads((tmp_path / sc.PROM_TARGETS_FILE).read_text())

@@ -21,7 +21,7 @@ from verl_otel.cli.main import main
 from verl_otel.export import otel_metrics, prometheus
 from verl_otel.export.otlp_send import make_sender
 from verl_otel.export.span_buffer import BufferedSpanExporter, unsent_path
-from verl_otel.process.metrics import MetricsState
+from verl_otel.process.metrics import MetricStore
 from verl_otel.runtime import Runtime
 
 
@@ -64,7 +64,7 @@ def test_down_until_after_the_run_then_push_delivers(tmp_path, monkeypatch, caps
     assert len(unsent) == 1
     assert len(read_file(unsent[0]).spans) == 12
     assert any("12 spans" in line and "verl-otel push" in line for line in lines.lines[-1:]), lines.lines
-    dropped = [v for m, labels, v in rt.state.readings() if m == sc.OTEL_DROPPED and v]
+    dropped = [v for m, labels, v in rt.store.readings() if m == sc.OTEL_DROPPED and v]
     assert dropped == []  # waiting on disk is not dropped
     from verl_otel.demo.runner import _say_unsent
 
@@ -137,15 +137,15 @@ def test_metrics_keep_their_cumulative_meaning_across_an_outage(tmp_path, monkey
     rx = OtlpReceiver().start()
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rx.grpc_endpoint)
     settings = _settings(tmp_path, rx.grpc_endpoint, OTEL_METRIC_EXPORT_INTERVAL="300")
-    state = MetricsState()
-    provider = otel_metrics.start_push(state, settings, None)
-    port = prometheus.serve(state, "127.0.0.1", 0)
+    store = MetricStore()
+    provider = otel_metrics.start_push(store, settings, None)
+    port = prometheus.serve(store, "127.0.0.1", 0)
     try:
-        state.drop("test_reason", 5)
+        store.drop("test_reason", 5)
         assert rx.wait_for(lambda r: 5.0 in _dropped(r, "test_reason"), timeout=30)
         rx.refuse = grpc.StatusCode.UNAVAILABLE
         refused_before = rx.refused
-        state.drop("test_reason", 7)
+        store.drop("test_reason", 7)
         assert rx.wait_for(lambda r: rx.refused >= refused_before + 2, timeout=30)
         page = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
         assert 'verl_otel_dropped_total{reason="test_reason"} 12.0' in page  # the pull path: unaffected

@@ -17,7 +17,7 @@ from helpers.jaeger import FakeJaeger, _attr, many_steps, v3_body
 from verl_otel import semconv as sc
 from verl_otel.cli import goodput as cli
 from verl_otel.export.prometheus import serve
-from verl_otel.process.metrics import MetricsState
+from verl_otel.process.metrics import MetricStore
 from verl_otel.telemetry.goodput import account, busy_of, pools_of
 
 TAIL_STEP, N = 5, 8
@@ -135,10 +135,10 @@ def _shift(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def test_on_prometheus(prom_factory, capsys):
     """The run's totals from a real Prometheus scraping the trainer's real /metrics page."""
-    state = MetricsState()
+    store = MetricStore()
     for bucket, gpu_s in (("generating", 500.0), ("long_tail", 300.0), ("update_actor", 150.0), ("idle", 50.0)):
-        state.inc(sc.GPU_SECONDS, (sc.POOL_COLOCATED, bucket), gpu_s)
-    address = f"127.0.0.1:{serve(state, '127.0.0.1', 0)}"
+        store.inc(sc.GPU_SECONDS, (sc.POOL_COLOCATED, bucket), gpu_s)
+    address = f"127.0.0.1:{serve(store, '127.0.0.1', 0)}"
     prom = prom_factory(
         config={
             "global": {"scrape_interval": "1s"},

@@ -17,7 +17,7 @@ import pytest
 
 from helpers.ray import ray_init
 
-from verl_otel import model, runtime
+from verl_otel import runtime, trackers
 from verl_otel import semconv as sc
 from verl_otel.analysis.otlp_json import read_file
 from verl_otel.analysis.step_traces import build_steps
@@ -51,10 +51,10 @@ def _gpu_process(ray: Any, tmp_path: Path, util: dict[int, int], devices: str) -
             self.nvml.util.update(util)
             sys.modules["pynvml"] = self.nvml  # in place of nvidia-ml-py
             os.environ["CUDA_VISIBLE_DEVICES"] = devices  # as Ray sets it for a GPU actor
-            model.current().wire(sc.ROLE_WORKER)  # its runtime starts the sampler, as in a training worker
+            trackers.current().wire(sc.PROCESS_ROLE_WORKER)  # its runtime starts the sampler, as in a training worker
 
         def sampling(self) -> bool:
-            return getattr(model.current().runtime, "gpus", None) is not None
+            return getattr(trackers.current().runtime, "gpus", None) is not None
 
         def hold(self, seconds: float) -> None:  # a long worker call: a question waits behind it
             time.sleep(seconds)
@@ -94,8 +94,8 @@ def test_the_step_span_carries_its_gpus_measured_busy_share(tmp_path, monkeypatc
     monkeypatch.setenv(sc.ENV_DIR, str(tmp_path))
     runtime.reset_for_tests()
     try:
-        m = model.current()
-        m.wire(sc.ROLE_TRAINER)
+        m = trackers.current()
+        m.wire(sc.PROCESS_ROLE_TRAINER)
         tracer, number = m.steps, [0]
         tracer.fit_started(RunInfo("v1", "proj", "exp", 2, 4, 2), lambda: number[0])
         watch_gpu_busy(m, trainer)

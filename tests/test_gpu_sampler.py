@@ -15,77 +15,77 @@ from helpers.fake_nvml import GIB, FakeNvml
 
 from verl_otel import semconv as sc
 from verl_otel.export import gpu_sampler as gs
-from verl_otel.process.metrics import MetricsState
+from verl_otel.process.metrics import MetricStore
 
 
-def _gauges(state: MetricsState, metric: sc.MetricDef) -> dict[str, float]:
-    return {labels[0]: v for m, labels, v in state.readings() if m == metric}
+def _gauges(store: MetricStore, metric: sc.MetricDef) -> dict[str, float]:
+    return {labels[0]: v for m, labels, v in store.readings() if m == metric}
 
 
 @pytest.fixture
-def state():
-    return MetricsState()
+def store():
+    return MetricStore()
 
 
-def test_off_in_one_line_without_nvidia_ml_py(state, caplog, monkeypatch):
+def test_off_in_one_line_without_nvidia_ml_py(store, caplog, monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # as on a machine without nvidia-ml-py
     with caplog.at_level(logging.INFO, logger="verl_otel"):
-        assert gs.start_for(sc.ROLE_WORKER, state) is None
+        assert gs.start_for(sc.PROCESS_ROLE_WORKER, store) is None
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and "GPU sampling is off" in lines[0] and "nvidia-ml-py is not installed" in lines[0]
-    assert not _gauges(state, sc.GPU_UTILIZATION)
+    assert not _gauges(store, sc.GPU_UTILIZATION)
 
 
-def test_off_without_a_driver_or_a_visible_gpu(state, caplog):
+def test_off_without_a_driver_or_a_visible_gpu(store, caplog):
     with caplog.at_level(logging.INFO, logger="verl_otel"):
-        assert not gs.GpuSampler(state, FakeNvml(fail_init=True), devices="0").start()
-        assert not gs.GpuSampler(state, FakeNvml(), devices="").start()
-        assert not gs.GpuSampler(state, FakeNvml(), devices="-1").start()
+        assert not gs.GpuSampler(store, FakeNvml(fail_init=True), devices="0").start()
+        assert not gs.GpuSampler(store, FakeNvml(), devices="").start()
+        assert not gs.GpuSampler(store, FakeNvml(), devices="-1").start()
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 3 and "NVML could not start (NVML Shared Library Not Found)" in lines[0]
     assert all("CUDA_VISIBLE_DEVICES names no GPU" in line for line in lines[1:])
 
 
-def test_roles_without_gpus_start_nothing(state, monkeypatch):
+def test_process_roles_without_gpus_start_nothing(store, monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())
-    for role in (sc.ROLE_TRAINER, sc.ROLE_AGENT_LOOP, sc.ROLE_REWARD):
-        assert gs.start_for(role, state) is None
-    assert not _gauges(state, sc.GPU_UTILIZATION)
+    for process_role in (sc.PROCESS_ROLE_TRAINER, sc.PROCESS_ROLE_AGENT_LOOP, sc.PROCESS_ROLE_REWARD):
+        assert gs.start_for(process_role, store) is None
+    assert not _gauges(store, sc.GPU_UTILIZATION)
 
 
-def test_reads_its_own_gpus_off_thread(state, monkeypatch):
+def test_reads_its_own_gpus_off_thread(store, monkeypatch):
     nvml = FakeNvml()
     monkeypatch.setitem(sys.modules, "pynvml", nvml)  # as nvidia-ml-py would be imported
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,GPU-uuid-5")  # Ray's per-worker GPUs: an index and a UUID
     monkeypatch.setattr(gs, "READ_EVERY_S", 0.02)
-    sampler = gs.GpuSampler(state, every_s=0.02)
+    sampler = gs.GpuSampler(store, every_s=0.02)
     assert sampler.start()
     try:
         deadline = time.monotonic() + 5
         while "verl-otel-gpu" not in nvml.threads and time.monotonic() < deadline:
             time.sleep(0.01)
         assert "verl-otel-gpu" in nvml.threads  # read on the sampler's own thread, not the caller's
-        assert _gauges(state, sc.GPU_UTILIZATION) == {"2": 0.2, "5": 0.5}  # only its own, by NVML index
-        assert _gauges(state, sc.GPU_MEMORY_USED) == {"2": 3 * GIB, "5": 6 * GIB}
-        assert _gauges(state, sc.GPU_MEMORY_TOTAL) == {"2": 80 * GIB, "5": 80 * GIB}
+        assert _gauges(store, sc.GPU_UTILIZATION) == {"2": 0.2, "5": 0.5}  # only its own, by NVML index
+        assert _gauges(store, sc.GPU_MEMORY_USED) == {"2": 3 * GIB, "5": 6 * GIB}
+        assert _gauges(store, sc.GPU_MEMORY_TOTAL) == {"2": 80 * GIB, "5": 80 * GIB}
         nvml.util[2] = 100
         deadline = time.monotonic() + 5
-        while _gauges(state, sc.GPU_UTILIZATION)["2"] != 1.0 and time.monotonic() < deadline:
+        while _gauges(store, sc.GPU_UTILIZATION)["2"] != 1.0 and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert _gauges(state, sc.GPU_UTILIZATION)["2"] == 1.0  # it keeps reading
+        assert _gauges(store, sc.GPU_UTILIZATION)["2"] == 1.0  # it keeps reading
     finally:
         sampler.stop()
     assert nvml.shutdowns == 1 and not sampler._thread.is_alive()
 
 
-def test_bounded_and_a_lost_gpu_does_not_stop_the_others(state):
+def test_bounded_and_a_lost_gpu_does_not_stop_the_others(store):
     nvml = FakeNvml(count=40)
-    sampler = gs.GpuSampler(state, nvml, devices=None)
+    sampler = gs.GpuSampler(store, nvml, devices=None)
     sampler._devices = None  # unset: every GPU of the node, at most MAX_GPUS
     assert sampler.start()
     sampler.stop()
-    assert len(sampler.samples) == 1 and len(_gauges(state, sc.GPU_UTILIZATION)) == gs.MAX_GPUS
-    sampler = gs.GpuSampler(state, nvml, devices="0,1,99")  # 99: NVML knows no such GPU, left out
+    assert len(sampler.samples) == 1 and len(_gauges(store, sc.GPU_UTILIZATION)) == gs.MAX_GPUS
+    sampler = gs.GpuSampler(store, nvml, devices="0,1,99")  # 99: NVML knows no such GPU, left out
     assert sampler.start()
     assert [label for label, _ in sampler.gpus] == ["0", "1"]
     nvml.broken.add(1)
@@ -96,9 +96,9 @@ def test_bounded_and_a_lost_gpu_does_not_stop_the_others(state):
     sampler.stop()
 
 
-def test_busy_share_of_a_stretch(state):
+def test_busy_share_of_a_stretch(store):
     nvml = FakeNvml()
-    sampler = gs.GpuSampler(state, nvml, every_s=3600, devices="3,4")  # 30% and 40%; its thread waits an hour
+    sampler = gs.GpuSampler(store, nvml, every_s=3600, devices="3,4")  # 30% and 40%; its thread waits an hour
     assert sampler.start()  # its first sample
     t0 = time.monotonic()
     nvml.util[3] = nvml.util[4] = 100

@@ -58,7 +58,7 @@ def test_missing_hook_target_is_named_on_the_startup_line(otel_log, monkeypatch)
         "Tracking.no_such_method_in_any_verl",
         lambda w, i, a, k: w(*a, **k),
         "an imaginary feature",
-        role="trainer",
+        process_role="trainer",
     )
     try:
         registry.install([target])
@@ -155,7 +155,7 @@ def test_an_added_method_is_there_until_uninstall():
     from verl_otel.hooks import coverage
 
     added = HookTarget("verl.utils.tracking", "Tracking.verl_otel_probe", _probe, "probe", how="add")
-    clash = HookTarget("verl.utils.tracking", "Tracking.log", _probe, "clash", how="add", role="trainer")
+    clash = HookTarget("verl.utils.tracking", "Tracking.log", _probe, "clash", how="add", process_role="trainer")
     before = tracking.Tracking.__dict__["log"]
     registry.install([added, clash])
     try:

@@ -13,8 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from verl_otel import config
 from verl_otel import semconv as sc
-from verl_otel.export.prometheus import StateCollector
-from verl_otel.process.metrics import MetricsState
+from verl_otel.export.prometheus import StoreCollector
+from verl_otel.process.metrics import MetricStore
 from verl_otel.telemetry.trainer_metrics import record_training_metrics
 
 _values = st.one_of(
@@ -33,9 +33,9 @@ _keys = st.text(
 ) | st.sampled_from(["val-core/openai/gsm8k/acc/mean@1", "timing_s/gen", "a b:c-d@e/f", "分数/均值", '\\"\n'])
 
 
-def _scrape(state: MetricsState) -> dict[str, float]:
+def _scrape(store: MetricStore) -> dict[str, float]:
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(StateCollector(state))
+    reg.register(StoreCollector(store))
     text = generate_latest(reg).decode()
     generate_openmetrics(reg)  # the OpenMetrics rendering must not fail either
     out = {}
@@ -49,9 +49,9 @@ def _scrape(state: MetricsState) -> dict[str, float]:
 @settings(max_examples=200, deadline=None)
 @given(st.dictionaries(_keys, _values, max_size=20))
 def test_metric_path_never_raises_and_exports_exactly_the_finite_scalars(data):
-    state = MetricsState()
-    recorded = record_training_metrics(state, data)
-    scraped = _scrape(state)
+    store = MetricStore()
+    recorded = record_training_metrics(store, data)
+    scraped = _scrape(store)
     expected = {}
     for key, val in data.items():
         try:
@@ -63,18 +63,18 @@ def test_metric_path_never_raises_and_exports_exactly_the_finite_scalars(data):
     assert scraped.keys() == expected.keys()
     for k, v in expected.items():
         assert scraped[k] == v or math.isclose(scraped[k], v, rel_tol=1e-12)
-    dropped = sum(v for m, labels, v in state.readings() if m is sc.OTEL_DROPPED)
+    dropped = sum(v for m, labels, v in store.readings() if m is sc.OTEL_DROPPED)
     assert recorded + dropped == len(data)
 
 
 def test_key_cap_warns_once_and_counts(otel_log):
-    state = MetricsState()
-    state.max_series_per_metric = 100
+    store = MetricStore()
+    store.max_series_per_metric = 100
     for i in range(0, 5000, 1000):
-        record_training_metrics(state, {f"k{j}": 1.0 for j in range(i, i + 1000)})
-    values = [s for s in state.readings() if s[0] is sc.TRAINING_METRIC]
+        record_training_metrics(store, {f"k{j}": 1.0 for j in range(i, i + 1000)})
+    values = [s for s in store.readings() if s[0] is sc.TRAINING_METRIC]
     assert len(values) == 100
-    dropped = {labels: v for m, labels, v in state.readings() if m is sc.OTEL_DROPPED}
+    dropped = {labels: v for m, labels, v in store.readings() if m is sc.OTEL_DROPPED}
     assert dropped[(sc.DROP_KEY_CAP,)] == 4900
     assert sum("distinct label sets" in m for m in otel_log.warnings()) == 1, otel_log.messages()
 
@@ -129,10 +129,10 @@ class _Unprintable:
 def test_bad_keys_never_take_the_pull_path_down():
     """A lone surrogate (not valid UTF-8) and a key whose str() raises: the page still answers, the bad
     key is counted as dropped, every other metric of the step is there."""
-    state = MetricsState()
-    recorded = record_training_metrics(state, {"ok/a": 1.0, "bad\udcff": 2.0, _Unprintable(): 3.0, "ok/b": 4.0})
+    store = MetricStore()
+    recorded = record_training_metrics(store, {"ok/a": 1.0, "bad\udcff": 2.0, _Unprintable(): 3.0, "ok/b": 4.0})
     assert recorded == 3
-    scraped = _scrape(state)
+    scraped = _scrape(store)
     assert scraped["ok/a"] == 1.0 and scraped["ok/b"] == 4.0 and scraped["bad?"] == 2.0
-    drops = {labels: v for m, labels, v in state.readings() if m is sc.OTEL_DROPPED}
+    drops = {labels: v for m, labels, v in store.readings() if m is sc.OTEL_DROPPED}
     assert drops[(sc.DROP_BAD_KEY,)] == 1.0

@@ -19,15 +19,15 @@ T0 = 1_800_000_000.0
 PLANTED = "planted_hang (slow.py:97)"
 
 
-def rec(role: str, call: str, *, at: float, elapsed: float, waits: str | None = "", step: int | None = 2, **kw):
+def rec(process_role: str, call: str, *, at: float, elapsed: float, waits: str | None = "", step: int | None = 2, **kw):
     """A stall caught ``at`` seconds after T0, its call in flight ``elapsed`` seconds by then."""
     return StallRecord(
         phase=kw.pop("phase", call),
         call=call,
         step=step,
         elapsed_s=elapsed,
-        role=role,
-        pid=kw.pop("pid", abs(hash((role, call))) % 10_000),
+        process_role=process_role,
+        pid=kw.pop("pid", abs(hash((process_role, call))) % 10_000),
         host=kw.pop("host", "node-0"),
         waiting_on=waits,
         detected_at=T0 + at,
@@ -38,10 +38,14 @@ def rec(role: str, call: str, *, at: float, elapsed: float, waits: str | None = 
 def reward_hang(step: int = 2, t: float = 0.0) -> list[StallRecord]:
     """A reward function held in step ``step`` (the four stalls doctor listed for one hang before incidents)."""
     return [
-        rec(sc.ROLE_TRAINER, sc.PHASE_ROLLOUT, at=t + 10, elapsed=10, waits=sc.STALL_WAIT_RAY, step=step, pid=1),
-        rec(sc.ROLE_AGENT_LOOP, sc.CALL_AGENT_SAMPLE, at=t + 5, elapsed=4, waits=sc.STALL_WAIT_AWAIT, step=step),
         rec(
-            sc.ROLE_REWARD,
+            sc.PROCESS_ROLE_TRAINER, sc.PHASE_ROLLOUT, at=t + 10, elapsed=10, waits=sc.STALL_WAIT_RAY, step=step, pid=1
+        ),
+        rec(
+            sc.PROCESS_ROLE_AGENT_LOOP, sc.CALL_AGENT_SAMPLE, at=t + 5, elapsed=4, waits=sc.STALL_WAIT_AWAIT, step=step
+        ),
+        rec(
+            sc.PROCESS_ROLE_REWARD,
             sc.CALL_REWARD,
             at=t + 4,
             elapsed=3,
@@ -50,50 +54,61 @@ def reward_hang(step: int = 2, t: float = 0.0) -> list[StallRecord]:
             step=step,
             kind=sc.STALL_REWARD,
         ),
-        rec(sc.ROLE_TRAINER, sc.PHASE_VALIDATE, at=t + 12, elapsed=3, waits=sc.STALL_WAIT_RAY, step=step, pid=1),
+        rec(
+            sc.PROCESS_ROLE_TRAINER, sc.PHASE_VALIDATE, at=t + 12, elapsed=3, waits=sc.STALL_WAIT_RAY, step=step, pid=1
+        ),
     ]
 
 
 def test_a_reward_hang_is_one_incident_rooted_in_the_reward_worker():
     records = merge(reward_hang(), [])
     [inc] = group(records)
-    assert inc.root.role == sc.ROLE_REWARD and inc.root.frame == PLANTED and inc.root_caught and inc.step == 2
+    assert (
+        inc.root.process_role == sc.PROCESS_ROLE_REWARD
+        and inc.root.frame == PLANTED
+        and inc.root_caught
+        and inc.step == 2
+    )
     assert "timeout" in inc.root.advice
-    waiting = {(w.role, w.phase) for w in inc.waiting}
+    waiting = {(w.process_role, w.phase) for w in inc.waiting}
     assert waiting == {
-        (sc.ROLE_AGENT_LOOP, sc.CALL_AGENT_SAMPLE),
-        (sc.ROLE_TRAINER, sc.PHASE_ROLLOUT),
-        (sc.ROLE_TRAINER, sc.PHASE_VALIDATE),
+        (sc.PROCESS_ROLE_AGENT_LOOP, sc.CALL_AGENT_SAMPLE),
+        (sc.PROCESS_ROLE_TRAINER, sc.PHASE_ROLLOUT),
+        (sc.PROCESS_ROLE_TRAINER, sc.PHASE_VALIDATE),
     }
     # the trainer's rollout stall no longer sends the user to vLLM's log: it points at the root
     trainer = next(w for w in inc.waiting if w.phase == sc.PHASE_ROLLOUT)
-    assert "vLLM" not in trainer.advice and sc.ROLE_REWARD in trainer.advice
+    assert "vLLM" not in trainer.advice and sc.PROCESS_ROLE_REWARD in trainer.advice
     d = inc.as_dict()
-    assert d["step"] == 2 and d["root"]["role"] == sc.ROLE_REWARD and len(d["waiting"]) == 3
+    assert d["step"] == 2 and d["root"]["process_role"] == sc.PROCESS_ROLE_REWARD and len(d["waiting"]) == 3
     assert {w["waiting_on"] for w in d["waiting"]} == {sc.STALL_WAIT_RAY, sc.STALL_WAIT_AWAIT}
 
 
 def test_a_training_worker_hang_is_rooted_in_the_worker():
-    worker = rec(sc.ROLE_WORKER, "worker.update_actor", phase=sc.PHASE_UPDATE_ACTOR, at=3, elapsed=3, frame=PLANTED)
-    trainer = rec(sc.ROLE_TRAINER, sc.PHASE_UPDATE_ACTOR, at=3.2, elapsed=3.2, waits=sc.STALL_WAIT_RAY, pid=1)
+    worker = rec(
+        sc.PROCESS_ROLE_WORKER, "worker.update_actor", phase=sc.PHASE_UPDATE_ACTOR, at=3, elapsed=3, frame=PLANTED
+    )
+    trainer = rec(sc.PROCESS_ROLE_TRAINER, sc.PHASE_UPDATE_ACTOR, at=3.2, elapsed=3.2, waits=sc.STALL_WAIT_RAY, pid=1)
     [inc] = group([trainer, worker])
     assert inc.root is worker and inc.waiting == [trainer] and not inc.peers
 
 
 def test_an_llm_server_hang_is_rooted_in_the_server():
-    server = rec(sc.ROLE_ROLLOUT_SERVER, sc.CALL_SERVER_REQUEST, at=3, elapsed=3, frame=PLANTED, step=None)
+    server = rec(sc.PROCESS_ROLE_ROLLOUT_SERVER, sc.CALL_SERVER_REQUEST, at=3, elapsed=3, frame=PLANTED, step=None)
     samples = [
-        rec(sc.ROLE_AGENT_LOOP, sc.CALL_AGENT_SAMPLE, at=4, elapsed=4, waits=sc.STALL_WAIT_HTTP, pid=pid, step=1)
+        rec(
+            sc.PROCESS_ROLE_AGENT_LOOP, sc.CALL_AGENT_SAMPLE, at=4, elapsed=4, waits=sc.STALL_WAIT_HTTP, pid=pid, step=1
+        )
         for pid in (11, 12)
     ]
-    trainer = rec(sc.ROLE_TRAINER, sc.PHASE_ROLLOUT, at=10, elapsed=10, waits=sc.STALL_WAIT_RAY, step=1, pid=1)
+    trainer = rec(sc.PROCESS_ROLE_TRAINER, sc.PHASE_ROLLOUT, at=10, elapsed=10, waits=sc.STALL_WAIT_RAY, step=1, pid=1)
     [inc] = group([*samples, trainer, server])
     assert inc.root is server and inc.step == 1
-    assert {(w.role, w.pid) for w in inc.waiting} == {
-        (sc.ROLE_AGENT_LOOP, 11),
-        (sc.ROLE_AGENT_LOOP, 12),
+    assert {(w.process_role, w.pid) for w in inc.waiting} == {
+        (sc.PROCESS_ROLE_AGENT_LOOP, 11),
+        (sc.PROCESS_ROLE_AGENT_LOOP, 12),
         (
-            sc.ROLE_TRAINER,
+            sc.PROCESS_ROLE_TRAINER,
             1,
         ),
     }
@@ -103,8 +118,10 @@ def test_an_llm_server_hang_is_rooted_in_the_server():
 def test_the_trace_decides_over_the_step():
     """Two stalls in one trace are in one step, whatever step one of them says (a record merged from an older
     file): the sample waits on the server's hang."""
-    server = rec(sc.ROLE_ROLLOUT_SERVER, sc.CALL_SERVER_REQUEST, at=3, elapsed=3, frame=PLANTED, trace_id="b" * 32)
-    sample = rec(sc.ROLE_AGENT_LOOP, sc.CALL_AGENT_SAMPLE, at=3, elapsed=3, waits=sc.STALL_WAIT_AWAIT, step=1)
+    server = rec(
+        sc.PROCESS_ROLE_ROLLOUT_SERVER, sc.CALL_SERVER_REQUEST, at=3, elapsed=3, frame=PLANTED, trace_id="b" * 32
+    )
+    sample = rec(sc.PROCESS_ROLE_AGENT_LOOP, sc.CALL_AGENT_SAMPLE, at=3, elapsed=3, waits=sc.STALL_WAIT_AWAIT, step=1)
     sample.trace_id = "b" * 32
     [inc] = group([sample, server])
     assert inc.root is server and inc.waiting == [sample]
@@ -114,15 +131,20 @@ def test_the_trace_decides_over_the_step():
 
 def test_two_unrelated_stalls_in_different_steps_are_two_incidents():
     first = reward_hang(step=1)
-    worker = rec(sc.ROLE_WORKER, "worker.update_actor", at=300, elapsed=3, frame=PLANTED, step=3)
-    trainer = rec(sc.ROLE_TRAINER, sc.PHASE_UPDATE_ACTOR, at=300, elapsed=3, waits=sc.STALL_WAIT_RAY, step=3, pid=1)
+    worker = rec(sc.PROCESS_ROLE_WORKER, "worker.update_actor", at=300, elapsed=3, frame=PLANTED, step=3)
+    trainer = rec(
+        sc.PROCESS_ROLE_TRAINER, sc.PHASE_UPDATE_ACTOR, at=300, elapsed=3, waits=sc.STALL_WAIT_RAY, step=3, pid=1
+    )
     found = group([*first, worker, trainer])
-    assert [(i.step, i.root.role, len(i.waiting)) for i in found] == [(1, sc.ROLE_REWARD, 3), (3, sc.ROLE_WORKER, 1)]
+    assert [(i.step, i.root.process_role, len(i.waiting)) for i in found] == [
+        (1, sc.PROCESS_ROLE_REWARD, 3),
+        (3, sc.PROCESS_ROLE_WORKER, 1),
+    ]
     # the same seconds but two steps (two runs' clocks, or a step that knows its number): not one hang either
     apart = group(
         [
-            rec(sc.ROLE_REWARD, sc.CALL_REWARD, at=3, elapsed=3, step=1),
-            rec(sc.ROLE_WORKER, "w", at=3, elapsed=3, step=2),
+            rec(sc.PROCESS_ROLE_REWARD, sc.CALL_REWARD, at=3, elapsed=3, step=1),
+            rec(sc.PROCESS_ROLE_WORKER, "w", at=3, elapsed=3, step=2),
         ]
     )
     assert len(apart) == 2
@@ -131,20 +153,22 @@ def test_two_unrelated_stalls_in_different_steps_are_two_incidents():
 def test_two_hangs_one_after_the_other_in_one_step():
     """The server hangs, then the reward function: the trainer's rollout stall (caught once per phase and step,
     during the first) waits on the first, not on both."""
-    server = rec(sc.ROLE_ROLLOUT_SERVER, sc.CALL_SERVER_REQUEST, at=3, elapsed=3, last_elapsed_s=15, step=1)
-    trainer = rec(sc.ROLE_TRAINER, sc.PHASE_ROLLOUT, at=10, elapsed=10, last_elapsed_s=28, waits=sc.STALL_WAIT_RAY)
+    server = rec(sc.PROCESS_ROLE_ROLLOUT_SERVER, sc.CALL_SERVER_REQUEST, at=3, elapsed=3, last_elapsed_s=15, step=1)
+    trainer = rec(
+        sc.PROCESS_ROLE_TRAINER, sc.PHASE_ROLLOUT, at=10, elapsed=10, last_elapsed_s=28, waits=sc.STALL_WAIT_RAY
+    )
     trainer.step = 1
-    reward = rec(sc.ROLE_REWARD, sc.CALL_REWARD, at=26, elapsed=3, last_elapsed_s=15, step=1)
+    reward = rec(sc.PROCESS_ROLE_REWARD, sc.CALL_REWARD, at=26, elapsed=3, last_elapsed_s=15, step=1)
     found = group([server, trainer, reward])
-    assert [(i.root.role, [w.role for w in i.waiting]) for i in found] == [
-        (sc.ROLE_ROLLOUT_SERVER, [sc.ROLE_TRAINER]),
-        (sc.ROLE_REWARD, []),
+    assert [(i.root.process_role, [w.process_role for w in i.waiting]) for i in found] == [
+        (sc.PROCESS_ROLE_ROLLOUT_SERVER, [sc.PROCESS_ROLE_TRAINER]),
+        (sc.PROCESS_ROLE_REWARD, []),
     ]
 
 
 def test_the_same_pid_on_two_hosts_is_two_processes():
-    a = rec(sc.ROLE_WORKER, "worker.update_actor", at=3, elapsed=3, frame="all_reduce (c10d.py:1)", pid=7)
-    b = rec(sc.ROLE_WORKER, "worker.update_actor", at=3.5, elapsed=3, frame=PLANTED, pid=7, host="node-1")
+    a = rec(sc.PROCESS_ROLE_WORKER, "worker.update_actor", at=3, elapsed=3, frame="all_reduce (c10d.py:1)", pid=7)
+    b = rec(sc.PROCESS_ROLE_WORKER, "worker.update_actor", at=3.5, elapsed=3, frame=PLANTED, pid=7, host="node-1")
     [inc] = group([a, b])
     assert {(r.host, r.pid) for r in inc.records()} == {("node-0", 7), ("node-1", 7)} and len(inc.peers) == 1
     # two stall spans alike but for the host: two records, not merged into one
@@ -158,14 +182,14 @@ def test_the_same_pid_on_two_hosts_is_two_processes():
 
 
 def test_records_that_do_not_say_what_they_wait_on_fall_back_to_the_call_tree():
-    old = [rec(r.role, r.call, at=0, elapsed=0, waits=None, step=2, pid=r.pid) for r in reward_hang()]
+    old = [rec(r.process_role, r.call, at=0, elapsed=0, waits=None, step=2, pid=r.pid) for r in reward_hang()]
     [inc] = group(old)
-    assert inc.root.role == sc.ROLE_REWARD and len(inc.waiting) == 3
+    assert inc.root.process_role == sc.PROCESS_ROLE_REWARD and len(inc.waiting) == 3
 
 
 def test_waiters_whose_root_was_not_caught():
-    trainer = rec(sc.ROLE_TRAINER, sc.PHASE_ROLLOUT, at=10, elapsed=10, waits=sc.STALL_WAIT_RAY, pid=1)
-    sample = rec(sc.ROLE_AGENT_LOOP, sc.CALL_AGENT_SAMPLE, at=5, elapsed=5, waits=sc.STALL_WAIT_HTTP)
+    trainer = rec(sc.PROCESS_ROLE_TRAINER, sc.PHASE_ROLLOUT, at=10, elapsed=10, waits=sc.STALL_WAIT_RAY, pid=1)
+    sample = rec(sc.PROCESS_ROLE_AGENT_LOOP, sc.CALL_AGENT_SAMPLE, at=5, elapsed=5, waits=sc.STALL_WAIT_HTTP)
     [inc] = group([trainer, sample])
     assert inc.root is sample and not inc.root_caught and inc.waiting == [trainer]
     assert "not caught" in inc.root.advice
@@ -189,13 +213,15 @@ def test_what_a_stuck_stack_waits_on():
 
 
 def test_a_shallower_process_whose_frames_show_no_wait_still_waits_on_the_deeper_one():
-    server = rec(sc.ROLE_ROLLOUT_SERVER, sc.CALL_SERVER_REQUEST, at=3, elapsed=3, frame=PLANTED)
-    trainer = rec(sc.ROLE_TRAINER, sc.PHASE_ROLLOUT, at=10, elapsed=10, pid=1)  # a sleep of its own: no wait seen
+    server = rec(sc.PROCESS_ROLE_ROLLOUT_SERVER, sc.CALL_SERVER_REQUEST, at=3, elapsed=3, frame=PLANTED)
+    trainer = rec(
+        sc.PROCESS_ROLE_TRAINER, sc.PHASE_ROLLOUT, at=10, elapsed=10, pid=1
+    )  # a sleep of its own: no wait seen
     [inc] = group([trainer, server])
     assert inc.root is server and inc.waiting == [trainer] and not inc.peers
 
 
-def _write(stalls_dir, name: str, r: StallRecord, t: str) -> None:
+def _write(stalls_dir, name: str, r: StallRecord, t: str, role_key: str = "process_role") -> None:
     rows = {
         "phase": r.phase,
         "call": r.call,
@@ -204,7 +230,7 @@ def _write(stalls_dir, name: str, r: StallRecord, t: str) -> None:
         "frame": r.frame,
         "kind": r.kind,
         "waiting_on": r.waiting_on,
-        "role": r.role,
+        role_key: r.process_role,
         "pid": r.pid,
         "host": r.host,
         "time": t,
@@ -215,18 +241,31 @@ def _write(stalls_dir, name: str, r: StallRecord, t: str) -> None:
     (stalls_dir / f"{name}.txt").write_text(text)
 
 
-def test_doctor_says_one_incident_in_text_and_json(tmp_path, capsys):
+def test_doctor_says_one_incident_in_text_and_json(tmp_path, capsys, monkeypatch):
     stalls_dir = tmp_path / sc.STALLS_DIR
     stalls_dir.mkdir()
     for i, r in enumerate(reward_hang()):
-        _write(stalls_dir, f"s{i}", r, f"2026-01-01T00:00:{10 + int(r.detected_at - T0):02d}+0000")
+        key = "role" if i == 0 else "process_role"  # a file of an older verl-otel: its process role is "role"
+        _write(stalls_dir, f"s{i}", r, f"2026-01-01T00:00:{10 + int(r.detected_at - T0):02d}+0000", key)
         os.utime(stalls_dir / f"s{i}.txt")
     assert main(["doctor", "--dir", str(tmp_path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     [inc] = doc["incidents"]
-    assert inc["step"] == 2 and inc["root"]["role"] == sc.ROLE_REWARD and inc["root"]["frame"] == PLANTED
-    assert sorted(w["role"] for w in inc["waiting"]) == [sc.ROLE_AGENT_LOOP, sc.ROLE_TRAINER, sc.ROLE_TRAINER]
+    assert (
+        inc["step"] == 2 and inc["root"]["process_role"] == sc.PROCESS_ROLE_REWARD and inc["root"]["frame"] == PLANTED
+    )
+    assert sorted(w["process_role"] for w in inc["waiting"]) == [
+        sc.PROCESS_ROLE_AGENT_LOOP,
+        sc.PROCESS_ROLE_TRAINER,
+        sc.PROCESS_ROLE_TRAINER,
+    ]
     assert len(doc["stalls"]) == 4
+    assert all(r["role"] == r["process_role"] for r in doc["stalls"])  # the old key, for a release (CHANGELOG.md)
+    assert all(w["role"] == w["process_role"] for w in inc["waiting"]) and inc["root"]["role"] == sc.PROCESS_ROLE_REWARD
+    monkeypatch.setenv(sc.ENV_DEPRECATED_NAMES, "0")
+    assert main(["doctor", "--dir", str(tmp_path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert "role" not in doc["stalls"][0] and "role" not in doc["incidents"][0]["root"], doc
     assert main(["doctor", "--dir", str(tmp_path)]) == 0
     text = capsys.readouterr().out
     assert (
@@ -242,7 +281,7 @@ def test_the_console_line_says_what_a_waiter_waits_on():
     from verl_otel.progress.stall_line import stall_line
 
     args = (sc.PHASE_ROLLOUT, sc.PHASE_ROLLOUT, 2, 11.0, 10.0, "fit (trainer_base.py:477)", sc.STALL_ROLLOUT, "")
-    waiter = Stall(*args, sc.ROLE_TRAINER, 1, "node-0", waiting_on=sc.STALL_WAIT_RAY)
+    waiter = Stall(*args, sc.PROCESS_ROLE_TRAINER, 1, "node-0", waiting_on=sc.STALL_WAIT_RAY)
     assert ", waiting on a Ray call [rollout_engine]" in stall_line(waiter)
-    root = Stall(*args, sc.ROLE_ROLLOUT_SERVER, 2, "node-1")
+    root = Stall(*args, sc.PROCESS_ROLE_ROLLOUT_SERVER, 2, "node-1")
     assert "waiting on" not in stall_line(root) and "verl-otel doctor" in stall_line(root)

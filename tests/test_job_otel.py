@@ -41,7 +41,7 @@ def test_ray_init_starts_ray_without_them_and_gives_them_back(monkeypatch):
         return "context"
 
     made: list[dict[str, str]] = []  # the driver's runtime is made before they leave (read with its settings)
-    monkeypatch.setattr("verl_otel.model.current", lambda: made.append(dict(os.environ)))
+    monkeypatch.setattr("verl_otel.trackers.current", lambda: made.append(dict(os.environ)))
     monkeypatch.setattr("verl_otel.hooks.ray_env._discover", lambda: None)
     monkeypatch.setattr("verl_otel.hooks.ray_env._note_ends", lambda: None)
     assert init_wrapper(ray_init, None, (), {}) == "context"

@@ -1,5 +1,5 @@
 """The data path's layering (docs/architecture.md): each folder of verl_otel imports only the layers in its
-row. The model in telemetry/ never touches verl, Ray or the runtime (it is handed what it needs); only the
+row. The trackers in telemetry/ never touch verl, Ray or the runtime (it is handed what it needs); only the
 runtime reaches the exporters; the readers (analysis/, dashboards/) stand alone, so the CLI works without verl
 or the SDK's exporters."""
 

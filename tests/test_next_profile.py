@@ -21,7 +21,7 @@ from verl_otel.telemetry.next_profile import NextProfile, profile_glob
 
 
 def _stall(phase: str, step: int) -> Stall:
-    return Stall(phase, phase, step, 2.0, 1.0, "", sc.STALL_UNKNOWN, "", sc.ROLE_TRAINER, 1, "h")
+    return Stall(phase, phase, step, 2.0, 1.0, "", sc.STALL_UNKNOWN, "", sc.PROCESS_ROLE_TRAINER, 1, "h")
 
 
 def test_a_stall_arms_the_next_step_once_per_phase_within_the_runs_bound():
@@ -58,7 +58,7 @@ _TRAINER = textwrap.dedent(
     import json, sys, time
     from types import SimpleNamespace
     from omegaconf import OmegaConf
-    from verl_otel import model
+    from verl_otel import trackers
     from verl_otel import semconv as sc
     from verl_otel.hooks import next_profile
     from verl_otel.telemetry.steps import RunInfo
@@ -69,8 +69,8 @@ _TRAINER = textwrap.dedent(
     config = OmegaConf.create(cfg)
     OmegaConf.set_struct(config, True)
     trainer = SimpleNamespace(config=config, global_steps=1)
-    m = model.current()
-    m.wire(sc.ROLE_TRAINER)
+    m = trackers.current()
+    m.wire(sc.PROCESS_ROLE_TRAINER)
     steps = m.steps
     steps.fit_started(RunInfo("legacy", "proj", "exp", 2, 4, 1), lambda: trainer.global_steps)
     next_profile.attach(trainer, "legacy", m.next_profile)

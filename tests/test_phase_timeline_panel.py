@@ -15,32 +15,32 @@ pytestmark = pytest.mark.prometheus
 
 _RUN = f'{sc.LABEL_PROJECT}="p",{sc.LABEL_EXPERIMENT}="e"'
 PROCESSES = {
-    sc.ROLE_TRAINER: f'verl_phase_active{{{_RUN},phase="rollout"}} 0\n'
+    sc.PROCESS_ROLE_TRAINER: f'verl_phase_active{{{_RUN},phase="rollout"}} 0\n'
     f'verl_phase_active{{{_RUN},phase="update_actor"}} 1',
-    sc.ROLE_AGENT_LOOP: f'verl_rollout_samples_inflight{{{_RUN},rollout_worker="0",mode="train"}} 3',
-    sc.ROLE_WORKER: 'verl_update_minibatches_completed{role="actor"} 2\n'
+    sc.PROCESS_ROLE_AGENT_LOOP: f'verl_rollout_samples_inflight{{{_RUN},rollout_worker="0",mode="train"}} 3',
+    sc.PROCESS_ROLE_WORKER: 'verl_update_minibatches_completed{role="actor"} 2\n'
     'verl_update_minibatches_expected{role="actor"} 4\n'
     'verl_update_minibatches_completed{role="critic"} 4\n'
     'verl_update_minibatches_expected{role="critic"} 4',
-    sc.ROLE_REWARD: f'verl_rollout_samples_inflight{{{_RUN},rollout_worker="1",mode="train"}} 0',
+    sc.PROCESS_ROLE_REWARD: f'verl_rollout_samples_inflight{{{_RUN},rollout_worker="1",mode="train"}} 0',
 }
 EXPECTED = {
-    sc.ROLE_TRAINER: sc.PHASE_UPDATE_ACTOR,
-    sc.ROLE_AGENT_LOOP: sc.PHASE_ROLLOUT,
-    sc.ROLE_WORKER: sc.PHASE_UPDATE_ACTOR,  # the actor's update has mini-batches left; the critic's is done
-    sc.ROLE_REWARD: timeline_panels.IDLE_TEXT,
+    sc.PROCESS_ROLE_TRAINER: sc.PHASE_UPDATE_ACTOR,
+    sc.PROCESS_ROLE_AGENT_LOOP: sc.PHASE_ROLLOUT,
+    sc.PROCESS_ROLE_WORKER: sc.PHASE_UPDATE_ACTOR,  # the actor's update has mini-batches left; the critic's is done
+    sc.PROCESS_ROLE_REWARD: timeline_panels.IDLE_TEXT,
 }
 
 
-def _page(role: str) -> str:
-    run = _RUN if role != sc.ROLE_WORKER else ""  # a training worker's page carries no run labels
-    return f"{PROCESSES[role]}\nverl_process_resident_memory_bytes{{{run}}} 1000000\n"
+def _page(process_role: str) -> str:
+    run = _RUN if process_role != sc.PROCESS_ROLE_WORKER else ""  # a training worker's page carries no run labels
+    return f"{PROCESSES[process_role]}\nverl_process_resident_memory_bytes{{{run}}} 1000000\n"
 
 
 def test_each_process_row_takes_its_state(tmp_path):
     if not available():
         pytest.skip("prometheus not installed (`make prometheus`)")
-    endpoints = {role: MetricsEndpoint(_page(role)).__enter__() for role in PROCESSES}
+    endpoints = {process_role: MetricsEndpoint(_page(process_role)).__enter__() for process_role in PROCESSES}
     try:
         config = {
             "global": {"scrape_interval": "1s"},
@@ -48,8 +48,8 @@ def test_each_process_row_takes_its_state(tmp_path):
                 {
                     "job_name": "verl",
                     "static_configs": [
-                        {"targets": [e.address], "labels": {sc.LABEL_PROCESS_ROLE: role}}
-                        for role, e in endpoints.items()
+                        {"targets": [e.address], "labels": {sc.LABEL_PROCESS_ROLE: process_role}}
+                        for process_role, e in endpoints.items()
                     ],
                 }
             ],
@@ -59,7 +59,7 @@ def test_each_process_row_takes_its_state(tmp_path):
             expr = timeline_panels.phase_per_process()
             for var, value in grafana.ALL_VALUES.items():
                 expr = expr.replace(var, value)
-            text = {float(v): t for v, t, _ in timeline_panels.STATES}
+            text = {float(v): t for v, t, _ in timeline_panels.PHASE_VALUES}
             got = {r["metric"][sc.LABEL_PROCESS_ROLE]: text[float(r["value"][1])] for r in prom.query(expr)}
     finally:
         for e in endpoints.values():

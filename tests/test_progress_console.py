@@ -1,4 +1,4 @@
-"""The seed's phase lines from the step model's events: details, held start lines, per-phase heartbeat."""
+"""The seed's phase lines from the step tracer's events: details, held start lines, per-phase heartbeat."""
 
 import io
 import re

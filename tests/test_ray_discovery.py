@@ -61,7 +61,7 @@ class Instrumented:
         os.environ[sc.ENV_DIR] = data_dir
         runtime.reset_for_tests()
         rt = runtime.current()
-        rt.wire(sc.ROLE_WORKER)
+        rt.wire(sc.PROCESS_ROLE_WORKER)
         self.rt = rt
 
     def pid(self) -> int:
@@ -95,7 +95,7 @@ def test_the_driver_lists_a_process_of_another_nodes_disk(cluster, prom_factory)
 
     [group] = _wait(listed)
     labels = group["labels"]
-    assert labels[sc.LABEL_PROCESS_ROLE] == sc.ROLE_WORKER and labels[sc.LABEL_HOST]
+    assert labels[sc.LABEL_PROCESS_ROLE] == sc.PROCESS_ROLE_WORKER and labels[sc.LABEL_HOST]
     target = group["targets"][0]
     with urllib.request.urlopen(f"http://{target}/metrics", timeout=5) as resp:
         assert b"verl_otel_dropped_total" in resp.read()
@@ -126,7 +126,7 @@ def test_the_driver_lists_a_process_of_another_nodes_disk(cluster, prom_factory)
             ],
         }
     )
-    rows = server.wait_for(f'up{{job="verl",{sc.LABEL_PROCESS_ROLE}="{sc.ROLE_WORKER}"}} == 1')
+    rows = server.wait_for(f'up{{job="verl",{sc.LABEL_PROCESS_ROLE}="{sc.PROCESS_ROLE_WORKER}"}} == 1')
     assert rows[0]["metric"]["instance"] == target and rows[0]["metric"][sc.LABEL_HOST] == labels[sc.LABEL_HOST]
     # at its exit the process takes itself out of the store: the driver's next refresh drops it
     ray.get(actor.finish.remote())

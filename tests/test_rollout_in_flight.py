@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from verl_otel import model, runtime
+from verl_otel import runtime, trackers
 from verl_otel import semconv as sc
 from verl_otel.hooks import rollout
 
@@ -23,7 +23,7 @@ PARENT = f"00-{'a' * 32}-{'b' * 16}-01"
 def tracker(tmp_path, monkeypatch):
     monkeypatch.setenv(sc.ENV_DIR, str(tmp_path))
     runtime.reset_for_tests()
-    t = model.current().rollout
+    t = trackers.current().rollout
     t.keep = None  # every finished sample held, to read each one's outcome
     yield t
     runtime.reset_for_tests()

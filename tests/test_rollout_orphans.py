@@ -9,7 +9,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from verl_otel import model, runtime
+from verl_otel import runtime, trackers
 from verl_otel.telemetry.rollout import RolloutTracker
 from verl_otel.telemetry.rollout_spans import BatchSpans
 
@@ -35,7 +35,7 @@ def _run(tracker: RolloutTracker, n: int) -> None:
 @pytest.mark.parametrize("warmup_done_first", [True, False])
 def test_warmup_batch_joins_the_next_steps_trace(spans, warmup_done_first):
     tracker = RolloutTracker()
-    emitter = BatchSpans(model.current().services, max_sample_spans=2)
+    emitter = BatchSpans(trackers.current().services, max_sample_spans=2)
     tracker.on_batch_done.append(emitter.done)
     tracker.on_dispatch.append(emitter.adopt)
     tracker.batch_started("train", 1, 2, None)  # warm-up: no step open on the trainer
@@ -50,7 +50,7 @@ def test_warmup_batch_joins_the_next_steps_trace(spans, warmup_done_first):
 
 def test_an_orphan_nobody_adopts_becomes_a_root(spans):
     tracker = RolloutTracker()
-    emitter = BatchSpans(model.current().services, max_sample_spans=1, orphan_wait_s=0.0)
+    emitter = BatchSpans(trackers.current().services, max_sample_spans=1, orphan_wait_s=0.0)
     tracker.on_batch_done.append(emitter.done)
     tracker.batch_started("train", 1, 1, None)
     _run(tracker, 1)

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from verl_otel import config, model
+from verl_otel import config, trackers
 from verl_otel.hooks.rollout import RayTotalBar
 
 
@@ -38,14 +38,14 @@ def _wait_for(capsys, text, timeout=5.0):
 
 def test_total_over_workers_of_the_dispatched_step(ray_get, capsys):
     bar = RayTotalBar(config.load_progress({"VERL_PROGRESS_LOG": "1"}), poll_s=0.05)
-    model.current().rollout.batch_started("train", 5, 4, None)
-    tokens = [model.current().rollout.sample_started("train") for _ in range(4)]
-    model.current().rollout.sample_finished("train", tokens[0], {}, None)
+    trackers.current().rollout.batch_started("train", 5, 4, None)
+    tokens = [trackers.current().rollout.sample_started("train") for _ in range(4)]
+    trackers.current().rollout.sample_finished("train", tokens[0], {}, None)
     bar.dispatched([_Worker(), _Worker()], "train", 5, 8)  # two workers, each with 1 of 4 done
     out = _wait_for(capsys, "2/8")
     assert "[VERL_PROGRESS][step=5][rollout_manager][train] [######------------------] 2/8 (25.0%)" in out
     for tok in tokens[1:]:
-        model.current().rollout.sample_finished("train", tok, {}, None)
+        trackers.current().rollout.sample_finished("train", tok, {}, None)
     out = _wait_for(capsys, "8/8")
     assert "8/8 (100.0%)" in out
     time.sleep(0.2)
@@ -54,8 +54,10 @@ def test_total_over_workers_of_the_dispatched_step(ray_get, capsys):
 
 def test_counts_of_another_step_do_not_count(ray_get, capsys):
     bar = RayTotalBar(config.load_progress({"VERL_PROGRESS_LOG": "1"}), poll_s=0.05)
-    model.current().rollout.batch_started("validate", 3, 2, None)
-    model.current().rollout.sample_finished("validate", model.current().rollout.sample_started("validate"), {}, None)
+    trackers.current().rollout.batch_started("validate", 3, 2, None)
+    trackers.current().rollout.sample_finished(
+        "validate", trackers.current().rollout.sample_started("validate"), {}, None
+    )
     bar.dispatched([_Worker()], "validate", 4, 2)
     time.sleep(0.3)
     assert "rollout_manager" not in capsys.readouterr().out
@@ -80,7 +82,7 @@ def test_a_late_answer_is_asked_again(monkeypatch, capsys):
 
     monkeypatch.setattr(ray, "get", get)
     bar = RayTotalBar(config.load_progress({"VERL_PROGRESS_LOG": "1"}), poll_s=0.05)
-    model.current().rollout.batch_started("train", 9, 1, None)
-    model.current().rollout.sample_finished("train", model.current().rollout.sample_started("train"), {}, None)
+    trackers.current().rollout.batch_started("train", 9, 1, None)
+    trackers.current().rollout.sample_finished("train", trackers.current().rollout.sample_started("train"), {}, None)
     bar.dispatched([_Worker()], "train", 9, 1)
     assert "[VERL_PROGRESS][step=9][rollout_manager][train]" in _wait_for(capsys, "1/1")

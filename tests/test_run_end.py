@@ -72,7 +72,9 @@ def test_sigterm_then_sigkill_keeps_the_open_step(tmp_path, capsys):
     assert step.attributes[sc.ATTR_RUN_END_DETAIL] == "SIGTERM" and step.attributes[sc.ATTR_GLOBAL_STEP] == 2
     end, text = _doctor(capsys, tmp_path)
     assert end["reason"] == sc.END_TERMINATED and end["phase"] == sc.PHASE_UPDATE_ACTOR and end["step"] == 2
-    assert end["role"] == sc.ROLE_TRAINER and end["pid"] == step.resource[sc.RES_PID] and not end["clean"]
+    assert (
+        end["process_role"] == sc.PROCESS_ROLE_TRAINER and end["pid"] == step.resource[sc.RES_PID] and not end["clean"]
+    )
     assert text.startswith("run end:   terminated (SIGTERM") and "in step 2, phase update_actor" in text
 
 
@@ -94,11 +96,12 @@ def test_an_otlp_run_leaves_the_open_step_in_unsent(tmp_path):
 
 def test_sigint_to_the_driver_makes_the_trainers_sigterm_an_interrupt(tmp_path, capsys):
     """Ctrl-C reaches the driver (it leaves a note); Ray then ends the trainer with SIGTERM."""
-    write_note(tmp_path, "SIGINT", sc.ROLE_DRIVER)
+    write_note(tmp_path, "SIGINT", sc.PROCESS_ROLE_DRIVER)
     assert _drive(tmp_path, "signal", signal.SIGTERM) in (-signal.SIGKILL, 3)
     step, _ = _step_and_phases(tmp_path)
     assert step.attributes[sc.ATTR_RUN_END_REASON] == sc.END_INTERRUPTED
-    assert step.attributes[sc.ATTR_RUN_END_ROLE] == sc.ROLE_DRIVER
+    assert step.attributes[sc.ATTR_RUN_END_PROCESS_ROLE] == sc.PROCESS_ROLE_DRIVER
+    assert step.attributes[sc.ATTR_DEPRECATED_RUN_END_ROLE] == sc.PROCESS_ROLE_DRIVER  # the old key, for a release
     assert step.attributes[sc.ATTR_RUN_END_PID] == os.getpid()  # the note's writer: this process
     end, text = _doctor(capsys, tmp_path)
     assert end["reason"] == sc.END_INTERRUPTED and [n["signal"] for n in end["notes"]] == ["SIGINT"]
@@ -114,14 +117,14 @@ def test_the_drivers_ctrl_c_is_read_before_ray_ends_the_trainer(tmp_path, capsys
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "IN_STEP"
-        note = write_note(tmp_path, "SIGINT", sc.ROLE_DRIVER)
+        note = write_note(tmp_path, "SIGINT", sc.PROCESS_ROLE_DRIVER)
         assert note is not None and wait_ack(note, 5.0), "the trainer never acked the driver's note"
     finally:
         proc.kill()
         proc.wait(30)
     step, spans = _step_and_phases(tmp_path)
     assert step.attributes[sc.ATTR_RUN_END_REASON] == sc.END_INTERRUPTED
-    assert spans[sc.PHASE_UPDATE_ACTOR].attributes[sc.ATTR_RUN_END_ROLE] == sc.ROLE_DRIVER
+    assert spans[sc.PHASE_UPDATE_ACTOR].attributes[sc.ATTR_RUN_END_PROCESS_ROLE] == sc.PROCESS_ROLE_DRIVER
 
 
 def test_sigint_to_the_trainer(tmp_path):
@@ -145,7 +148,12 @@ def test_a_lost_worker_is_named(tmp_path, capsys):
     assert step.attributes[sc.ATTR_RUN_END_REASON] == sc.END_WORKER_LOST
     assert spans[sc.PHASE_UPDATE_ACTOR].attributes[sc.ATTR_RUN_END_REASON] == sc.END_WORKER_LOST
     end, text = _doctor(capsys, tmp_path)
-    assert (end["role"], end["pid"], end["host"], end["phase"]) == ("WorkerDict", 4242, "10.0.0.7", "update_actor")
+    assert (end["process_role"], end["pid"], end["host"], end["phase"]) == (
+        "WorkerDict",
+        4242,
+        "10.0.0.7",
+        "update_actor",
+    )
     assert "SYSTEM_ERROR" in end["detail"] and end["frames"], end
     assert text.startswith("run end:   a worker process was lost") and "WorkerDict pid 4242 on 10.0.0.7" in text
 

@@ -21,7 +21,7 @@ from verl_otel.export import prometheus
 from verl_otel.export.spool import unsent_path
 from verl_otel.export.stall_evidence import EvidenceFiles
 from verl_otel.hooks.ray_env import job_env
-from verl_otel.process.metrics import MetricsState
+from verl_otel.process.metrics import MetricStore
 from verl_otel.process.stalls import StallWatch
 
 
@@ -53,12 +53,12 @@ def test_targets_of_another_host_are_kept_and_this_hosts_dead_ones_pruned(tmp_pa
     old_release = {"targets": ["127.0.0.1:8"], "labels": {prometheus.PID_LABEL: str(dead)}}  # no host: by address
     (tmp_path / sc.PROM_TARGETS_FILE).write_text(json.dumps([stale_b, stale_a, old_release]))
     monkeypatch.setenv(sc.ENV_HOSTNAME, "hostA")
-    mine = prometheus.register_target(tmp_path, "10.0.0.1", 7, {sc.LABEL_PROCESS_ROLE: sc.ROLE_TRAINER})
+    mine = prometheus.register_target(tmp_path, "10.0.0.1", 7, {sc.LABEL_PROCESS_ROLE: sc.PROCESS_ROLE_TRAINER})
     got = _groups(tmp_path)
     assert stale_b in got, "hostB's process is judged on hostB, not on hostA where its pid is not alive"
     assert stale_a not in got and old_release not in got, "this host's dead processes are pruned"
     monkeypatch.setenv(sc.ENV_HOSTNAME, "hostB")
-    theirs = prometheus.register_target(tmp_path, "10.0.0.2", 7, {sc.LABEL_PROCESS_ROLE: sc.ROLE_WORKER})
+    theirs = prometheus.register_target(tmp_path, "10.0.0.2", 7, {sc.LABEL_PROCESS_ROLE: sc.PROCESS_ROLE_WORKER})
     got = _groups(tmp_path)
     assert mine in got and theirs in got, "the same pid on two hosts: two entries"
     assert stale_b not in got, "on hostB, hostB's dead process is pruned"
@@ -75,10 +75,10 @@ def _stall_on(host: str, stalls_dir: Path, monkeypatch: pytest.MonkeyPatch) -> s
     watch = StallWatch(
         StallSettings(seconds=0.1, min_seconds=0.1, factor=3.0, repeat_s=60),
         tracer=lambda: tracer,
-        state=MetricsState(),
+        store=MetricStore(),
         flush_soon=lambda: None,
         evidence=EvidenceFiles(stalls_dir, py_spy=""),
-        role=lambda: sc.ROLE_REWARD,
+        process_role=lambda: sc.PROCESS_ROLE_REWARD,
     )
     watch.stop()  # ticked by hand
     token = watch.enter(sc.PHASE_REWARD, step=4)

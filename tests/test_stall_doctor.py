@@ -60,7 +60,7 @@ def test_a_killed_run_keeps_its_evidence_and_doctor_reads_it(tmp_path, capsys):
     rc, text = _doctor(capsys, "--dir", str(data), "--json")
     assert rc == 0
     [rec] = json.loads(text)["stalls"]
-    assert rec["step"] == 7 and rec["phase"] == sc.PHASE_REWARD and rec["role"] == sc.ROLE_TRAINER
+    assert rec["step"] == 7 and rec["phase"] == sc.PHASE_REWARD and rec["process_role"] == sc.PROCESS_ROLE_TRAINER
     assert rec["pid"] == proc.pid and rec["in_trace"] and rec["evidence"] == str(evidence)
     assert rec["frame"].startswith("score_with_remote_judge (drive_stall.py:")
     assert rec["kind"] == sc.STALL_REWARD and "timeout" in rec["advice"]
@@ -116,7 +116,7 @@ def test_doctor_reads_stall_spans_from_jaeger(jaeger, capsys):
         sc.ATTR_STALL_FRAME: "all_reduce (distributed_c10d.py:2500)",
         sc.ATTR_STALL_STACK: ["all_reduce (distributed_c10d.py:2500)", "update_actor (engine_workers.py:714)"],
         sc.ATTR_STALL_KIND: sc.STALL_COLLECTIVE,
-        sc.ATTR_STALL_ROLE: sc.ROLE_WORKER,
+        sc.ATTR_STALL_PROCESS_ROLE: sc.PROCESS_ROLE_WORKER,
         sc.ATTR_STALL_PID: 42,
         sc.ATTR_STALL_HOST: "node-3",
     }

@@ -16,7 +16,7 @@ from verl_otel.analysis import incidents
 from verl_otel.analysis.stall_records import StallRecord, advice, parse_file
 from verl_otel.config import StallSettings
 from verl_otel.export.stall_evidence import EvidenceFiles
-from verl_otel.process.metrics import MetricsState
+from verl_otel.process.metrics import MetricStore
 from verl_otel.process.stall_record import sent_text
 from verl_otel.process.stalls import MAX_SENT, StallWatch
 from verl_otel.progress.stall_line import stall_line
@@ -31,10 +31,10 @@ def watch(tmp_path: Path):
     w = StallWatch(
         StallSettings(seconds=0.2, min_seconds=0.2, factor=3.0, repeat_s=100.0),
         tracer=lambda: tracer,
-        state=MetricsState(),
+        store=MetricStore(),
         flush_soon=lambda: None,
         evidence=EvidenceFiles(tmp_path / "stalls", py_spy=""),
-        role=lambda: sc.ROLE_TRAINER,
+        process_role=lambda: sc.PROCESS_ROLE_TRAINER,
     )
     w.stop()  # ticked by hand
     w.exporter, w.tracer = exporter, tracer
@@ -42,9 +42,9 @@ def watch(tmp_path: Path):
 
 
 def test_sent_text_names_count_role_call_and_ranks():
-    assert sent_text(sc.ROLE_WORKER, "compute_log_prob", 1) == WAITS
-    assert sent_text(sc.ROLE_WORKER, "update_actor", 2) == "2 train_worker calls update_actor, ranks 0-1"
-    assert sent_text(sc.ROLE_WORKER, "infer_batch", None) == "train_worker call infer_batch"
+    assert sent_text(sc.PROCESS_ROLE_WORKER, "compute_log_prob", 1) == WAITS
+    assert sent_text(sc.PROCESS_ROLE_WORKER, "update_actor", 2) == "2 train_worker calls update_actor, ranks 0-1"
+    assert sent_text(sc.PROCESS_ROLE_WORKER, "infer_batch", None) == "train_worker call infer_batch"
 
 
 def _stall_while(watch: StallWatch, send) -> object:
@@ -98,14 +98,20 @@ def test_the_calls_remembered_are_bounded(watch):
 
 def test_a_waiter_whose_worker_was_not_caught_says_whom_it_waits_on():
     trainer = StallRecord(
-        sc.PHASE_OLD_LOG_PROB, sc.PHASE_OLD_LOG_PROB, 3, 9.0, 5.0, "fit (trainer_base.py:1)", role=sc.ROLE_TRAINER
+        sc.PHASE_OLD_LOG_PROB,
+        sc.PHASE_OLD_LOG_PROB,
+        3,
+        9.0,
+        5.0,
+        "fit (trainer_base.py:1)",
+        process_role=sc.PROCESS_ROLE_TRAINER,
     )
     trainer.waiting_on, trainer.waits_for, trainer.pid, trainer.detected_at = sc.STALL_WAIT_RAY, WAITS, 1, 100.0
     assert WAITS in advice(trainer)
     (inc,) = incidents.group([trainer])
     assert not inc.root_caught and WAITS in inc.root.advice
     worker = StallRecord(sc.PHASE_OLD_LOG_PROB, "worker.compute_log_prob", 3, 8.0, 5.0, "run (cpu_plugin.py:1)")
-    worker.role, worker.pid, worker.waiting_on, worker.detected_at = sc.ROLE_WORKER, 2, "", 100.0
+    worker.process_role, worker.pid, worker.waiting_on, worker.detected_at = sc.PROCESS_ROLE_WORKER, 2, "", 100.0
     (inc,) = incidents.group([trainer, worker])
     assert inc.root is worker and inc.waiting == [trainer]
     assert inc.as_dict()["waiting"][0]["waits_for"] == WAITS and WAITS in trainer.advice
@@ -152,9 +158,13 @@ def test_one_process_slow_in_one_call_after_another_is_one_incident_each():
         ("worker.compute_log_prob", sc.PHASE_OLD_LOG_PROB, 100.0),
         ("worker.compute_ref_log_prob", sc.PHASE_REF, 103.5),
     ):
-        w = StallRecord(phase, call, 3, 1.6, 1.5, "slowed_forward (cpu_plugin.py:1)", role=sc.ROLE_WORKER, pid=2)
+        w = StallRecord(
+            phase, call, 3, 1.6, 1.5, "slowed_forward (cpu_plugin.py:1)", process_role=sc.PROCESS_ROLE_WORKER, pid=2
+        )
         w.waiting_on, w.detected_at, w.last_elapsed_s, w.host = "", start + 1.6, 3.0, "vm"
-        t = StallRecord(phase, phase, 3, 1.8, 1.5, "fit (trainer_base.py:1)", role=sc.ROLE_TRAINER, pid=1, host="vm")
+        t = StallRecord(
+            phase, phase, 3, 1.8, 1.5, "fit (trainer_base.py:1)", process_role=sc.PROCESS_ROLE_TRAINER, pid=1, host="vm"
+        )
         t.waiting_on, t.waits_for, t.detected_at = (
             sc.STALL_WAIT_RAY,
             f"1 train_worker call {call[7:]}, rank 0",

@@ -16,7 +16,7 @@ from verl_otel import semconv as sc
 from verl_otel.config import StallSettings, load
 from verl_otel.export.stall_evidence import EvidenceFiles
 from verl_otel.process import stall_frames
-from verl_otel.process.metrics import MetricsState
+from verl_otel.process.metrics import MetricStore
 from verl_otel.process.stalls import MAX_DUMPS, StallWatch
 from verl_otel.progress.stall_line import print_stall
 
@@ -32,19 +32,19 @@ def watch(tmp_path: Path):
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("t")
     flushes: list[int] = []
-    state = MetricsState()
+    store = MetricStore()
     settings = StallSettings(seconds=0.2, min_seconds=0.2, factor=3.0, repeat_s=0.1)
     w = StallWatch(
         settings,
         tracer=lambda: tracer,
-        state=state,
+        store=store,
         flush_soon=lambda: flushes.append(1),
         evidence=EvidenceFiles(tmp_path / "stalls", py_spy=""),
-        role=lambda: sc.ROLE_REWARD,
+        process_role=lambda: sc.PROCESS_ROLE_REWARD,
         on_stall=print_stall,
     )
     w.stop()  # the test ticks it by hand
-    w.exporter, w.tracer, w.flushes, w.state_ = exporter, tracer, flushes, state
+    w.exporter, w.tracer, w.flushes, w.store_ = exporter, tracer, flushes, store
     yield w
 
 
@@ -92,7 +92,7 @@ def test_a_stall_leaves_file_span_metrics_and_a_line(watch, tmp_path, capsys):
         path = Path(stall.evidence)
         assert (
             path.parent == tmp_path / "stalls"
-            and path.name == f"step3-reward-{sc.ROLE_REWARD}-{stall.host}-{stall.pid}.txt"
+            and path.name == f"step3-reward-{sc.PROCESS_ROLE_REWARD}-{stall.host}-{stall.pid}.txt"
         )
         text = path.read_text()
         assert text.startswith(sc.STALL_FILE_MAGIC) and "phase: reward" in text and "in my_stuck_reward" in text
@@ -103,8 +103,8 @@ def test_a_stall_leaves_file_span_metrics_and_a_line(watch, tmp_path, capsys):
         assert span.parent.span_id == parent.get_span_context().span_id  # under the stalled phase, ended at once
         assert span.attributes[sc.ATTR_STALL_FRAME] == stall.frame
         assert span.attributes[sc.ATTR_STALL_EVIDENCE] == str(path)
-        assert span.attributes[sc.ATTR_STALL_ROLE] == sc.ROLE_REWARD and watch.flushes
-        readings = {(m.name, labels): v for m, labels, v in watch.state_.readings()}
+        assert span.attributes[sc.ATTR_STALL_PROCESS_ROLE] == sc.PROCESS_ROLE_REWARD and watch.flushes
+        readings = {(m.name, labels): v for m, labels, v in watch.store_.readings()}
         assert readings[("verl_stall_active", ("reward",))] == 1.0
         assert readings[("verl_stalls_total", ("reward",))] == 1.0
         assert watch.stalls_in(3) == 1
@@ -120,7 +120,7 @@ def test_a_stall_leaves_file_span_metrics_and_a_line(watch, tmp_path, capsys):
     finally:
         release.set()
         th.join()
-    readings = {(m.name, labels): v for m, labels, v in watch.state_.readings()}
+    readings = {(m.name, labels): v for m, labels, v in watch.store_.readings()}
     assert readings[("verl_stall_active", ("reward",))] == 0.0
 
 

@@ -10,7 +10,7 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from verl_otel import model, runtime
+from verl_otel import runtime, trackers
 from verl_otel import semconv as sc
 from verl_otel.analysis.otlp_json import read_file
 from verl_otel.analysis.step_summary import from_summary, steps_from_summaries
@@ -23,8 +23,8 @@ def _run(tmp_path, monkeypatch, steps: int = 3) -> list[Span]:
     monkeypatch.setenv(sc.ENV_DIR, str(tmp_path))
     runtime.reset_for_tests()
     try:
-        m = model.current()
-        m.wire(sc.ROLE_TRAINER)
+        m = trackers.current()
+        m.wire(sc.PROCESS_ROLE_TRAINER)
         tracer, number = m.steps, [0]
         tracer.fit_started(RunInfo("v1", "proj", "exp", 2, 4, steps), lambda: number[0])
         for step in range(1, steps + 1):

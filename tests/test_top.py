@@ -19,12 +19,12 @@ from helpers.jaeger import FakeJaeger
 
 from verl_otel import semconv as sc
 from verl_otel.cli.main import main
-from verl_otel.export.prometheus import StateCollector, serve
+from verl_otel.export.prometheus import StoreCollector, serve
 from verl_otel.live.health_table import signals
 from verl_otel.live.run_view import History, build_view
 from verl_otel.live.sources import PrometheusQuery, Scrape, TargetsFile, parse_metrics_text
 from verl_otel.live.view import frame
-from verl_otel.process.metrics import MetricsState
+from verl_otel.process.metrics import MetricStore
 
 RUN = {sc.LABEL_PROJECT: "proj", sc.LABEL_EXPERIMENT: "exp"}
 HEALTHY = {
@@ -47,10 +47,10 @@ def trainer_state(
     metrics: dict[str, float] | None = None,
     phase: str | None = sc.PHASE_UPDATE_ACTOR,
     elapsed: float = 20.0,
-) -> MetricsState:
-    """A trainer process' metrics as verl-otel's model holds them: step, ETA, the phase running now, the
+) -> MetricStore:
+    """A trainer process' metrics as verl-otel's trackers hold them: step, ETA, the phase running now, the
     step and phase histograms (mean step 60 s, update_actor 15 s) and verl's last logged scalars."""
-    st = MetricsState()
+    st = MetricStore()
     st.set(sc.TRAINING_STEP, (), step)
     st.set(sc.TRAINING_STEPS_PLANNED, (), planned)
     st.set(sc.TRAINING_ETA, (), 480.0)
@@ -67,8 +67,8 @@ def trainer_state(
     return st
 
 
-def worker_state(worker: int, done: int, expected: int = 64, oldest: float = 12.0) -> MetricsState:
-    st = MetricsState()
+def worker_state(worker: int, done: int, expected: int = 64, oldest: float = 12.0) -> MetricStore:
+    st = MetricStore()
     labels = (str(worker), sc.MODE_TRAIN)
     for metric, value in (
         (sc.ROLLOUT_SAMPLES_COMPLETED, done),
@@ -82,8 +82,8 @@ def worker_state(worker: int, done: int, expected: int = 64, oldest: float = 12.
     return st
 
 
-def update_state(done: int = 6, expected: int = 12, epoch: int = 2) -> MetricsState:
-    st = MetricsState()
+def update_state(done: int = 6, expected: int = 12, epoch: int = 2) -> MetricStore:
+    st = MetricStore()
     for metric, value in (
         (sc.UPDATE_MINIBATCHES_COMPLETED, done),
         (sc.UPDATE_MINIBATCHES_EXPECTED, expected),
@@ -94,16 +94,16 @@ def update_state(done: int = 6, expected: int = 12, epoch: int = 2) -> MetricsSt
     return st
 
 
-def page(state: MetricsState) -> str:
-    """The /metrics page verl-otel's exporter serves for ``state``."""
+def page(store: MetricStore) -> str:
+    """The /metrics page verl-otel's exporter serves for ``store``."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StateCollector(state))  # type: ignore[arg-type]
+    registry.register(StoreCollector(store))  # type: ignore[arg-type]
     return generate_latest(registry).decode()
 
 
-def scrape(*states: MetricsState) -> Scrape:
-    out = Scrape(source="test", targets=len(states))
-    for i, st in enumerate(states):
+def scrape(*stores: MetricStore) -> Scrape:
+    out = Scrape(source="test", targets=len(stores))
+    for i, st in enumerate(stores):
         out.series += parse_metrics_text(page(st), {**RUN, "instance": f"h:{i}"})
     return out
 
@@ -120,7 +120,7 @@ def rows_of(text: str, first: str) -> list[str]:
 
 
 def health(text: str) -> dict[str, str]:
-    """signal name -> state, from a rendered frame's health table."""
+    """signal name -> verdict, from a rendered frame's health table."""
     out = {}
     section = text.split("health (")[1].splitlines()[2:]
     for line in section:
@@ -274,8 +274,8 @@ def _targets_file(tmp_path: Path, addresses: list[str]) -> Path:
     return path
 
 
-def _serve(state: MetricsState) -> str:
-    return f"127.0.0.1:{serve(state, '127.0.0.1', 0)}"
+def _serve(store: MetricStore) -> str:
+    return f"127.0.0.1:{serve(store, '127.0.0.1', 0)}"
 
 
 def test_once_scrapes_each_target_of_the_file(tmp_path, capsys):

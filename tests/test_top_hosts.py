@@ -15,11 +15,11 @@ from verl_otel.live.health_table import signals
 from verl_otel.live.run_view import History, build_view
 from verl_otel.live.sources import TargetsFile
 from verl_otel.live.view import frame
-from verl_otel.process.metrics import MetricsState
+from verl_otel.process.metrics import MetricStore
 
 
-def _worker(index: int, done: int, stalled: bool = False) -> MetricsState:
-    st = MetricsState()
+def _worker(index: int, done: int, stalled: bool = False) -> MetricStore:
+    st = MetricStore()
     labels = (str(index), sc.MODE_TRAIN)
     for metric, value in ((sc.ROLLOUT_SAMPLES_COMPLETED, done), (sc.ROLLOUT_SAMPLES_EXPECTED, 8)):
         st.set(metric, labels, value)
@@ -39,15 +39,15 @@ def _render(path) -> str:
 def test_top_shows_each_process_with_its_host(tmp_path):
     hosts = {"hostA": _worker(0, 8), "hostB": _worker(1, 3, stalled=True)}
     groups = []
-    for host, state in hosts.items():
-        port = serve(state, "127.0.0.1", 0)
-        role = sc.ROLE_AGENT_LOOP
+    for host, store in hosts.items():
+        port = serve(store, "127.0.0.1", 0)
+        role = sc.PROCESS_ROLE_AGENT_LOOP
         groups.append({"targets": [f"127.0.0.1:{port}"], "labels": {sc.LABEL_PROCESS_ROLE: role, sc.LABEL_HOST: host}})
     (tmp_path / sc.PROM_TARGETS_FILE).write_text(json.dumps(groups))
     text = _render(tmp_path)
     assert "hosts: hostA (1), hostB (1)" in text, text
     assert "hostA/0" in text and "hostB/1" in text, text
-    assert f"STALLED: {sc.ROLE_AGENT_LOOP} on hostB in {sc.PHASE_ROLLOUT}" in text, text
+    assert f"STALLED: {sc.PROCESS_ROLE_AGENT_LOOP} on hostB in {sc.PHASE_ROLLOUT}" in text, text
     (tmp_path / sc.PROM_TARGETS_FILE).write_text(json.dumps(groups[:1]))  # one host: no host shown
     one = _render(tmp_path)
     assert "hosts:" not in one and "hostA/0" not in one

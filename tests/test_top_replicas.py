@@ -45,7 +45,10 @@ class VllmPage:
 def _targets(tmp_path: Path, pages: dict[str, MetricsEndpoint]) -> Path:
     path = tmp_path / sc.PROM_TARGETS_FILE
     groups = [
-        {"targets": [ep.address], "labels": {sc.LABEL_PROCESS_ROLE: sc.ROLE_ROLLOUT_SERVER, sc.LABEL_REPLICA: rep}}
+        {
+            "targets": [ep.address],
+            "labels": {sc.LABEL_PROCESS_ROLE: sc.PROCESS_ROLE_ROLLOUT_SERVER, sc.LABEL_REPLICA: rep},
+        }
         for rep, ep in pages.items()
     ]
     path.write_text(json.dumps(groups))

@@ -8,16 +8,16 @@ import json
 from verl_otel import semconv as sc
 from verl_otel.cli.main import main
 from verl_otel.export.prometheus import serve
-from verl_otel.process.metrics import MetricsState
+from verl_otel.process.metrics import MetricStore
 
 
 def test_top_shows_the_stall_and_its_frame(tmp_path, capsys):
-    state = MetricsState()
-    state.set(sc.TRAINING_STEP, (), 2)
-    state.set(sc.STALL_ACTIVE, (sc.PHASE_UPDATE_ACTOR,), 1.0)
-    state.set(sc.STALL_ACTIVE, (sc.PHASE_REF,), 0.0)  # stalled before, not now
-    port = serve(state, "127.0.0.1", 0)
-    labels = {sc.LABEL_PROCESS_ROLE: sc.ROLE_WORKER}
+    store = MetricStore()
+    store.set(sc.TRAINING_STEP, (), 2)
+    store.set(sc.STALL_ACTIVE, (sc.PHASE_UPDATE_ACTOR,), 1.0)
+    store.set(sc.STALL_ACTIVE, (sc.PHASE_REF,), 0.0)  # stalled before, not now
+    port = serve(store, "127.0.0.1", 0)
+    labels = {sc.LABEL_PROCESS_ROLE: sc.PROCESS_ROLE_WORKER}
     (tmp_path / sc.PROM_TARGETS_FILE).write_text(json.dumps([{"targets": [f"127.0.0.1:{port}"], "labels": labels}]))
     (tmp_path / sc.STALLS_DIR).mkdir()
     head = f"{sc.STALL_FILE_MAGIC}\nphase: update_actor\nstep: 2\nframe: all_reduce (comm.py:7)\nrole: train_worker\n"

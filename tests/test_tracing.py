@@ -90,7 +90,7 @@ def test_otlp_push(drive, tmp_path, protocol, endpoint_attr):
     roots = [s for s in rx.received.spans if s.name == "step"]
     assert {s.attributes["verl.global_step"] for s in roots} == {1, 2}
     assert all(s.resource["service.name"] == "my-run" for s in roots)
-    res = roots[0].resource  # one instance per process (the Collector's `instance` label): host/role/pid
+    res = roots[0].resource  # one instance per process (the Collector's `instance` label): host/process role/pid
     assert res["service.instance.id"] == f"{res['host.name']}/{res['verl.process.role']}/{res['process.pid']}", res
     phases = [s for s in rx.received.spans if s.parent_id and s.trace_id == roots[0].trace_id]
     assert {s.name for s in phases} == {"rollout", "old_log_prob", "adv", "update_actor", "validate"}

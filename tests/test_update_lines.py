@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from verl_otel import model, runtime
+from verl_otel import runtime, trackers
 from verl_otel.hooks import update
 
 
@@ -12,8 +12,8 @@ from verl_otel.hooks import update
 def progress(monkeypatch):
     monkeypatch.setenv("VERL_PROGRESS_LOG", "1")
     monkeypatch.setenv("VERL_PROGRESS_LOG_INTERVAL", "2")
-    runtime.reset_for_tests()  # a new model: its [VERL_PROGRESS] settings read from these, no calls counted
-    yield model.current().progress
+    runtime.reset_for_tests()  # new trackers: its [VERL_PROGRESS] settings read from these, no calls counted
+    yield trackers.current().progress
     runtime.reset_for_tests()
 
 

@@ -87,7 +87,7 @@ def test_startup_line_names_moved_renamed_and_missing(tmp_path):
     lines = _startup_lines(proc.stderr)
     assert len(lines) == 1, proc.stderr  # one line for the role, however often it is wired
     text = lines[0]
-    total = sum(coverage.role_of(t) == "trainer" for t in ALL_TARGETS)
+    total = sum(coverage.process_role_of(t) == "trainer" for t in ALL_TARGETS)
     # hooked: _timer, Tracking.log, ValidationGenerationsLogger.log, PPOTrainer.fit
     assert text.startswith(f"[verl-otel] WARNING verl 0.10.0.dev0: 4/{total} trainer hooks"), text
     assert (
@@ -144,7 +144,7 @@ def test_version_guard_on_dev_and_post_releases(version, min_verl, max_verl, app
 
 
 def test_every_target_has_a_process_role():
-    assert [t.key for t in (*RAY_TARGETS, *ALL_TARGETS) if coverage.role_of(t) is None] == []
+    assert [t.key for t in (*RAY_TARGETS, *ALL_TARGETS) if coverage.process_role_of(t) is None] == []
 
 
 def test_module_exists_without_importing(tmp_path):
@@ -200,6 +200,6 @@ def test_demo_accepts_the_installed_verl():
 
 def test_every_target_names_a_semconv_role():
     """hooks/targets.py writes each group's role out (it loads at every start-up, without semconv): each is one of
-    semconv's ROLE_* values, so the start-up line and the resource name the same role."""
-    roles = {v for k, v in vars(sc).items() if k.startswith("ROLE_")}
-    assert {t.role for t in (*RAY_TARGETS, *ALL_TARGETS)} <= roles
+    semconv's PROCESS_ROLE_* values, so the start-up line and the resource name the same role."""
+    roles = {v for k, v in vars(sc).items() if k.startswith("PROCESS_ROLE_")}
+    assert {t.process_role for t in (*RAY_TARGETS, *ALL_TARGETS)} <= roles

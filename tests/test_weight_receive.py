@@ -1,4 +1,4 @@
-"""A rollout replica's side of a weight sync (issue 28 item 4): the model (telemetry/weight_sync_parts.py's
+"""A rollout replica's side of a weight sync (issue 28 item 4): the trackers (telemetry/weight_sync_parts.py's
 WeightReceive) timing a checkpoint engine's async receive stream as a server adapter loads it, and the hook on
 verl's ``CheckpointEngineWorker.update_weights`` (hooks/weight_sync.py) putting ``weights.receive`` under the
 trainer's derivable ``update_weights`` phase span only for the step the trainer told the worker about. The

@@ -1,4 +1,4 @@
-"""A weight sync's parts (issue 28 item 4): the model (telemetry/weight_sync_parts.py) timing a real per-tensor export
+"""A weight sync's parts (issue 28 item 4): the tracker (telemetry/weight_sync_parts.py) timing a real per-tensor export
 stream as a checkpoint engine consumes it under verl's bucketing rule, on the real OTel SDK; the derivable phase
 span id a worker parents its sync under; and ``slow-steps`` naming the part, from spans and from a streamed file."""
 

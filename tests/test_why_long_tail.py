@@ -3,7 +3,7 @@ their ratio (and sets the gauge), slow-steps names the sample the rollout waited
 
 import pytest
 
-from verl_otel import model, runtime
+from verl_otel import runtime, trackers
 from verl_otel import semconv as sc
 from verl_otel.analysis import long_tail, slow_steps
 from verl_otel.analysis.step_traces import Span, build_step
@@ -77,12 +77,12 @@ def test_the_gauge_is_set_for_a_training_batch(monkeypatch):
 
     runtime.reset_for_tests()
     monkeypatch.setattr(rollout_spans, "emit_group", lambda *a, **k: None)  # the spans: tests/test_e2e_*
-    state = runtime.current().state
+    store = runtime.current().store
     for mode, worker in ((sc.MODE_TRAIN, 3), (sc.MODE_VALIDATE, 4)):
         batch = Batch(mode, 2, 4)
         batch.finished = [_Done(x) for x in (4.0, 1.0, 1.0, 0.5)]
-        rollout_spans.emit_batch(model.current().services, worker, batch, 2)
-    got = {labels: v for m, labels, v in state.readings() if m is sc.ROLLOUT_TAIL_RATIO}
+        rollout_spans.emit_batch(trackers.current().services, worker, batch, 2)
+    got = {labels: v for m, labels, v in store.readings() if m is sc.ROLLOUT_TAIL_RATIO}
     assert got == {("3",): pytest.approx(4.0)}
     runtime.reset_for_tests()
 

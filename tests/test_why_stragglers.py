@@ -12,7 +12,7 @@ from opentelemetry.trace import set_span_in_context
 
 from helpers.step_spans import verl_steps
 
-from verl_otel import model, runtime
+from verl_otel import runtime, trackers
 from verl_otel import semconv as sc
 from verl_otel.analysis import slow_steps, stragglers
 
@@ -97,14 +97,14 @@ def test_each_worker_call_sets_its_ranks_gauge():
     runtime.reset_for_tests()
     try:
         tp = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
-        services = model.current().services
+        services = trackers.current().services
         with WorkerSpan(services, "update_actor", "actor", 3, tp, 8):
             pass
         with WorkerSpan(services, "compute_log_prob", "actor", 3, None, 8):  # no trainer context: no span, no reading
             pass
         with pytest.raises(RuntimeError), WorkerSpan(services, "compute_log_prob", "actor", 3, tp, 8):
             raise RuntimeError("a failed call is no timing")
-        got = {lbl: v for m, lbl, v in runtime.current().state.readings() if m is sc.WORKER_CALL_SECONDS}
+        got = {lbl: v for m, lbl, v in runtime.current().store.readings() if m is sc.WORKER_CALL_SECONDS}
         assert list(got) == [("update_actor", "actor", "3")] and 0 <= got[("update_actor", "actor", "3")] < 1
     finally:
         runtime.reset_for_tests()

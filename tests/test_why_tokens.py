@@ -10,7 +10,7 @@ from verl_otel import semconv as sc
 from verl_otel.analysis import slow_steps
 from verl_otel.analysis.step_traces import Span, StepTrace, build_step
 from verl_otel.hooks.verl_batches import token_counts
-from verl_otel.process.metrics import MetricsState
+from verl_otel.process.metrics import MetricStore
 from verl_otel.telemetry.step_events import StepResult
 from verl_otel.telemetry.step_tokens import StepTokens
 from verl_otel.telemetry.trainer_metrics import TrainerMetrics
@@ -64,14 +64,14 @@ def test_mini_batches_trained_in_turn_give_their_phases_their_own_tokens():
 
 
 def test_the_gauge_per_token_phase():
-    state = MetricsState()
-    metrics = TrainerMetrics(state)
+    store = MetricStore()
+    metrics = TrainerMetrics(store)
     phases = {sc.PHASE_ROLLOUT: 1.4, sc.PHASE_UPDATE_ACTOR: 3.0, sc.PHASE_ADV: 0.1}
     metrics.on_step_end(StepResult(2, 5.0, phases, "ab" * 16, False, StepTokens(300, 700)))
-    got = {labels: v for m, labels, v in state.readings() if m is sc.PHASE_S_PER_1K_TOKENS}
+    got = {labels: v for m, labels, v in store.readings() if m is sc.PHASE_S_PER_1K_TOKENS}
     assert got == {(sc.PHASE_ROLLOUT,): pytest.approx(2.0), (sc.PHASE_UPDATE_ACTOR,): pytest.approx(3.0)}
     metrics.on_step_end(StepResult(3, 9.0, phases | {sc.PHASE_ROLLOUT: 9.0}, "cd" * 16, False, None))
-    again = {labels: v for m, labels, v in state.readings() if m is sc.PHASE_S_PER_1K_TOKENS}
+    again = {labels: v for m, labels, v in store.readings() if m is sc.PHASE_S_PER_1K_TOKENS}
     assert again == got  # a step without counts leaves the last value, does not make one up
 
 

@@ -14,8 +14,8 @@ import pytest
 from helpers.otlp_receiver import free_port
 from helpers.ray import ray_init
 
-from verl_otel import model
 from verl_otel import semconv as sc
+from verl_otel import trackers
 from verl_otel.analysis.otlp_json import read_file
 from verl_otel.export.flusher import ShutdownBudget
 from verl_otel.hooks.worker_flush import WorkerFlush
@@ -58,7 +58,7 @@ def test_a_worker_spills_at_fit_end_within_the_budget(tmp_path, ray_session, ote
     unsent = tmp_path / sc.UNSENT_DIR / f"spans-{socket.gethostname()}-{pid}.jsonl"
     assert not unsent.exists()
 
-    flush = WorkerFlush(lambda: [actor, object()], ShutdownBudget(BUDGET_S), model.current().reward_flush)
+    flush = WorkerFlush(lambda: [actor, object()], ShutdownBudget(BUDGET_S), trackers.current().reward_emit)
     t0 = time.monotonic()
     flush.start()
     flush.wait()

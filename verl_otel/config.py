@@ -241,10 +241,10 @@ class Settings:
     max_file_bytes: int = 256 * 2**20
     max_files: int = 4
     export_buffer_bytes: int = 64 * 2**20  # spans waiting for the collector, per process (again on disk)
-    role: str = sc.ROLE_OTHER
+    process_role: str = sc.PROCESS_ROLE_OTHER
     console_only: bool = False  # VERL_PROGRESS_LOG=1 alone: the [VERL_PROGRESS] lines, no span/metric export at all
     engine_spans: bool = True  # the rollout engine's (vLLM's) request spans under our samples
-    deprecated_names: bool = True  # renamed labels exported under their old name too (CHANGELOG.md)
+    deprecated_names: bool = True  # renamed labels and attributes exported under their old name too (CHANGELOG.md)
     prometheus_host_given: bool = False  # VERL_OTEL_PROMETHEUS_HOST set: no node-IP default on a Ray worker node
     sd_port: int = 0  # VERL_OTEL_SD_PORT: the Ray driver's http_sd endpoint (0: none; the file is kept all the same)
     stall: StallSettings = field(default_factory=lambda: StallSettings())
@@ -289,7 +289,7 @@ def load(env: Mapping[str, str] | None = None, *, report: bool = True) -> Settin
         max_file_bytes=int(r.number(sc.ENV_MAX_FILE_MB, 256.0, 0.001, 1024.0 * 1024) * 2**20),
         max_files=r.integer(sc.ENV_MAX_FILES, 4, 1, 1000),
         export_buffer_bytes=int(r.number(sc.ENV_EXPORT_BUFFER_MB, 64.0, 0.0, 1024.0 * 1024) * 2**20),
-        role=r.text(sc.ENV_ROLE, sc.ROLE_OTHER, limit=64),
+        process_role=r.text(sc.ENV_PROCESS_ROLE, sc.PROCESS_ROLE_OTHER, limit=64),
         console_only=console_only,
         engine_spans=r.flag(sc.ENV_ENGINE_SPANS, True),
         deprecated_names=r.flag(sc.ENV_DEPRECATED_NAMES, True),
@@ -355,7 +355,7 @@ OWN_VARIABLES: tuple[str, ...] = (
     sc.ENV_MAX_TEXT,
     sc.ENV_MAX_METRIC_KEYS,
     sc.ENV_CONSOLE,
-    sc.ENV_ROLE,
+    sc.ENV_PROCESS_ROLE,
     sc.ENV_SHUTDOWN_TIMEOUT,
     sc.ENV_MAX_FILE_MB,
     sc.ENV_MAX_FILES,

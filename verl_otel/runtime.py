@@ -1,9 +1,9 @@
-"""One telemetry runtime per process: settings, the tracer (ours or the caller's), the metric state, the exporters and
+"""One telemetry runtime per process: settings, the tracer (ours or the caller's), the metric store, the exporters and
 the one flusher thread. :func:`current` never raises: the runtime is made on first use (again in a forked child), its
 SDK parts lazily, each behind a boundary that degrades (a no-op tracer, no exporter) with one log line instead of
-raising into verl. It owns the process' telemetry model (verl_otel/model.py, which the hooks reach). A process says
-what it is with :meth:`Runtime.wire` (role, run, the role's own set-up, once per role); training threads only *ask*
-for a flush (:meth:`Runtime.flush_soon`); fit end waits ``VERL_OTEL_SHUTDOWN_TIMEOUT`` s at most.
+raising into verl. It owns the process' trackers (verl_otel/trackers.py, which the hooks reach). A process says
+what it is with :meth:`Runtime.wire` (its process role, run and set-up, once per process role); training threads
+only *ask* for a flush (:meth:`Runtime.flush_soon`); fit end waits ``VERL_OTEL_SHUTDOWN_TIMEOUT`` s at most.
 """
 
 from __future__ import annotations
@@ -20,40 +20,40 @@ from opentelemetry import trace
 from verl_otel import config as cfg
 from verl_otel import semconv as sc
 from verl_otel._log import logger, warn_once
-from verl_otel.process.metrics import MetricsState
+from verl_otel.process.metrics import MetricStore
 from verl_otel.process.stalls import Stall, StallWatch
 
 _given: dict[str, Any] = {}  # providers handed to instrument() in this process
-_on_role: list[Callable[[str], None]] = []  # told each role once per process when it is wired (see on_role)
+_on_process_role: list[Callable[[str], None]] = []  # told each process role once, when it is wired (on_process_role)
 
 
-def on_role(tell: Callable[[str], None]) -> None:
-    """Call ``tell(role)`` once per role and process when it is first wired (hooks/targets.py: the start-up line)."""
-    if tell not in _on_role:
-        _on_role.append(tell)
+def on_process_role(tell: Callable[[str], None]) -> None:
+    """Call ``tell(process_role)`` once per process role, when first wired (hooks/targets.py: the start-up line)."""
+    if tell not in _on_process_role:
+        _on_process_role.append(tell)
 
 
 class Runtime:
     def __init__(self, settings: cfg.Settings) -> None:
         self.pid = os.getpid()
         self.settings = settings
-        self.state = MetricsState(settings.max_metric_keys, settings.deprecated_names)
+        self.store = MetricStore(settings.max_metric_keys, settings.deprecated_names)
         self.destination = "none"
         self._lock = threading.RLock()
-        self._role: tuple[str, int | None] = (settings.role, None)
+        self._process_role: tuple[str, int | None] = (settings.process_role, None)
         self._run: dict[str, str] = {}
         self._provider: Any = None
         self._tracer: trace.Tracer | None = None
         self._meter_provider: Any = None
         self._metrics_started = False
         self._wired: set[str] = set()
-        self._reported: set[str] = set()  # roles whose hook coverage line was logged
+        self._reported: set[str] = set()  # process roles whose hook coverage line was logged
         self._engine_provider: Any = None  # an inference engine's request spans (vLLM), see engine_provider
         self._cluster: Any = None  # the Ray driver's discovery of every node's targets (see discover)
         self._stalls: Any = None  # the stall watch (process/stalls.py), made on first use
-        self.stall_listeners: list[Callable[[Stall], None]] = []  # told each new stall (the model's console line)
+        self.stall_listeners: list[Callable[[Stall], None]] = []  # told each new stall (the trackers' console line)
         self.stall_arms: list[Callable[[Stall], None]] = []  # told before its record is written (next-step profile)
-        self.model: Any = None  # the telemetry model (verl_otel/model.py), made on first use by its accessor
+        self.trackers: Any = None  # the trackers (verl_otel/trackers.py), made on first use by its accessor
         from verl_otel.export.flusher import Flusher, ShutdownBudget
         from verl_otel.export.ray_store import ProcessTargets
         from verl_otel.export.run_end import RunEnds
@@ -61,7 +61,7 @@ class Runtime:
 
         self.unsent = UnsentSpans(settings.data_dir)  # the OTLP push's span buffers, spilled at exit
         # the signals that end this process (export/run_end.py): a trainer's open step is written at once
-        self.ends = RunEnds(settings.data_dir, self.unsent, lambda: self.role, settings.console_only)
+        self.ends = RunEnds(settings, self.unsent, lambda: self.process_role)
         self.flusher = Flusher(self._flush_exports)
         self.targets = ProcessTargets(settings.data_dir, self.flusher.submit, self.flusher.every_tick)  # /metrics pages
         self.budget = ShutdownBudget(settings.shutdown_timeout_s)  # every wait at fit end and exit
@@ -69,7 +69,7 @@ class Runtime:
     # -- identity --------------------------------------------------------------------------------
     def wire(
         self,
-        role: str,
+        process_role: str,
         *,
         index: int | None = None,
         project: Any = None,
@@ -77,10 +77,10 @@ class Runtime:
         setup: Callable[[Runtime], None] | None = None,
         key: str | None = None,
     ) -> None:
-        """This process is a ``role``: declare it (before its first span), start the metric exporters and
-        run the role's ``setup`` once per ``key`` (default: the role); tells :func:`on_role`'s listeners (what of
-        verl is hooked here) once per role. Never raises."""
-        key = key or role
+        """This process is a ``process_role``: declare it (before its first span), start the metric exporters and
+        run its ``setup`` once per ``key`` (default: ``process_role``); tells :func:`on_process_role`'s listeners
+        (what of verl is hooked here) once per process role. Never raises."""
+        key = key or process_role
         if key in self._wired:
             return
         with self._lock:
@@ -88,35 +88,38 @@ class Runtime:
                 return
             self._wired.add(key)  # one try: a set-up that failed is reported, not retried per call
             try:
-                self.declare(role, index, project, experiment)
+                self.declare(process_role, index, project, experiment)
                 self._start_metrics()
                 if setup is not None:
                     setup(self)
             except Exception as exc:  # noqa: BLE001 - wiring never raises into verl
-                what = f"telemetry set-up for {key} failed ({exc!r}); training continues, this part of it is off"
-                warn_once(f"wire:{key}", what)
-            if role not in self._reported:  # once per role and process: on_role's listeners (the start-up line)
-                self._reported.add(role)
-                for tell in list(_on_role):
+                warn_once(
+                    f"wire:{key}",
+                    f"telemetry set-up for {key} failed ({exc!r}); training continues, "
+                    "this part of the telemetry is off",
+                )
+            if process_role not in self._reported:  # once per process role: its listeners (the start-up line)
+                self._reported.add(process_role)
+                for tell in list(_on_process_role):
                     try:
-                        tell(role)
+                        tell(process_role)
                     except Exception as exc:  # noqa: BLE001
                         warn_once("coverage", f"cannot say which hooks are on ({exc!r})")
 
-    def own_model(self, make: Callable[[Runtime], Any]) -> Any:
-        """This runtime's model, made once by ``make`` (verl_otel/model.py::current)."""
+    def own_trackers(self, make: Callable[[Runtime], Any]) -> Any:
+        """This runtime's trackers, made once by ``make`` (verl_otel/trackers.py::current)."""
         with self._lock:
-            self.model = self.model or make(self)
-            return self.model
+            self.trackers = self.trackers or make(self)
+            return self.trackers
 
     def wired(self, key: str) -> bool:
         return key in self._wired
 
-    def declare(self, role: str, index: int | None = None, project: Any = None, experiment: Any = None) -> None:
-        """What this process is, its index in that role (the resource is fixed once the first span exists)."""
+    def declare(self, process_role: str, index: int | None = None, project: Any = None, experiment: Any = None) -> None:
+        """What this process is, its index in that process role (the resource is fixed once the first span exists)."""
         with self._lock:
             if self._tracer is None:
-                self._role = (role, index)
+                self._process_role = (process_role, index)
             if project:
                 self._run[sc.RES_PROJECT] = str(project)[:256]
             if experiment:
@@ -125,15 +128,15 @@ class Runtime:
     def _resource(self) -> Any:
         from verl_otel.export.providers import resource
 
-        return resource(*self._role, self._run, self.settings.deprecated_names)
+        return resource(*self._process_role, self._run, self.settings.deprecated_names)
 
     @property
-    def role(self) -> str:
-        return self._role[0]
+    def process_role(self) -> str:
+        return self._process_role[0]
 
     def run_labels(self) -> dict[str, str]:
         """Target labels of this process for Prometheus (same names as the push path's)."""
-        labels = {sc.LABEL_PROCESS_ROLE: self._role[0]}
+        labels = {sc.LABEL_PROCESS_ROLE: self._process_role[0]}
         if sc.RES_PROJECT in self._run:
             labels[sc.LABEL_PROJECT] = self._run[sc.RES_PROJECT]
         if sc.RES_EXPERIMENT in self._run:
@@ -156,7 +159,7 @@ class Runtime:
         if given is not None:
             self._provider, self.destination = given, "the tracer provider given to instrument()"
             return given.get_tracer(sc.INSTRUMENTATION_NAME, sc.INSTRUMENTATION_VERSION)
-        if self.settings.console_only:  # the console observers get their events from the model, not from spans
+        if self.settings.console_only:  # the console observers get their events from the trackers, not from spans
             self.destination = "nowhere (console only: VERL_PROGRESS_LOG without telemetry)"
             return trace.NoOpTracer()
         try:
@@ -165,7 +168,7 @@ class Runtime:
             providers.quiet_sdk_logs()
             res = self._resource()
             self._provider, self.destination = providers.tracer_provider(
-                self.settings, res, self.state.drop, on_buffer=self.unsent.add
+                self.settings, res, self.store.drop, on_buffer=self.unsent.add
             )
             logger.debug("spans of pid %s go to %s", os.getpid(), self.destination)
             return self._provider.get_tracer(sc.INSTRUMENTATION_NAME, sc.INSTRUMENTATION_VERSION)
@@ -179,7 +182,7 @@ class Runtime:
         carried one of our samples' contexts), never roots. None when spans are off here."""
         with self._lock:
             if self._engine_provider is None and self._provider is None:
-                self.tracer  # noqa: B018 - the resource (this process' role) is fixed with our tracer
+                self.tracer  # noqa: B018 - the resource (the process role) is fixed with our tracer
             if self._engine_provider is None and self._provider is not None and _given.get("tracer_provider") is None:
                 try:
                     from verl_otel.export import providers
@@ -188,7 +191,7 @@ class Runtime:
                     self._engine_provider, _ = providers.tracer_provider(
                         self.settings,
                         res,
-                        self.state.drop,
+                        self.store.drop,
                         children_only=True,
                         span_attributes=span_attributes,
                         on_buffer=self.unsent.add,
@@ -235,10 +238,10 @@ class Runtime:
             return StallWatch(
                 self.settings.stall,
                 tracer=lambda: self.tracer,
-                state=self.state,
+                store=self.store,
                 flush_soon=self.flush_soon,
                 evidence=stall_evidence.for_settings(self.settings),
-                role=lambda: self.role,
+                process_role=lambda: self.process_role,
                 on_stall=lambda stall: [tell(stall) for tell in list(self.stall_listeners)],
                 on_detect=lambda stall: [tell(stall) for tell in list(self.stall_arms)],
                 capture=captures.for_settings(self.settings),
@@ -258,15 +261,15 @@ class Runtime:
         from verl_otel.export.process_memory import ResidentMemory
 
         for reason in sc.DROP_REASONS:  # counters start at 0, so "nothing dropped" is a visible 0
-            self.state.drop(reason, 0)
-        providers.start_pull(self.state, self.settings, self.run_labels(), self.targets.add)
-        self.every_tick(ResidentMemory(self.state))  # read on the flusher's tick, never a training thread
-        self.gpus = gpu_sampler.start_for(self.role, self.state)  # a GPU process' own GPUs, on its own thread
+            self.store.drop(reason, 0)
+        providers.start_pull(self.store, self.settings, self.run_labels(), self.targets.add)
+        self.every_tick(ResidentMemory(self.store))  # read on the flusher's tick, never a training thread
+        self.gpus = gpu_sampler.start_for(self.process_role, self.store)  # a GPU process' own GPUs, on its own thread
         res = None
         if self.settings.metrics_endpoint is not None and _given.get("meter_provider") is None:
             self.tracer  # noqa: B018 - the resource is the tracer provider's
             res = getattr(self._provider, "resource", None) or self._resource()
-        self._meter_provider = providers.start_push(self.state, self.settings, res, _given.get("meter_provider"))
+        self._meter_provider = providers.start_push(self.store, self.settings, res, _given.get("meter_provider"))
 
     # -- flushing -----------------------------------------------------------------------------------
     def flush_soon(self) -> None:
@@ -384,16 +387,16 @@ def configure(tracer_provider: Any = None, meter_provider: Any = None) -> None:
 
 
 def reset_for_tests() -> None:
-    """Forget this process' runtime, its model and given providers (tests switch settings between runs)."""
+    """Forget this process' runtime, its trackers and given providers (tests switch settings between runs)."""
     global _current
     with _lock:
         rt, _current = _current, None
         _given.clear()
     if rt is not None and rt._stalls:
         rt._stalls.stop()  # its thread ends at its next tick
-    if rt is not None and rt.model is not None:
+    if rt is not None and rt.trackers is not None:
         with contextlib.suppress(Exception):
-            rt.model.close()  # the model's threads and exit hook
+            rt.trackers.close()  # the trackers' threads and exit hook
     if rt is not None and rt._provider is not None and hasattr(rt._provider, "shutdown"):
         with contextlib.suppress(Exception):  # a provider that fails to shut down is dropped all the same
             rt._provider.shutdown()

@@ -47,7 +47,7 @@ _LABEL_VALUES: dict[str, tuple[str, ...]] = {
     sc.LABEL_ROLLOUT_WORKER: ("0", "1"),
     sc.LABEL_MODE: (sc.MODE_TRAIN, sc.MODE_VALIDATE),
     sc.LABEL_ROLE: ("actor", "critic"),
-    sc.LABEL_SIDE: (sc.ROLE_TRAINER, sc.ROLE_ROLLOUTER),
+    sc.LABEL_SIDE: (sc.PROCESS_ROLE_TRAINER, sc.PROCESS_ROLE_ROLLOUTER),
     sc.LABEL_KEY: VERL_KEYS,
     sc.LABEL_REASON: sc.DROP_REASONS[:2],
     sc.LABEL_METHOD: ("update_actor", "compute_log_prob"),
@@ -79,10 +79,10 @@ def _series(metric: sc.MetricDef) -> list[dict[str, str]]:
 
 
 def _vllm(step: int) -> list[str]:
-    """vLLM's page of two rollout servers as verl-otel lists them in file_sd (role and replica, no run labels)."""
+    """vLLM's page of two rollout servers as verl-otel lists them in file_sd (process role, replica; no run label)."""
     lines: list[str] = []
     for replica in ("0", "1"):
-        base = {sc.LABEL_PROCESS_ROLE: sc.ROLE_ROLLOUT_SERVER, sc.LABEL_REPLICA: replica, "engine": "0"}
+        base = {sc.LABEL_PROCESS_ROLE: sc.PROCESS_ROLE_ROLLOUT_SERVER, sc.LABEL_REPLICA: replica, "engine": "0"}
         for name, value in (
             (sc.VLLM_REQUESTS_RUNNING, 4),
             (sc.VLLM_REQUESTS_WAITING, 1),

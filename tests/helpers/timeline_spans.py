@@ -2,7 +2,7 @@
 process, as each process' exporter writes them): the driver's phases with a gap, two training ranks (one whose
 first span does not say its rank), three agent-loop workers (one done early: the long tail; one with more samples
 than are spanned), a rollout replica's requests and a replica worker that never got a request, a process whose
-role is markup. ``goodput=True`` puts the GPU-time accounting's attributes on the step span."""
+process role is markup. ``goodput=True`` puts the GPU-time accounting's attributes on the step span."""
 
 from __future__ import annotations
 
@@ -37,10 +37,10 @@ def _attrs(d: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 class Proc:
-    def __init__(self, role: str, pid: int, index: int | None = None, host: str = "node-a") -> None:
-        self.resource = {"service.name": "verl", sc.RES_ROLE: role, sc.RES_NODE: host, sc.RES_PID: pid}
+    def __init__(self, process_role: str, pid: int, index: int | None = None, host: str = "node-a") -> None:
+        self.resource = {"service.name": "verl", sc.RES_PROCESS_ROLE: process_role, sc.RES_NODE: host, sc.RES_PID: pid}
         if index is not None:
-            self.resource[sc.INDEX_OF_ROLE.get(role, sc.RES_DEPRECATED_WORKER_INDEX)] = index
+            self.resource[sc.INDEX_OF_PROCESS_ROLE.get(process_role, sc.RES_DEPRECATED_WORKER_INDEX)] = index
         self.spans: list[dict[str, Any]] = []
 
     def span(self, name: str, start_s: float, end_s: float, parent: str = "", **attrs: Any) -> str:
@@ -74,7 +74,7 @@ GOODPUT = {"generating": 10.5, "long_tail": 3.25, "update_actor": 4.0, "idle": 1
 
 def write(path: Path, step: int = 5, goodput: bool = False, busy: dict[str, float] | None = None) -> Path:
     """``busy``: the buckets' measured busy share (NVML) on the step span too."""
-    driver = Proc(sc.ROLE_TRAINER, 100)
+    driver = Proc(sc.PROCESS_ROLE_TRAINER, 100)
     extra = {f"{sc.ATTR_GOODPUT_PREFIX}{k}": v for k, v in GOODPUT.items()} if goodput else {}
     extra.update({sc.busy_attr(k): v for k, v in (busy or {}).items()})
     if goodput:
@@ -85,7 +85,7 @@ def write(path: Path, step: int = 5, goodput: bool = False, busy: dict[str, floa
         phases[name] = driver.span(name, a, b, root, **{sc.ATTR_PHASE: name})
     procs = [driver]
     for rank in (0, 1):
-        w = Proc(sc.ROLE_WORKER, 200 + rank)
+        w = Proc(sc.PROCESS_ROLE_WORKER, 200 + rank)
         if rank == 1:  # its first span says no rank: the lane is named by a later one
             w.span(sc.SPAN_WEIGHT_SYNC, 7.0, 7.25, phases["update_weights"])
         w.span(
@@ -104,7 +104,7 @@ def write(path: Path, step: int = 5, goodput: bool = False, busy: dict[str, floa
         )
         procs.append(w)
     for i, (n, spanned) in enumerate(zip(SAMPLES_PER_WORKER, SPANNED, strict=True)):
-        a = Proc(sc.ROLE_AGENT_LOOP, 300 + i, index=i)
+        a = Proc(sc.PROCESS_ROLE_AGENT_LOOP, 300 + i, index=i)
         end = 2.0 if i == 2 else 3.9  # worker 2 is done at 2 s: the long tail of the rest
         wid = a.span(
             sc.SPAN_ROLLOUT_WORKER,
@@ -117,10 +117,10 @@ def write(path: Path, step: int = 5, goodput: bool = False, busy: dict[str, floa
             dur = 0.2 + (end - 0.3) * (k % 17) / 17
             a.span(sc.SPAN_ROLLOUT_SAMPLE, 0.1, 0.1 + dur, wid, **{sc.ATTR_SAMPLE_INDEX: k})
         procs.append(a)
-    replica = Proc(sc.ROLE_ROLLOUT_SERVER, 400, index=0)
+    replica = Proc(sc.PROCESS_ROLE_ROLLOUT_SERVER, 400, index=0)
     for k in range(5):
         replica.span(sc.SPAN_ENGINE_REQUEST, 0.2 + k * 0.5, 0.6 + k * 0.5, **{sc.ATTR_ENGINE_REPLICA: 0})
-    idle_replica = Proc(sc.ROLE_REPLICA_WORKER, 401, index=1)  # never got a request: only its weight receive
+    idle_replica = Proc(sc.PROCESS_ROLE_REPLICA_WORKER, 401, index=1)  # never got a request: only its weight receive
     idle_replica.span(sc.SPAN_WEIGHT_RECEIVE, 7.0, 7.2, phases["update_weights"])
     odd = Proc(MARKUP_ROLE, 500)
     odd.span(sc.SPAN_REWARD_WORKER, 3.0, 3.5, phases["rollout"])

@@ -6,8 +6,9 @@ stalls are the processes waiting on it.
 
 What waits is read in the stalled process itself (process/stall_frames.py ``waiting_on``: a Ray get, an HTTP
 request or an ``await`` inside its innermost verl or user frame); records without it (older files or spans) fall
-back to the depth of their role in the call tree (the trainer calls the workers, which call the reward worker and
-the rollout server). Processes are told apart by host and pid (the same pid on two nodes is two processes)."""
+back to the depth of their process role in the call tree (the trainer calls the workers, which call the
+reward worker and the rollout server). Processes are told apart by host and pid (the same pid on two nodes is
+two processes)."""
 
 from __future__ import annotations
 
@@ -19,17 +20,17 @@ from verl_otel.analysis.stall_records import StallRecord
 
 #: clocks of two nodes and the evidence file's one-second times: intervals this close still overlap
 SLACK_S = 2.0
-#: how deep a role's calls sit in the call tree: a deeper process is what a shallower one waits on
+#: how deep a process role's calls sit in the call tree: a deeper process is what a shallower one waits on
 _DEPTH = {
-    sc.ROLE_DRIVER: 0,
-    sc.ROLE_TRAINER: 0,
-    sc.ROLE_ROLLOUTER: 0,
-    sc.ROLE_AGENT_LOOP: 1,
-    sc.ROLE_WORKER: 1,
-    sc.ROLE_OTHER: 1,
-    sc.ROLE_REWARD: 2,
-    sc.ROLE_ROLLOUT_SERVER: 2,
-    sc.ROLE_REPLICA_WORKER: 2,
+    sc.PROCESS_ROLE_DRIVER: 0,
+    sc.PROCESS_ROLE_TRAINER: 0,
+    sc.PROCESS_ROLE_ROLLOUTER: 0,
+    sc.PROCESS_ROLE_AGENT_LOOP: 1,
+    sc.PROCESS_ROLE_WORKER: 1,
+    sc.PROCESS_ROLE_OTHER: 1,
+    sc.PROCESS_ROLE_REWARD: 2,
+    sc.PROCESS_ROLE_ROLLOUT_SERVER: 2,
+    sc.PROCESS_ROLE_REPLICA_WORKER: 2,
 }
 
 
@@ -59,23 +60,26 @@ class Incident:
     def records(self) -> list[StallRecord]:
         return [self.root, *self.peers, *self.waiting]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, deprecated_names: bool = True) -> dict[str, Any]:
+        def brief(r: StallRecord) -> dict[str, Any]:
+            out = {k: getattr(r, k) for k in _BRIEF}
+            return out | {"role": r.process_role} if deprecated_names else out  # old key, for a release
+
         return {
             "step": self.step,
-            "root": _brief(self.root) | {"advice": self.root.advice},
+            "root": brief(self.root) | {"advice": self.root.advice},
             "root_caught": self.root_caught,
-            "peers": [_brief(r) for r in self.peers],
-            "waiting": [_brief(r) | {"waiting_on": r.waiting_on, "waits_for": r.waits_for} for r in self.waiting],
+            "peers": [brief(r) for r in self.peers],
+            "waiting": [brief(r) | {"waiting_on": r.waiting_on, "waits_for": r.waits_for} for r in self.waiting],
         }
 
 
-def _brief(r: StallRecord) -> dict[str, Any]:
-    keys = ("role", "pid", "host", "phase", "call", "frame", "kind", "step", "evidence", "trace_id")
-    return {k: getattr(r, k) for k in keys}
+#: a record's fields in an incident (doctor --json)
+_BRIEF = ("process_role", "pid", "host", "phase", "call", "frame", "kind", "step", "evidence", "trace_id")
 
 
 def _depth(r: StallRecord) -> int:
-    return _DEPTH.get(r.role, 1)
+    return _DEPTH.get(r.process_role, 1)
 
 
 def _same_step(a: StallRecord, b: StallRecord) -> bool:
@@ -170,7 +174,7 @@ def group(records: list[StallRecord]) -> list[Incident]:
         inc.waiting.sort(key=lambda r: (_depth(r), _start(r)), reverse=True)
         for w in inc.waiting:
             w.advice = (
-                f"it waits ({waits_of(w)}) on this incident's root, {inc.root.role or '?'} pid "
+                f"it waits ({waits_of(w)}) on this incident's root, {inc.root.process_role or '?'} pid "
                 f"{inc.root.pid if inc.root.pid is not None else '?'}: see there"
             )
         if not inc.root_caught:

@@ -23,16 +23,18 @@ class RunEnd:
     reason: str = ""  # semconv RUN_END_REASONS ("" for a clean end)
     detail: str = ""
     phase: str = ""  # the innermost phase open when it ended
-    role: str = ""  # the process that ended it (or was lost): role, pid, host
+    process_role: str = ""  # the process that ended it (or was lost): process role, pid, host
     pid: int | None = None
     host: str = ""
-    trainer: str = ""  # the step's own process: "role pid on host"
+    trainer: str = ""  # the step's own process: "<process role> pid on host"
     frames: list[str] = field(default_factory=list)  # the exception's last frames, innermost last
     in_flight: list[str] = field(default_factory=list)  # what else of the step was running then
     notes: list[dict[str, Any]] = field(default_factory=list)  # signals that reached a process of the run
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self, deprecated_names: bool = True) -> dict[str, Any]:
+        """``doctor --json``'s object; ``role`` is process_role's old key, kept for a release (CHANGELOG.md)."""
+        out = asdict(self)
+        return out | {"role": self.process_role} if deprecated_names else out
 
 
 def needed(span: Span) -> Span | None:
@@ -41,7 +43,7 @@ def needed(span: Span) -> Span | None:
 
 def _process(span: Span) -> str:
     r = span.resource
-    return f"{r.get(sc.RES_ROLE, '?')} pid {r.get(sc.RES_PID, '?')} on {r.get(sc.RES_NODE, '?')}"
+    return f"{r.get(sc.RES_PROCESS_ROLE, '?')} pid {r.get(sc.RES_PID, '?')} on {r.get(sc.RES_NODE, '?')}"
 
 
 def _frames(span: Span) -> list[str]:
@@ -76,7 +78,12 @@ def read(step: Span | None, trace: Iterable[Span] = (), notes: Iterable[dict[str
     end.reason = str(a.get(sc.ATTR_RUN_END_REASON) or sc.END_EXCEPTION)
     end.detail = str(a.get(sc.ATTR_RUN_END_DETAIL) or "")
     end.phase = str(a.get(sc.ATTR_RUN_END_PHASE) or "")
-    end.role = str(a.get(sc.ATTR_RUN_END_ROLE) or step.resource.get(sc.RES_ROLE) or "")
+    end.process_role = str(
+        a.get(sc.ATTR_RUN_END_PROCESS_ROLE)
+        or a.get(sc.ATTR_DEPRECATED_RUN_END_ROLE)
+        or step.resource.get(sc.RES_PROCESS_ROLE)
+        or ""
+    )
     pid = a.get(sc.ATTR_RUN_END_PID, step.resource.get(sc.RES_PID))
     end.pid = int(pid) if isinstance(pid, int) else None
     end.host = str(a.get(sc.ATTR_RUN_END_HOST) or step.resource.get(sc.RES_NODE) or "")
@@ -126,14 +133,14 @@ def render(end: RunEnd | None) -> list[str]:
     if end.clean:
         return [f"run end:   clean: the last step ({step}) ended without an error (trace {end.trace_id})"]
     where = f"{step}, phase {end.phase}" if end.phase else step
-    who = f"{end.role or '?'} pid {end.pid if end.pid is not None else '?'} on {end.host or '?'}"
+    who = f"{end.process_role or '?'} pid {end.pid if end.pid is not None else '?'} on {end.host or '?'}"
     out = [
         f"run end:   {_HOW.get(end.reason, end.reason)}, in {where}",
         f"   process:   {who}" + (f" (the step's process: {end.trainer})" if end.trainer not in who else ""),
         f"   how:       {end.reason}{': ' + end.detail if end.detail else ''}",
     ]
     for note in end.notes:
-        who = f"{note.get('role')} pid {note.get('pid')} on {note.get('host')}"
+        who = f"{note.get('process_role', note.get('role'))} pid {note.get('pid')} on {note.get('host')}"
         out.append(f"   signal:    {note.get('signal')} reached the {who}")
     if end.frames:
         out.append("   last frames (innermost last):")

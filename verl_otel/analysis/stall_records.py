@@ -30,7 +30,7 @@ class StallRecord:
     #: semconv STALL_WAIT_*: its stuck frame waits on another call; "": doing the work; None: not said (older)
     waiting_on: str | None = None
     waits_for: str = ""  # whom it waits on: the calls its process sent meanwhile ("1 train_worker call ...")
-    role: str = ""
+    process_role: str = ""
     pid: int | None = None
     host: str = ""
     evidence: str = ""
@@ -58,8 +58,10 @@ class StallRecord:
         start = self.detected_at - self.elapsed_s
         return start, start + max(self.elapsed_s, self.last_elapsed_s or 0.0)
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self, deprecated_names: bool = True) -> dict[str, Any]:
+        """``doctor --json``'s object; ``role`` is process_role's old key, kept for a release (CHANGELOG.md)."""
+        out = asdict(self)
+        return out | {"role": self.process_role} if deprecated_names else out
 
 
 def _num(text: str) -> float | None:
@@ -98,7 +100,7 @@ def parse_file(path: Path) -> StallRecord | None:
         kind=head.get("kind", sc.STALL_UNKNOWN),
         waiting_on=head.get("waiting_on"),
         waits_for=head.get("waits_for", ""),
-        role=head.get("role", ""),
+        process_role=head.get("process_role", head.get("role", "")),  # "role": older files
         pid=int(pid) if pid is not None else None,
         host=head.get("host", ""),
         evidence=str(path),
@@ -163,7 +165,7 @@ def from_spans(spans: Iterable[Span]) -> list[StallRecord]:
                 kind=str(a.get(sc.ATTR_STALL_KIND, sc.STALL_UNKNOWN)),
                 waiting_on=str(a[sc.ATTR_STALL_WAITING_ON]) if sc.ATTR_STALL_WAITING_ON in a else None,
                 waits_for=str(a.get(sc.ATTR_STALL_WAITS_FOR, "")),
-                role=str(a.get(sc.ATTR_STALL_ROLE, "")),
+                process_role=str(a.get(sc.ATTR_STALL_PROCESS_ROLE, "")),
                 pid=a.get(sc.ATTR_STALL_PID),
                 host=str(a.get(sc.ATTR_STALL_HOST, "")),
                 evidence=str(a.get(sc.ATTR_STALL_EVIDENCE, "")),
@@ -197,7 +199,7 @@ def merge(files: list[StallRecord], traced: list[StallRecord]) -> list[StallReco
     out = list(by_key.values())
     for rec in out:
         rec.advice = advice(rec)
-    out.sort(key=lambda r: (r.step if r.step is not None else -1, r.phase, r.role, r.host, r.pid or 0))
+    out.sort(key=lambda r: (r.step if r.step is not None else -1, r.phase, r.process_role, r.host, r.pid or 0))
     return out
 
 

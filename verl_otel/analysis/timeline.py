@@ -1,5 +1,5 @@
 """One step laid out in time for ``verl-otel timeline``: the driver's phases, a lane per training rank, per rollout
-replica and per agent-loop worker (from each span's process: its resource's role, host and pid, and the rank or
+replica and per agent-loop worker (from each span's process: its resource's process role, host and pid, and the rank or
 index its spans carry), the slowest samples on their lanes (the rest counted, not drawn), the idle stretches by
 bucket, and the buckets' totals: the step span's own GPU-time buckets where the run recorded them, else stretches
 derived here from the spans (the page says which)."""
@@ -142,38 +142,38 @@ def _is_phase(s: Span, root: Span) -> bool:
     return sc.ATTR_PHASE in s.attributes or s.parent_id == root.span_id
 
 
-def _index(s: Span, role: str) -> int | None:
-    """A process' index within its role: the key named for the role, else the one before the rename."""
-    key = sc.INDEX_OF_ROLE.get(role)
+def _index(s: Span, process_role: str) -> int | None:
+    """A process' index within its process role: the key named for that process role, else the old key."""
+    key = sc.INDEX_OF_PROCESS_ROLE.get(process_role)
     found = as_int(s.resource.get(key)) if key else None
     return as_int(s.resource.get(sc.RES_DEPRECATED_WORKER_INDEX)) if found is None else found
 
 
 def _lane_of(s: Span, lanes: dict[tuple[str, str], Lane]) -> Lane | None:
     """The lane of the process that made ``s`` (made on first use); None for the driver's own spans."""
-    role = str(s.resource.get(sc.RES_ROLE) or "")
+    process_role = str(s.resource.get(sc.RES_PROCESS_ROLE) or "")
     host, pid = str(s.resource.get(sc.RES_NODE) or ""), str(s.resource.get(sc.RES_PID) or "")
     where = f" ({host} pid {pid})" if host or pid else ""
     rank = as_int(s.attributes.get(sc.ATTR_WORKER_RANK))
-    if s.name == sc.SPAN_ENGINE_REQUEST or role == sc.ROLE_ROLLOUT_SERVER:
+    if s.name == sc.SPAN_ENGINE_REQUEST or process_role == sc.PROCESS_ROLE_ROLLOUT_SERVER:
         replica = as_int(s.attributes.get(sc.ATTR_ENGINE_REPLICA))
         if replica is None:
-            replica = _index(s, role)
+            replica = _index(s, process_role)
         group, label = GROUP_REPLICA, f"replica {'?' if replica is None else replica}"
-    elif role == sc.ROLE_REPLICA_WORKER:
-        index = _index(s, role)
+    elif process_role == sc.PROCESS_ROLE_REPLICA_WORKER:
+        index = _index(s, process_role)
         group, label = GROUP_REPLICA, f"replica worker {'?' if index is None else index}"
-    elif role == sc.ROLE_WORKER or rank is not None:
+    elif process_role == sc.PROCESS_ROLE_WORKER or rank is not None:
         group, label = GROUP_RANK, f"rank {'?' if rank is None else rank}"
-    elif role == sc.ROLE_AGENT_LOOP or s.name in (sc.SPAN_ROLLOUT_WORKER, sc.SPAN_ROLLOUT_SAMPLE):
+    elif process_role == sc.PROCESS_ROLE_AGENT_LOOP or s.name in (sc.SPAN_ROLLOUT_WORKER, sc.SPAN_ROLLOUT_SAMPLE):
         index = as_int(s.attributes.get(sc.ATTR_WORKER_INDEX))
         if index is None:
-            index = _index(s, role)
+            index = _index(s, process_role)
         group, label = GROUP_AGENT, f"agent-loop worker {'?' if index is None else index}"
-    elif role in ("", sc.ROLE_TRAINER, sc.ROLE_DRIVER):
+    elif process_role in ("", sc.PROCESS_ROLE_TRAINER, sc.PROCESS_ROLE_DRIVER):
         return None  # the driver's spans that are no phase (stall spans, ...): its lane shows the phases
     else:
-        group, label = GROUP_OTHER, role.replace("_", " ")
+        group, label = GROUP_OTHER, process_role.replace("_", " ")
     # a process keys its lane (a rank's first span may not say its rank: weights.sync); the first rank names it
     key = (group, f"{group}{where}") if where else (group, label)
     lane = lanes.get(key)

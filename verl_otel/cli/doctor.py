@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from verl_otel import config
 from verl_otel import semconv as sc
 from verl_otel.analysis import captures, incidents, run_end, stall_records
 from verl_otel.analysis.jaeger import JaegerClient, JaegerError
@@ -86,7 +87,8 @@ def render(
         if r.elapsed_s is not None and r.threshold_s is not None:
             took = f", {r.elapsed_s:.0f}s in flight when caught (threshold {r.threshold_s:.0f}s)"
         out.append(f"\n{i}. {step}, phase {r.phase}{call}{took}")
-        out.append(f"   process:   {r.role or '?'} pid {r.pid if r.pid is not None else '?'} on {r.host or '?'}")
+        pid = r.pid if r.pid is not None else "?"
+        out.append(f"   process:   {r.process_role or '?'} pid {pid} on {r.host or '?'}")
         out.append(f"   stuck at:  {r.frame or '(no verl or user frame in the Python stacks)'}")
         for frame in r.stack[1:6]:
             out.append(f"              <- {frame}")
@@ -131,7 +133,7 @@ def _next_profile_line(where: str) -> str:
 
 def _who(r: stall_records.StallRecord) -> str:
     host = f" on {r.host}" if r.host else ""
-    return f"{r.role or '?'} pid {r.pid if r.pid is not None else '?'}{host}"
+    return f"{r.process_role or '?'} pid {r.pid if r.pid is not None else '?'}{host}"
 
 
 def render_incidents(found: list[incidents.Incident], source: str) -> list[str]:
@@ -159,10 +161,11 @@ def run(args: argparse.Namespace) -> int:
         return fail(PROG, str(err))
     if args.json:
         found = incidents.group(records)
+        old = config.flag(sc.ENV_DEPRECATED_NAMES, True, os.environ)  # "role" beside "process_role", for a release
         doc = {
-            "run_end": None if end is None else end.as_dict(),
-            "incidents": [inc.as_dict() for inc in found],
-            "stalls": [r.as_dict() for r in records],
+            "run_end": None if end is None else end.as_dict(old),
+            "incidents": [inc.as_dict(old) for inc in found],
+            "stalls": [r.as_dict(old) for r in records],
         }
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")

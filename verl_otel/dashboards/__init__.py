@@ -33,7 +33,7 @@ def all_expressions() -> list[tuple[str, str, str | None]]:
     out: list[tuple[str, str, str | None]] = []
     for dash in panels.DASHBOARDS:
         for var in [*builders.variables(), *dash.extra_vars]:
-            # a Prometheus query variable keeps its label_values() in query.query (the SDK's model has no definition)
+            # a Prometheus query variable keeps its label_values() in query.query (the SDK's class has no definition)
             query = var.get("query")
             match = _LABEL_VALUES.match(query.get("query", "") if isinstance(query, dict) else "")
             if match:

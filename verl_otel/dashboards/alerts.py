@@ -49,7 +49,7 @@ def _per_exporter(metrics: tuple[str, ...], window: str) -> str:
 
 
 def _engine(name: str) -> str:
-    return f'{name}{{{sc.LABEL_PROCESS_ROLE}="{sc.ROLE_ROLLOUT_SERVER}"}}'
+    return f'{name}{{{sc.LABEL_PROCESS_ROLE}="{sc.PROCESS_ROLE_ROLLOUT_SERVER}"}}'
 
 
 def engine_rules(t: Thresholds) -> list[Rule]:

@@ -1,5 +1,5 @@
 """Our declarative dashboards (grafana.Panel, Target, Annotation, Dashboard) turned into grafana-foundation-sdk
-builders (the typed model of Grafana 11.4's dashboard schema), so the JSON is the SDK's.
+builders (typed classes of Grafana 11.4's dashboard schema), so the JSON is the SDK's.
 
 Raw parts, where the SDK has no typed field (keep this list in step with deploy/README.md):
 - the Jaeger search query: the SDK ships no Jaeger dataquery; ``RawQuery`` hands the dict to the SDK's own
@@ -7,7 +7,7 @@ Raw parts, where the SDK has no typed field (keep this list in step with deploy/
 - the Prometheus annotation's ``titleFormat``/``textFormat``/``step``/``useValueForTime``: the SDK's
   AnnotationQuery types only the fields common to every datasource (``_PromAnnotation`` adds them to its JSON);
 - the step panel's Explore link holds a Jaeger query too, inside its URL (plain text to the SDK).
-Defaults the SDK's models add (``transparent``, ``repeatDirection``, stat/bargauge/table options...) are Grafana's
+Defaults the SDK's classes add (``transparent``, ``repeatDirection``, stat/bargauge/table options...) are Grafana's
 own defaults; it has no ``definition`` for query variables (the query is in ``query.query``) and no ``refresh``
 for datasource variables (Grafana lists datasources on every load).
 """
@@ -45,7 +45,7 @@ _PANEL_BUILDERS: dict[str, Any] = {
 
 
 def plain(obj: Any) -> Any:
-    """An SDK model (or a structure of them) as plain JSON values, through the SDK's encoder."""
+    """An SDK object (or a structure of them) as plain JSON values, through the SDK's encoder."""
     return json.loads(json.dumps(obj, cls=JSONEncoder))
 
 
@@ -79,13 +79,13 @@ class _PromAnnotation(dm.AnnotationQuery):
 
 
 class _Built(cogbuilder.Builder[T]):
-    """A model made without a builder, where an SDK call takes builders."""
+    """An SDK object made without a builder, where an SDK call takes builders."""
 
-    def __init__(self, model: T) -> None:
-        self._model = model
+    def __init__(self, obj: T) -> None:
+        self._obj = obj
 
     def build(self) -> T:
-        return self._model
+        return self._obj
 
 
 # -- variables ----------------------------------------------------------------------------------------------------
@@ -180,17 +180,17 @@ def _kind_options(p: g.Panel, b: Any) -> None:
             b.thresholds(
                 db.ThresholdsConfig().mode(dm.ThresholdsMode.ABSOLUTE).steps([dm.Threshold(value=None, color="blue")])
             )
-    elif p.kind == "state-timeline":  # one row per series, coloured by its value's state (p.mappings)
+    elif p.kind == "state-timeline":  # one row per series, coloured by its value (p.mappings)
         b.show_value(cm.VisibilityMode.NEVER).merge_values(True).fill_opacity(80).line_width(0)
         b.legend(cb.VizLegendOptions().display_mode(cm.LegendDisplayMode.LIST).placement(cm.LegendPlacement.BOTTOM))
-        states = {v: dm.ValueMappingResult(text=t, color=c, index=i) for i, (v, t, c) in enumerate(p.mappings)}
-        b.mappings([dm.ValueMap(states)])
+        values = {v: dm.ValueMappingResult(text=t, color=c, index=i) for i, (v, t, c) in enumerate(p.mappings)}
+        b.mappings([dm.ValueMap(values)])
     else:
         b.show_header(True)
 
 
 def _color(p: g.Panel) -> dm.FieldColorModeId:
-    if p.kind == "state-timeline":  # each state's own colour (its value mapping)
+    if p.kind == "state-timeline":  # each value's own colour (its value mapping)
         return dm.FieldColorModeId.FIXED
     if p.kind == "bargauge":  # a progress bar (percentunit) keeps its threshold colour, durations grade to red
         return dm.FieldColorModeId.THRESHOLDS if p.unit == "percentunit" else dm.FieldColorModeId.CONTINUOUS_GR_YL_RD
@@ -238,13 +238,13 @@ def annotation_builder(a: g.Annotation) -> cogbuilder.Builder[dm.AnnotationQuery
 
 
 def _extra_variable(v: dict[str, Any]) -> dm.VariableModel:
-    """A dashboard's own variable (a Grafana JSON dict) read into the SDK's model; a key the model does not type
+    """A dashboard's own variable (a Grafana JSON dict) read into the SDK's class; a key the class does not type
     would be lost silently, so it fails here instead."""
-    model = dm.VariableModel.from_json(v)
-    lost = set(v) - set(plain(model))
+    variable = dm.VariableModel.from_json(v)
+    lost = set(v) - set(plain(variable))
     if lost:
         raise ValueError(f"variable {v.get('name')!r}: grafana-foundation-sdk has no field for {sorted(lost)}")
-    return model
+    return variable
 
 
 def dashboard_builder(d: g.Dashboard) -> db.Dashboard:

@@ -15,7 +15,7 @@ _R = "$__rate_interval"
 # -- Rollout engine (vLLM's own /metrics page of each rollout server, listed in file_sd by verl-otel) -------
 #: a rollout server's page carries no run labels unless the run put them there: "|" admits their absence
 _ENGINE_SEL = (
-    f'{sc.LABEL_PROCESS_ROLE}="{sc.ROLE_ROLLOUT_SERVER}", {sc.LABEL_PROJECT}=~"$project|", '
+    f'{sc.LABEL_PROCESS_ROLE}="{sc.PROCESS_ROLE_ROLLOUT_SERVER}", {sc.LABEL_PROJECT}=~"$project|", '
     f'{sc.LABEL_EXPERIMENT}=~"$experiment|"'
 )
 _STUB = "vLLM's metrics exist only with the real vLLM rollout (verl-otel demo --rollout vllm); the stand-in has none"

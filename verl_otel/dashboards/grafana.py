@@ -62,7 +62,7 @@ class Panel:
     cpu_empty: str | None = None  # why this may show nothing in the CPU demo
     links: tuple[dict[str, Any], ...] = ()
     repeat: str | None = None  # a variable: one copy of the panel per selected value (vertically)
-    mappings: tuple[tuple[str, str, str], ...] = ()  # value -> (text, colour): a state timeline's states
+    mappings: tuple[tuple[str, str, str], ...] = ()  # value -> (text, colour): a Grafana state timeline's values
     # where the dashboard puts it: its rows set both (laid_out); x, y, w, h, and a panel left at x=y=0 is placed by
     # the SDK's dashboard builder after the one before it
     grid: tuple[int, int, int, int] = (0, 0, 12, 8)
@@ -131,7 +131,7 @@ class Dashboard:
 def jaeger_step_search(experiment: str, project: str | None = None) -> dict[str, Any]:
     """A Jaeger search (tags in logfmt) for one run's step spans under ``$service``; ``experiment`` and ``project``
     are single values: a repeated variable or a field-label reference. A raw dict: grafana-foundation-sdk has no
-    Jaeger query model (builders.RawQuery passes it through)."""
+    Jaeger query object (builders.RawQuery passes it through)."""
     tags = f'{sc.ATTR_EXPERIMENT}="{experiment}"'
     if project is not None:
         tags = f'{sc.ATTR_PROJECT}="{project}" {tags}'

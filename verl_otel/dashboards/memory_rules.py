@@ -26,6 +26,6 @@ def memory_rules(t: Thresholds) -> list[Rule]:
             f"This process' resident memory grew faster than {t.leak_mib_per_hour:g} MiB/h over {t.leak_window}, "
             "steadily (in both halves of the window): a leak that ends in the OOM killer. Common causes: "
             "tensors or batches kept across steps, an ever-growing list of metrics or samples, a Ray object ref "
-            "held in a loop. The panel 'Resident memory by process' shows which role.",
+            "held in a loop. The panel 'Resident memory by process' shows which process role.",
         ),
     ]

@@ -40,8 +40,8 @@ STRAGGLERS = Panel(
 )
 RESIDENT_MEMORY = Panel(
     "Resident memory by process",
-    "Resident memory of every instrumented process, by its role (trainer, training workers, agent-loop and reward "
-    "workers). A line that climbs step after step is a leak (the VerlMemoryLeak alert). Healthy: flat after the "
+    "Resident memory of every instrumented process, by its process role (trainer, training workers, agent-loop and "
+    "reward workers). A line that climbs step after step is a leak (the VerlMemoryLeak alert). Healthy: flat after the "
     "first steps.",
     "timeseries",
     (

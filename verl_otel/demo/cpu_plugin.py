@@ -280,8 +280,8 @@ def _copying_save(fsdp_utils: Any) -> None:
 
     @functools.wraps(save)
     def copying(model: Any) -> Any:
-        state, spec = save(model)
-        return {k: (t.clone(), s) for k, (t, s) in state.items()}, spec
+        weights, spec = save(model)
+        return {k: (t.clone(), s) for k, (t, s) in weights.items()}, spec
 
     fsdp_utils.fsdp2_sharded_save_to_cpu = copying
 

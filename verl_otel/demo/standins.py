@@ -103,7 +103,7 @@ class StubLLMServer:
         self.delays = RequestDelays()
         self.n_requests = 0
         self.weight_syncs = 0
-        safe(runtime.current().declare, sc.ROLE_ROLLOUT_SERVER)  # its stall files and spans say what it is
+        safe(runtime.current().declare, sc.PROCESS_ROLE_ROLLOUT_SERVER)  # its stall files and spans say what it is
 
     async def generate(
         self,

@@ -1,1 +1,1 @@
-"""SDK setup and exporters: where the telemetry model's spans and metrics leave the process."""
+"""SDK setup and exporters: where the trackers' spans and metrics leave the process."""

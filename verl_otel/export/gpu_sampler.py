@@ -20,14 +20,14 @@ from typing import Any
 
 from verl_otel import semconv as sc
 from verl_otel._log import logger
-from verl_otel.process.metrics import MetricsState
+from verl_otel.process.metrics import MetricStore
 
 READ_EVERY_S = 2.0
 MAX_GPUS = 16  # a node's GPUs: more than any process is given
 KEEP_SAMPLES = 1800  # one hour at READ_EVERY_S: busy_share's window, bounded
 PROMPT_S = 0.5  # a phase's question answered within this of its end may read the GPUs now (busy_last)
 #: the processes that hold GPUs: training workers, rollout servers (vLLM), a standalone replica's worker
-GPU_ROLES = frozenset((sc.ROLE_WORKER, sc.ROLE_ROLLOUT_SERVER, sc.ROLE_REPLICA_WORKER))
+GPU_PROCESS_ROLES = frozenset((sc.PROCESS_ROLE_WORKER, sc.PROCESS_ROLE_ROLLOUT_SERVER, sc.PROCESS_ROLE_REPLICA_WORKER))
 
 
 def load_nvml() -> ModuleType | str:
@@ -57,12 +57,12 @@ class GpuSampler:
 
     def __init__(
         self,
-        state: MetricsState,
+        store: MetricStore,
         nvml: ModuleType | None = None,
         every_s: float = READ_EVERY_S,
         devices: str | None = None,
     ) -> None:
-        self.state, self.every_s, self._nvml = state, every_s, nvml
+        self.store, self.every_s, self._nvml = store, every_s, nvml
         self._devices = os.environ.get("CUDA_VISIBLE_DEVICES") if devices is None else devices
         self.gpus: list[tuple[str, Any]] = []  # (label: the NVML index, handle)
         self.off: str | None = None  # why it is off, once decided
@@ -132,9 +132,9 @@ class GpuSampler:
                 self.errors += 1
                 continue
             ratio = max(0.0, min(1.0, float(util.gpu) / 100.0))
-            self.state.set(sc.GPU_UTILIZATION, (label,), ratio)
-            self.state.set(sc.GPU_MEMORY_USED, (label,), float(mem.used))
-            self.state.set(sc.GPU_MEMORY_TOTAL, (label,), float(mem.total))
+            self.store.set(sc.GPU_UTILIZATION, (label,), ratio)
+            self.store.set(sc.GPU_MEMORY_USED, (label,), float(mem.used))
+            self.store.set(sc.GPU_MEMORY_TOTAL, (label,), float(mem.total))
             read, busy = read + 1, busy + ratio
         if read:
             self.samples.append((time.monotonic(), busy / read))
@@ -185,9 +185,9 @@ class GpuSampler:
             self._reading.release()
 
 
-def start_for(role: str, state: MetricsState) -> GpuSampler | None:
-    """A running sampler for a process of ``role`` that holds GPUs; None for other roles or where it is off."""
-    if role not in GPU_ROLES:
+def start_for(process_role: str, store: MetricStore) -> GpuSampler | None:
+    """A running sampler for a process of ``process_role`` that holds GPUs; None for the others or where it is off."""
+    if process_role not in GPU_PROCESS_ROLES:
         return None
-    sampler = GpuSampler(state)
+    sampler = GpuSampler(store)
     return sampler if sampler.start() else None

@@ -1,7 +1,7 @@
 """Push path: OTLP metrics, every ``OTEL_METRIC_EXPORT_INTERVAL`` ms (default 5 s).
 
 Gauges and the drop counter are observable instruments whose callbacks read
-the runtime's :class:`~verl_otel.process.metrics.MetricsState`; histograms are recorded when observed, inside the step
+the runtime's :class:`~verl_otel.process.metrics.MetricStore`; histograms are recorded when observed, inside the step
 span's context, so the SDK attaches the trace id as exemplar. Names and units are chosen (in
 semconv) so the Collector's prometheus exporter turns them back into the documented names.
 """
@@ -23,7 +23,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from verl_otel import semconv as sc
 from verl_otel.config import Settings
-from verl_otel.process.metrics import Labels, MetricsState
+from verl_otel.process.metrics import Labels, MetricStore
 from verl_otel.process.text import utf8
 
 
@@ -32,11 +32,11 @@ def _attrs(metric: sc.MetricDef, labels: Labels) -> dict[str, str]:
 
 
 class _Collected:
-    """One read of the state per export: the SDK calls every observable instrument's callback in
-    turn within milliseconds, and they share one grouped ``state.exported()`` (not one each)."""
+    """One read of the store per export: the SDK calls every observable instrument's callback in
+    turn within milliseconds, and they share one grouped ``store.exported()`` (not one each)."""
 
-    def __init__(self, state: MetricsState, max_age_s: float) -> None:
-        self.state, self.max_age_s = state, max_age_s
+    def __init__(self, store: MetricStore, max_age_s: float) -> None:
+        self.store, self.max_age_s = store, max_age_s
         self._lock = threading.Lock()
         self._at: float | None = None
         self._by_metric: dict[str, list[Observation]] = {}
@@ -46,17 +46,17 @@ class _Collected:
         with self._lock:
             if self._at is None or now - self._at > self.max_age_s:
                 grouped: dict[str, list[Observation]] = defaultdict(list)
-                for m, labels, v in self.state.exported():
+                for m, labels, v in self.store.exported():
                     grouped[m.name].append(Observation(v, _attrs(m, labels)))
                 self._by_metric, self._at = grouped, now
             return self._by_metric.get(metric.name, [])
 
 
-def start_push(state: MetricsState, settings: Settings, resource: Resource | None, given: Any = None) -> Any:
-    """Instruments reading ``state`` in the caller's meter provider (``given``), or in ours exporting OTLP."""
+def start_push(store: MetricStore, settings: Settings, resource: Resource | None, given: Any = None) -> Any:
+    """Instruments reading ``store`` in the caller's meter provider (``given``), or in ours exporting OTLP."""
     provider = given if given is not None else _provider(settings, resource)
     meter = provider.get_meter(sc.INSTRUMENTATION_NAME, sc.INSTRUMENTATION_VERSION)
-    _instruments(meter, state, settings)
+    _instruments(meter, store, settings)
     return provider
 
 
@@ -84,8 +84,8 @@ def _provider(settings: Settings, resource: Resource | None) -> MeterProvider:
     )
 
 
-def _instruments(meter: Any, state: MetricsState, settings: Settings) -> None:
-    collected = _Collected(state, max_age_s=min(0.5, settings.metric_export_interval_ms / 4000))
+def _instruments(meter: Any, store: MetricStore, settings: Settings) -> None:
+    collected = _Collected(store, max_age_s=min(0.5, settings.metric_export_interval_ms / 4000))
 
     def _callback_for(metric: sc.MetricDef) -> Any:
         def callback(options: CallbackOptions) -> list[Observation]:
@@ -110,4 +110,4 @@ def _instruments(meter: Any, state: MetricsState, settings: Settings) -> None:
             ctx = trace.set_span_in_context(NonRecordingSpan(span_ctx))
         histograms[metric].record(value, _attrs(metric, labels), context=ctx)
 
-    state.on_histogram.append(record)
+    store.on_histogram.append(record)

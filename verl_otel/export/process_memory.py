@@ -7,7 +7,7 @@ import os
 import time
 
 from verl_otel import semconv as sc
-from verl_otel.process.metrics import MetricsState
+from verl_otel.process.metrics import MetricStore
 
 READ_EVERY_S = 5.0
 
@@ -15,8 +15,8 @@ READ_EVERY_S = 5.0
 class ResidentMemory:
     """A flusher task: ``runtime.every_tick(ResidentMemory(state))``."""
 
-    def __init__(self, state: MetricsState, every_s: float = READ_EVERY_S, statm: str = "/proc/self/statm") -> None:
-        self.state, self.every_s, self.statm = state, every_s, statm
+    def __init__(self, store: MetricStore, every_s: float = READ_EVERY_S, statm: str = "/proc/self/statm") -> None:
+        self.store, self.every_s, self.statm = store, every_s, statm
         self._next = 0.0
         self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
         self.off = not os.path.exists(statm)
@@ -32,4 +32,4 @@ class ResidentMemory:
         except (OSError, ValueError, IndexError):
             self.off = True  # one warning-free try: a platform without it stays without the reading
             return
-        self.state.set(sc.PROCESS_RESIDENT_MEMORY, (), float(pages * self._page))
+        self.store.set(sc.PROCESS_RESIDENT_MEMORY, (), float(pages * self._page))

@@ -1,7 +1,7 @@
 """Pull path: a /metrics endpoint per instrumented process, and a Prometheus file_sd file listing
 every endpoint of the run (``$VERL_OTEL_DIR/prometheus_targets.json``).
 
-The collector renders the runtime's :class:`~verl_otel.process.metrics.MetricsState` at scrape time. Exemplars (the
+The collector renders the runtime's :class:`~verl_otel.process.metrics.MetricStore` at scrape time. Exemplars (the
 step's trace id on the duration histograms) appear when the scraper asks for OpenMetrics, which
 Prometheus does when started with ``--enable-feature=exemplar-storage``.
 """
@@ -32,19 +32,19 @@ from verl_otel import config as cfg
 from verl_otel import semconv as sc
 from verl_otel._log import warn_once
 from verl_otel.export.otlp_json import open_regular, write_all
-from verl_otel.process.metrics import MetricsState
+from verl_otel.process.metrics import MetricStore
 from verl_otel.process.text import utf8
 
 PID_LABEL = "__verl_otel_pid"  # internal (dropped by Prometheus after relabeling): lets us prune dead entries
 
 
-class StateCollector:
-    def __init__(self, state: MetricsState) -> None:
-        self._state = state
+class StoreCollector:
+    def __init__(self, store: MetricStore) -> None:
+        self._store = store
 
     def collect(self) -> Iterator[Metric]:
         grouped: dict[sc.MetricDef, list[tuple[tuple[str, ...], float]]] = defaultdict(list)
-        for metric, labels, value in self._state.exported():
+        for metric, labels, value in self._store.exported():
             grouped[metric].append((labels, value))
         for metric, rows in grouped.items():
             family: Any
@@ -56,7 +56,7 @@ class StateCollector:
                 family.add_metric([utf8(v) for v in labels], value)
             yield family
         hist: dict[sc.MetricDef, HistogramMetricFamily] = {}
-        for metric, labels, series in self._state.histograms():
+        for metric, labels, series in self._store.histograms():
             family = hist.get(metric)
             if family is None:
                 family = hist[metric] = HistogramMetricFamily(metric.name, metric.help, labels=list(metric.labels))
@@ -76,10 +76,10 @@ def _fmt(bound: float) -> str:
     return str(int(bound)) if float(bound).is_integer() else repr(bound)
 
 
-def serve(state: MetricsState, host: str, port: int) -> int:
+def serve(store: MetricStore, host: str, port: int) -> int:
     """Start /metrics on a daemon thread; returns the bound port."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StateCollector(state))
+    registry.register(StoreCollector(store))
     server, _thread = start_http_server(port, addr=host, registry=registry)
     return int(server.server_port)
 

@@ -27,7 +27,7 @@ from verl_otel._log import warn_once
 from verl_otel.export.otlp_json import OtlpJsonFileExporter
 from verl_otel.export.sdk_private import span_queue
 from verl_otel.export.span_buffer import BufferedSpanExporter, unsent_path
-from verl_otel.process.metrics import MetricsState
+from verl_otel.process.metrics import MetricStore
 
 Drop = Callable[[str, int], None]
 #: an engine's request spans exported per trace and rollout server: the first 4 x VERL_OTEL_SAMPLE_SPANS, then
@@ -35,10 +35,10 @@ Drop = Callable[[str, int], None]
 ENGINE_SPANS_PER_SAMPLE_SPAN = 4
 
 
-def instance_id(host: str, role: str, index: int | None, pid: int) -> str:
+def instance_id(host: str, process_role: str, index: int | None, pid: int) -> str:
     """Unique per process (two processes sharing it would overwrite each other's series behind the Collector),
     so the pid is in it; the rest makes ``$instance`` readable: ``node-1/agent_loop_worker-0/4242``."""
-    return f"{host}/{role}{'' if index is None else f'-{index}'}/{pid}"
+    return f"{host}/{process_role}{'' if index is None else f'-{index}'}/{pid}"
 
 
 _preset = threading.local()
@@ -82,22 +82,23 @@ class PresetIds(RandomIdGenerator):
         return super().generate_span_id()
 
 
-def resource(role: str, index: int | None, run: Mapping[str, str], deprecated_names: bool = True) -> Resource:
+def resource(process_role: str, index: int | None, run: Mapping[str, str], deprecated_names: bool = True) -> Resource:
     """The process' resource; ``index``: its index within its process role, under the key naming what it counts
-    (an agent-loop worker's, a replica's: semconv.INDEX_OF_ROLE), and the deprecated key too unless switched off."""
+    (an agent-loop worker's, a replica's: semconv.INDEX_OF_PROCESS_ROLE), and the deprecated key too unless switched
+    off."""
     host, pid = cfg.hostname(), os.getpid()
     # ours wins over OTEL_RESOURCE_ATTRIBUTES' service.instance.id: one value there is shared by every process
     attrs: dict[str, Any] = {
-        sc.RES_ROLE: role,
+        sc.RES_PROCESS_ROLE: process_role,
         sc.RES_NODE: host,
         sc.RES_PID: pid,
-        sc.RES_INSTANCE: instance_id(host, role, index, pid),
+        sc.RES_INSTANCE: instance_id(host, process_role, index, pid),
         **run,
     }
     if index is not None:
-        if role in sc.INDEX_OF_ROLE:
-            attrs[sc.INDEX_OF_ROLE[role]] = index
-        if deprecated_names or role not in sc.INDEX_OF_ROLE:
+        if process_role in sc.INDEX_OF_PROCESS_ROLE:
+            attrs[sc.INDEX_OF_PROCESS_ROLE[process_role]] = index
+        if deprecated_names or process_role not in sc.INDEX_OF_PROCESS_ROLE:
             attrs[sc.RES_DEPRECATED_WORKER_INDEX] = index
     if not os.environ.get("OTEL_SERVICE_NAME"):
         attrs["service.name"] = sc.SERVICE_NAME_DEFAULT  # else Resource.create reads it from the environment
@@ -280,7 +281,7 @@ def tracer_provider(
 
 
 def start_pull(
-    state: MetricsState,
+    store: MetricStore,
     settings: cfg.Settings,
     labels: dict[str, str],
     listed: Callable[[str, int, dict[str, str]], None],
@@ -297,7 +298,7 @@ def start_pull(
         from verl_otel.export.ray_store import node_ip_bind
 
         bind = bind or node_ip_bind()
-        port = prometheus.serve(state, bind, settings.prometheus_port)
+        port = prometheus.serve(store, bind, settings.prometheus_port)
         listed(bind, port, labels)
     except Exception as exc:  # noqa: BLE001 - e.g. the port is taken
         warn_once(
@@ -307,14 +308,14 @@ def start_pull(
         )
 
 
-def start_push(state: MetricsState, settings: cfg.Settings, res: Resource | None, given: Any = None) -> Any:
+def start_push(store: MetricStore, settings: cfg.Settings, res: Resource | None, given: Any = None) -> Any:
     """OTLP metrics push when an endpoint is configured (or into the caller's meter provider)."""
     if settings.metrics_endpoint is None and given is None:
         return None
     try:
         from verl_otel.export.otel_metrics import start_push as _start
 
-        return _start(state, settings, res, given)
+        return _start(store, settings, res, given)
     except Exception as exc:  # noqa: BLE001
         warn_once("otlp-metrics", f"cannot start OTLP metrics export: {exc}")
         return None

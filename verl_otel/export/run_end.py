@@ -1,5 +1,5 @@
 """The note a signalled process leaves in ``$VERL_OTEL_DIR/ends/``: which signal reached which process (pid, host,
-role) and when. Ray ends the trainer with SIGTERM moments after its driver got Ctrl-C; the trainer reads the
+process role) and when. Ray ends the trainer with SIGTERM moments after its driver got Ctrl-C; the trainer reads the
 driver's note to say "interrupted", and ``doctor`` names the process the signal reached."""
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ class _Spill(Protocol):
 ACK_WAIT_S = 2.0  # a driver waits this long at most for the trainer to write its step after Ctrl-C
 
 
-def write_note(data_dir: Path, signal: str, role: str) -> Path | None:
+def write_note(data_dir: Path, signal: str, process_role: str) -> Path | None:
     """One small file, written at once (the process may be killed a few milliseconds later). Never raises."""
     try:
         folder = data_dir / sc.ENDS_DIR
         folder.mkdir(parents=True, exist_ok=True)
         host, pid = cfg.hostname(), os.getpid()
-        note = {"signal": signal, "pid": pid, "host": host, "role": role, "time": time.time()}
+        note = {"signal": signal, "pid": pid, "host": host, "process_role": process_role, "time": time.time()}
         path = folder / f"{host}-{pid}.json"
         path.write_text(json.dumps(note))
         return path
@@ -59,8 +59,10 @@ class NoteWatch:
     a fresh SIGINT or SIGTERM note of this host's driver tells ``on_interrupt`` (the run's end attributes) once, then
     acks: the driver waits for that before it ends, and with it Ray's cluster and this process."""
 
-    def __init__(self, data_dir: Path, role: Callable[[], str], on_interrupt: Callable[[dict[str, Any]], object]):
-        self._dir, self._role, self._on_interrupt = data_dir / sc.ENDS_DIR, role, on_interrupt
+    def __init__(
+        self, data_dir: Path, process_role: Callable[[], str], on_interrupt: Callable[[dict[str, Any]], object]
+    ):
+        self._dir, self._process_role, self._on_interrupt = data_dir / sc.ENDS_DIR, process_role, on_interrupt
         self._seen_ns = 0
         self._done: set[str] = set()
 
@@ -83,7 +85,7 @@ class NoteWatch:
             fresh = now - float(note.get("time") or 0) < sc.END_NOTE_FRESH_S
             self._done.add(path.name)
             if fresh and note.get("signal") in ("SIGINT", "SIGTERM") and note.get("host") == host:
-                self._on_interrupt(_note_attributes(note, f"Ray ending the {self._role()}"))
+                self._on_interrupt(_note_attributes(note, f"Ray ending the {self._process_role()}"))
                 with contextlib.suppress(OSError):
                     _ack(path).write_text(str(os.getpid()))
 
@@ -114,7 +116,7 @@ def fresh_interrupt(data_dir: Path, within_s: float = sc.END_NOTE_FRESH_S) -> di
     return None
 
 
-def signal_attributes(data_dir: Path, signum: int, role: str, pid: int) -> dict[str, Any]:
+def signal_attributes(data_dir: Path, signum: int, process_role: str, pid: int) -> dict[str, Any]:
     """The run_end attributes of a signal that reached this process: SIGINT is an interrupt; so is a SIGTERM that
     follows a driver's fresh SIGINT note on this host (Ray ends the trainer moments after Ctrl-C reached the driver);
     any other SIGTERM is a termination (a scheduler's time limit)."""
@@ -125,21 +127,22 @@ def signal_attributes(data_dir: Path, signum: int, role: str, pid: int) -> dict[
     attrs: dict[str, Any] = {
         sc.ATTR_RUN_END_REASON: sc.END_INTERRUPTED if interrupt else sc.END_TERMINATED,
         sc.ATTR_RUN_END_DETAIL: name,
-        sc.ATTR_RUN_END_ROLE: role,
+        sc.ATTR_RUN_END_PROCESS_ROLE: process_role,
         sc.ATTR_RUN_END_PID: pid,
         sc.ATTR_RUN_END_HOST: cfg.hostname(),
     }
     note = None if interrupt else fresh_interrupt(data_dir)
-    return attrs if note is None else _note_attributes(note, f"{name} to the {role}")
+    return attrs if note is None else _note_attributes(note, f"{name} to the {process_role}")
 
 
 def _note_attributes(note: dict[str, Any], then: str) -> dict[str, Any]:
     """What a driver's note says ended the run: its SIGINT an interrupt, its SIGTERM a termination."""
     interrupt = note.get("signal") == "SIGINT"
+    who = note.get("process_role", note.get("role"))  # a note of an older verl-otel: "role"
     return {
         sc.ATTR_RUN_END_REASON: sc.END_INTERRUPTED if interrupt else sc.END_TERMINATED,
-        sc.ATTR_RUN_END_DETAIL: f"{note.get('signal')} to the {note.get('role')}, then {then}",
-        sc.ATTR_RUN_END_ROLE: str(note.get("role")),
+        sc.ATTR_RUN_END_DETAIL: f"{note.get('signal')} to the {who}, then {then}",
+        sc.ATTR_RUN_END_PROCESS_ROLE: str(who),
         sc.ATTR_RUN_END_PID: int(note.get("pid") or 0),
         sc.ATTR_RUN_END_HOST: str(note.get("host")),
     }
@@ -151,8 +154,9 @@ class RunEnds:
     queue, and the OTLP buffers are spilled to unsent/ right after (Ray kills a worker milliseconds after
     SIGTERM; if the process lives on, the sender still sends the spilled spans)."""
 
-    def __init__(self, data_dir: Path, unsent: _Spill, role: Callable[[], str], console_only: bool) -> None:
-        self._data_dir, self._unsent, self._role, self._console_only = data_dir, unsent, role, console_only
+    def __init__(self, settings: cfg.Settings, unsent: _Spill, process_role: Callable[[], str]) -> None:
+        self._data_dir, self._unsent, self._process_role = settings.data_dir, unsent, process_role
+        self._console_only, self._deprecated_names = settings.console_only, settings.deprecated_names
 
     def watch(self, listener: Callable[[dict[str, Any]], object]) -> bool:
         """``listener(run_end attributes)`` when SIGINT or SIGTERM arrives (main thread only: whether it is on)."""
@@ -160,27 +164,30 @@ class RunEnds:
         def write(attrs: dict[str, Any]) -> None:
             from verl_otel.export.providers import urgent_export
 
+            if self._deprecated_names:  # the key's old name too, for a release (CHANGELOG.md)
+                attrs[sc.ATTR_DEPRECATED_RUN_END_ROLE] = attrs.get(sc.ATTR_RUN_END_PROCESS_ROLE)
+
             with urgent_export():
                 listener(attrs)
             self._unsent.spill_now()
 
         def told(signum: int) -> None:
-            write(signal_attributes(self._data_dir, signum, self._role(), os.getpid()))
+            write(signal_attributes(self._data_dir, signum, self._process_role(), os.getpid()))
 
         from verl_otel.process.ends import WATCH
 
         if not self._console_only:  # Ctrl-C reached the driver: write the step before Ray ends this process
-            WATCH.poll(NoteWatch(self._data_dir, self._role, write))
+            WATCH.poll(NoteWatch(self._data_dir, self._process_role, write))
         return self._listen(told)
 
-    def note(self, role: str) -> bool:
+    def note(self, process_role: str) -> bool:
         """A driver: a signal that reaches it leaves a note (:func:`write_note`)."""
         from verl_otel.process.ends import signal_name
 
         def told(signum: int) -> None:
             if self._console_only:
                 return
-            note = write_note(self._data_dir, signal_name(signum), role)
+            note = write_note(self._data_dir, signal_name(signum), process_role)
             if note is not None:  # the exit waits for this (process/ends.py: settle)
                 wait_ack(note, ACK_WAIT_S)
 

@@ -117,7 +117,7 @@ class BufferedSpanExporter(SpanExporter):
             self._cond.notify_all()
         self._sender.close()
 
-    # -- state -------------------------------------------------------------------------------------
+    # -- what it holds -----------------------------------------------------------------------------
     @property
     def waiting_on_disk(self) -> int:
         """Spans in this buffer's unsent file, not delivered yet."""

@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from verl_otel import model
 from verl_otel import semconv as sc
+from verl_otel import trackers
 from verl_otel.hooks._safe import safe
 from verl_otel.hooks.rollout import _SampleCtx, current_sample
 from verl_otel.hooks.stall_watch import unwatch, watch
@@ -38,7 +38,7 @@ def _agent(ctx: _SampleCtx) -> AgentSample:
 
 
 # -- turns ---------------------------------------------------------------------------------------------------
-def generating_state(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def generating_turn(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     ctx = current_sample()
     agent_data = args[0] if args else kwargs.get("agent_data")
     if ctx is None or agent_data is None:
@@ -59,9 +59,7 @@ def _turn_done(ctx: _SampleCtx, agent_data: Any, start: int, prompt: int) -> Non
     _agent(ctx).turn(start, time.monotonic_ns(), prompt, len(getattr(agent_data, "response_ids", None) or ()))
 
 
-def processing_tools_state(
-    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
+def processing_tools(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     ctx = current_sample()
     if ctx is None:
         return wrapped(*args, **kwargs)
@@ -96,7 +94,7 @@ async def _timed_call(
     tool_call: Any,
     agent_data: Any,
 ) -> Any:
-    tools = model.current().agent_tools
+    tools = trackers.current().agent_tools
     name = getattr(tool_call, "name", "")
     active = getattr(agent_data, "_active_tools", None)  # the sample's selection (verl's per-sample tools) ...
     active = getattr(loop, "tools", None) if active is None else active  # ... or the loop's
@@ -164,7 +162,7 @@ def _call_done(
     start: int,
     end: int,
 ) -> None:
-    tools = model.current().agent_tools
+    tools = trackers.current().agent_tools
     response = result[0] if isinstance(result, tuple) and result else None
     text = getattr(response, "text", None) or ""
     text = text if isinstance(text, str) else ""
@@ -228,7 +226,7 @@ def _hook_tool_class(tool: Any) -> None:
             f"{cls.__qualname__}.{m}",
             tool_method,
             "the tool's exception type on its calls",
-            role=sc.ROLE_AGENT_LOOP,
+            process_role=sc.PROCESS_ROLE_AGENT_LOOP,
         )
         for m in missing
     )

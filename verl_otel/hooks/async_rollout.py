@@ -20,32 +20,32 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from verl_otel import model
 from verl_otel import semconv as sc
+from verl_otel import trackers
 from verl_otel.hooks import verl_async_objects as verl_async
 from verl_otel.hooks import verl_objects as verl
 from verl_otel.hooks._safe import on_exit, safe
-from verl_otel.hooks.reward_flush import RayRewardWorkers
+from verl_otel.hooks.reward_emit import RayRewardWorkers
 from verl_otel.hooks.worker_flush import WorkerFlush, fit_end, for_owner
 from verl_otel.telemetry.rollouter import RolloutWindows
 
 
 def _windows() -> RolloutWindows:
-    return model.current().windows
+    return trackers.current().windows
 
 
 def _wire_rollouter(rollouter: Any) -> None:
-    """First hook in the rollouter actor: this process is the rollouter service (the model's row: its gauges)."""
-    m = model.current()
+    """First hook in the rollouter actor: this process is the rollouter service (the trackers' row: its gauges)."""
+    m = trackers.current()
     if m.windows.read is None:  # this process is the rollouter from its first hooked call on, fit() or not
         m.windows.read = verl_async.rollouter_reader(rollouter)
-    m.wire(sc.ROLE_ROLLOUTER, **verl.run_names(rollouter))
+    m.wire(sc.PROCESS_ROLE_ROLLOUTER, **verl.run_names(rollouter))
 
 
-def _wire_trainer() -> model.Model:
-    """fully_async's trainer process (the model's row: its gauges, its note on the step line)."""
-    m = model.current()
-    m.wire(sc.ROLE_TRAINER, key=model.FULLY_ASYNC_TRAINER)
+def _wire_trainer() -> trackers.Trackers:
+    """fully_async's trainer process (the trackers' row: its gauges, its note on the step line)."""
+    m = trackers.current()
+    m.wire(sc.PROCESS_ROLE_TRAINER, key=trackers.FULLY_ASYNC_TRAINER)
     return m
 
 
@@ -58,7 +58,7 @@ async def rollouter_fit(
     safe(windows.fit_started, verl_async.rollouter_reader(instance))
     gpus: int | None = safe(verl.rollout_gpus, instance)
     windows.gpus = gpus or 1
-    safe(lambda: model.current().reward_flush.attach(RayRewardWorkers(verl.reward_workers(instance))))
+    safe(lambda: trackers.current().reward_emit.attach(RayRewardWorkers(verl.reward_workers(instance))))
     with on_exit(_rollouter_end, windows, safe(for_owner, instance)):
         return await wrapped(*args, **kwargs)
 
@@ -141,7 +141,7 @@ def do_validate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...
 
 # -- trainer --------------------------------------------------------------------------------------
 async def get_samples(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    m = safe(_wire_trainer) or model.current()
+    m = safe(_wire_trainer) or trackers.current()
     safe(m.trainer_side.wait_started, _param_version_reader(instance))
     try:
         return await wrapped(*args, **kwargs)
@@ -157,7 +157,7 @@ def assemble_batch_from_rollout_samples(rollout_samples: Any, *args: Any, **kwar
     from verl_otel.hooks.rollout import count_tokens
 
     if isinstance(rollout_samples, (list, tuple)):
-        side = model.current().trainer_side
+        side = trackers.current().trainer_side
         safe(lambda: side.samples_assembled([t for t in map(verl_async.window_tag, rollout_samples) if t]))
     batch = detach_utils.assemble_batch_from_rollout_samples(rollout_samples, *args, **kwargs)
     safe(count_tokens, batch)  # the step's training batch, in its gen phase (as the legacy manager's output)
@@ -165,7 +165,7 @@ def assemble_batch_from_rollout_samples(rollout_samples: Any, *args: Any, **kwar
 
 
 def _batch_taken(trainer: Any, batch: Any) -> None:
-    m = model.current()
+    m = trackers.current()
     reader = _param_version_reader(trainer)
     m.trainer_side.param_version = reader
     m.trainer_side.batch_taken(reader(), verl_async.batch_versions(batch), m.steps.innermost_span(sc.SPAN_STEP))
@@ -185,20 +185,20 @@ def collect_metrics(wrapped: Callable[..., Any], instance: Any, args: tuple[Any,
 async def queue_get(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     result = await wrapped(*args, **kwargs)
     if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], int):
-        model.current().trainer_side.queue_taken(float(result[1]))  # verl's (sample, queue length after the take)
+        trackers.current().trainer_side.queue_taken(float(result[1]))  # verl's (sample, queue length after the take)
     return result
 
 
 # -- v1 async trainers (colocate_async / separate_async) ------------------------------------------------
 def submit(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    m = model.current()
+    m = trackers.current()
     safe(lambda: m.submits.submitted(verl.global_step(instance), m.steps.innermost_span(sc.SPAN_STEP)))
     return wrapped(*args, **kwargs)
 
 
 def v1_step(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     batch = wrapped(*args, **kwargs)
-    m = model.current()
+    m = trackers.current()
     safe(
         lambda: m.submits.consumed(
             verl.global_step(instance),

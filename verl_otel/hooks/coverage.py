@@ -1,8 +1,8 @@
-"""What is hooked in this process, said once per process role when the role is wired:
+"""What is hooked in this process, said once per process role when it is wired:
 
     verl 0.9.1: 10/19 trainer hooks (9 in modules not imported here); off: none
 
-Every registered target of the role counts in M; a target is *off* when its version range excludes the
+Every registered target of that process role counts in M; a target is *off* when its version range excludes the
 installed verl, its module is not in verl (moved), its function is not in its module (renamed), or our
 wrapper could not be put on it. Targets whose module exists but is not imported in this process (another
 trainer's, fully_async's) are neither hooked nor off: they are hooked if it ever is imported.
@@ -20,9 +20,9 @@ from verl_otel.hooks.registry import HookTarget
 MAX_LINE = 1500  # characters: a verl far from ours must not flood the log
 
 
-def role_of(target: HookTarget) -> str | None:
+def process_role_of(target: HookTarget) -> str | None:
     """The process role a target runs in: a field of its row (hooks/targets.py)."""
-    return target.role
+    return target.process_role
 
 
 def module_exists(name: str) -> bool:
@@ -65,12 +65,12 @@ def _why_off(target: HookTarget, version: str | None, off: dict[str, str]) -> st
     return None
 
 
-def line(role: str) -> tuple[str, bool]:
-    """The start-up line of ``role`` in this process, and whether something is off for a reason other
+def line(process_role: str) -> tuple[str, bool]:
+    """The start-up line of ``process_role`` in this process, and whether something is off for a reason other
     than the installed verl's version (renamed, moved, failed: worth a warning)."""
     version = registry.verl_version()
     hooked, off = set(registry.installed()), registry.off_reasons()
-    mine = [t for t in registry.registered() if role_of(t) == role]
+    mine = [t for t in registry.registered() if process_role_of(t) == process_role]
     n = sum(t.key in hooked for t in mine)
     by_reason: dict[str, list[str]] = {}
     waiting = 0
@@ -82,7 +82,7 @@ def line(role: str) -> tuple[str, bool]:
             waiting += 1
         elif t.feature not in by_reason.setdefault(reason, []):
             by_reason[reason].append(t.feature)
-    text = f"verl {version or '(not installed)'}: {n}/{len(mine)} {role} hooks"
+    text = f"verl {version or '(not installed)'}: {n}/{len(mine)} {process_role} hooks"
     if waiting:
         text += f" ({waiting} in modules not imported here)"
     parts = [f"{', '.join(features)} ({reason})" for reason, features in by_reason.items()]
@@ -92,8 +92,8 @@ def line(role: str) -> tuple[str, bool]:
     return text, any(not r.startswith(("needs verl", "verl <")) for r in by_reason)
 
 
-def report(role: str) -> None:
-    """Log the role's start-up line (the runtime calls this once per role and process: hooks/targets.py)."""
-    text, bad = line(role)
+def report(process_role: str) -> None:
+    """Log the process role's start-up line (the runtime calls this once per process role: hooks/targets.py)."""
+    text, bad = line(process_role)
     (logger.warning if bad else logger.info)(text)
     registry.reported()

@@ -9,7 +9,7 @@ Server side (verl's ``vLLMHttpServer``, a Ray actor holding vLLM's ``AsyncLLM`` 
 
 - :func:`run_server` switches vLLM's request tracing on (its ``otlp_traces_endpoint``, with log stats on:
   vLLM's tracing asserts per-request stats and would crash its output handler without them), and lists the
-  server's ``/metrics`` (vLLM's own page) in the run's file_sd file (role ``rollout_server``, ``replica``);
+  server's ``/metrics`` (vLLM's own page) in the run's file_sd file (process role ``rollout_server``, ``replica``);
 - :func:`init_tracer` (vLLM's, for our endpoint only): vLLM's request spans go through a tracer provider
   of ours in this process, to our destination (the trace file, or the user's collector) with our bounded
   queue; it records only spans under a sampled parent. vLLM's own set-up is skipped, so vLLM never puts
@@ -27,8 +27,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from verl_otel import model
 from verl_otel import semconv as sc
+from verl_otel import trackers
 from verl_otel._log import warn_once
 from verl_otel.hooks._safe import safe
 from verl_otel.hooks.verl_objects import rollout_engine, rollout_server
@@ -54,7 +54,7 @@ def _talks_to_vllm(client: Any) -> bool:
 
 
 def _carried(client: Any, kwargs: dict[str, Any]) -> dict[str, Any] | None:
-    if not model.current().services.settings.engine_spans:
+    if not trackers.current().services.settings.engine_spans:
         return None
     from verl_otel.hooks.rollout import engine_traceparent
 
@@ -75,8 +75,8 @@ def client_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any,
 
 # -- server side -----------------------------------------------------------------------------------
 def _switch_tracing_on(server: Any, ns: Any) -> None:
-    m = model.current()
-    m.wire(sc.ROLE_ROLLOUT_SERVER, index=_replica(server))
+    m = trackers.current()
+    m.wire(sc.PROCESS_ROLE_ROLLOUT_SERVER, index=_replica(server))
     rt = m.runtime
     replica = _replica(server)
     attrs = {} if replica is None else {sc.ATTR_ENGINE_REPLICA: replica}
@@ -106,8 +106,8 @@ def _list_metrics_page(server: Any) -> None:
     replica, node_rank, host, port = rollout_server(server)
     if host is None or port is None or node_rank not in (0, None):  # one page per replica: its first node's
         return
-    rt = model.current().runtime
-    labels = {**rt.run_labels(), sc.LABEL_PROCESS_ROLE: sc.ROLE_ROLLOUT_SERVER}
+    rt = trackers.current().runtime
+    labels = {**rt.run_labels(), sc.LABEL_PROCESS_ROLE: sc.PROCESS_ROLE_ROLLOUT_SERVER}
     if replica is not None:
         labels[sc.LABEL_REPLICA] = str(replica)
     rt.add_scrape_target(host, port, labels)
@@ -134,7 +134,7 @@ def init_tracer(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...
 def _engine_tracer(name: str) -> Any:
     from opentelemetry import trace
 
-    provider = model.current().runtime.engine_provider()
+    provider = trackers.current().runtime.engine_provider()
     if provider is None:
         return None
     # vLLM makes its request spans on the global tracer provider (vllm.tracing.instrument_manual)
@@ -191,7 +191,7 @@ async def _flushed_after(outputs: Any, traceparent: str | None = None) -> Any:
             yield output
     finally:
         safe(unwatch, token)
-        safe(model.current().services.flush_soon)
+        safe(trackers.current().services.flush_soon)
 
 
 def engine_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from verl_otel import model
 from verl_otel import semconv as sc
+from verl_otel import trackers
 from verl_otel._log import logger
 from verl_otel.hooks._safe import safe
 from verl_otel.telemetry.goodput import occupancy_seconds
@@ -23,7 +23,7 @@ MAX_ASKED = 4  # steps whose answers are held at once (a step that never ended d
 
 def worker_occupancy(actor: Any, step: int) -> tuple[float, int] | None:
     """In an agent-loop worker (through Ray's ``__ray_call__``): its training rollout's occupancy of ``step``."""
-    return model.current().rollout.occupancy(sc.MODE_TRAIN, step)
+    return trackers.current().rollout.occupancy(sc.MODE_TRAIN, step)
 
 
 class RayOccupancy(StepObserver):
@@ -82,7 +82,7 @@ def gpu_busy(actor: Any, seconds: float, ended: float) -> tuple[float, int] | No
     ``ended`` (the trainer's ``time.time()`` at the phase's end: a question that waited behind the worker's next
     call still reads the phase, given the hosts' clocks agree) and how many GPUs it read
     (export/gpu_sampler.py); None where its sampler is off (no GPU, no nvidia-ml-py)."""
-    sampler = getattr(model.current().runtime, "gpus", None)
+    sampler = getattr(trackers.current().runtime, "gpus", None)
     return None if sampler is None else sampler.busy_last(seconds, time.time() - ended)
 
 

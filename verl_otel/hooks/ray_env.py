@@ -54,18 +54,18 @@ def _add_env(kwargs: dict[str, Any]) -> None:
 
 def _discover() -> None:
     """The process that called ray.init is the job's driver: it lists every node's processes for Prometheus."""
-    from verl_otel import model
+    from verl_otel import trackers
 
-    model.current().runtime.discover()
+    trackers.current().runtime.discover()
 
 
 def _take_otel() -> dict[str, str]:
     """A local ``ray.init`` starts the raylet from this process, and every worker inherits its environment: the
     OTEL_* variables leave it while Ray starts (they travel in VERL_OTEL_JOB_OTEL), and come back after. This
     process' runtime is made first: its settings are read with them."""
-    from verl_otel import model
+    from verl_otel import trackers
 
-    model.current()  # the hooks reach the runtime through the model
+    trackers.current()  # the hooks reach the runtime through the trackers
     return {k: os.environ.pop(k) for k in [k for k in os.environ if k.startswith(sc.CARRIED_ENV_PREFIX)]}
 
 
@@ -89,6 +89,6 @@ def init_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ..
 def _note_ends() -> None:
     """The driver: Ctrl-C or a SIGTERM that reaches it leaves a note (export/run_end.py) the trainer reads when Ray
     ends it moments later, and ``doctor`` names. Main thread only (elsewhere: no note)."""
-    from verl_otel import model
+    from verl_otel import trackers
 
-    model.current().runtime.ends.note(sc.ROLE_DRIVER)
+    trackers.current().runtime.ends.note(sc.PROCESS_ROLE_DRIVER)

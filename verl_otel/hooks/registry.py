@@ -42,9 +42,9 @@ class HookTarget:
     # "add": a method of ours that verl's class lacks (a Ray actor's methods are fixed when it is made
     # remote: ours must be on the class by then), removed again by uninstall
     how: str = "wrapt"
-    # the process role it runs in (semconv's ROLE_*): its start-up line counts it (hooks/coverage.py); every row
+    # the process role it runs in (semconv's PROCESS_ROLE_*): its start-up line counts it (hooks/coverage.py); every row
     # of hooks/targets.py names one (tests/test_version_drift.py)
-    role: str | None = None
+    process_role: str | None = None
 
     @property
     def key(self) -> str:
@@ -116,7 +116,7 @@ def _in_range(target: HookTarget, version: str | None) -> bool:
 
 
 def _record_off(key: str, reason: str, feature: str) -> None:
-    """Why ``key`` is not hooked: said on the role's start-up line, or at once when that line is out."""
+    """Why ``key`` is not hooked: said on the process role's start-up line, or at once when that line is out."""
     _off[key] = reason
     if _late:
         warn_once(f"off:{key}", f"hook target {key} is not hooked ({reason}): {feature} is off; training continues")
@@ -195,7 +195,7 @@ def _apply(key: str, module: ModuleType) -> None:
             setattr(owner, name, new)
         _originals[key] = (owner, name, original)
         logger.debug("hooked %s in pid %s", key, os.getpid())
-    if target.role == "trainer":
+    if target.process_role == "trainer":
         _watch_ends()
 
 

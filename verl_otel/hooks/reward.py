@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from verl_otel import model
 from verl_otel import semconv as sc
+from verl_otel import trackers
 from verl_otel.hooks._safe import on_exit, safe
 from verl_otel.hooks.stall_watch import unwatch, watch
 from verl_otel.hooks.verl_objects import reward_call_attributes, run_names
@@ -22,10 +22,10 @@ from verl_otel.telemetry.propagation import inject, traceparent_of
 
 
 def _wire(worker: Any) -> None:
-    """A reward-loop worker (the model's row: its spans, flushed at exit)."""
-    m = model.current()
-    if not m.wired(sc.ROLE_REWARD):  # per reward call: the config is read once
-        m.wire(sc.ROLE_REWARD, **run_names(worker))
+    """A reward-loop worker (the trackers' row: its spans, emitted at exit)."""
+    m = trackers.current()
+    if not m.wired(sc.PROCESS_ROLE_REWARD):  # per reward call: the config is read once
+        m.wire(sc.PROCESS_ROLE_REWARD, **run_names(worker))
 
 
 def _take_parent(worker: Any, data: Any) -> str | None:
@@ -39,7 +39,7 @@ def _take_parent(worker: Any, data: Any) -> str | None:
 
 def _record(parent: str, data: Any, start_ns: int, results: list[Any], error: BaseException | None) -> None:
     attrs = reward_call_attributes(data, results[0] if results else None)
-    model.current().reward_spans.record(parent, start_ns, time.time_ns(), attrs, error)
+    trackers.current().reward_spans.record(parent, start_ns, time.time_ns(), attrs, error)
 
 
 async def _timed(coro: Coroutine[Any, Any, Any], parent: str, data: Any) -> Any:
@@ -54,13 +54,13 @@ def compute_score(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, .
     data = args[0] if args else kwargs.get("data")
     parent = safe(_take_parent, instance, data)
     coro = wrapped(*args, **kwargs)
-    return _timed(coro, parent, data) if parent and model.current().wired(sc.ROLE_REWARD) else coro
+    return _timed(coro, parent, data) if parent and trackers.current().wired(sc.PROCESS_ROLE_REWARD) else coro
 
 
 def _context_column(data: Any) -> Callable[[], None] | None:
     """Add the trainer's context as a non-tensor column of ``data``; returns the undo."""
     non_tensor = getattr(data, "non_tensor_batch", None)
-    traceparent = inject(model.current().steps.current_context())
+    traceparent = inject(trackers.current().steps.current_context())
     if traceparent is None or not isinstance(non_tensor, dict) or sc.TRACEPARENT_KEY in non_tensor:
         return None
     import numpy as np
@@ -71,7 +71,7 @@ def _context_column(data: Any) -> Callable[[], None] | None:
 
 def compute_rm_score(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     data = args[0] if args else kwargs.get("data")
-    undo = safe(_context_column, data) if model.current().steps.active else None
+    undo = safe(_context_column, data) if trackers.current().steps.active else None
     try:
         return wrapped(*args, **kwargs)
     finally:
@@ -85,14 +85,14 @@ def _trace_id(traceparent: str) -> str:
 
 
 def _emit_groups(trace_id: str | None) -> int:
-    m = model.current()
-    if not m.wired(sc.ROLE_REWARD):
+    m = trackers.current()
+    if not m.wired(sc.PROCESS_ROLE_REWARD):
         return 0
     match = None if trace_id is None else (lambda parent: _trace_id(parent) == trace_id)
-    return m.reward_spans.flush(idle_only=False, parents=match)
+    return m.reward_spans.emit(idle_only=False, parents=match)
 
 
-async def verl_otel_flush(self: Any, trace_id: str | None = None, wait_s: float = 0.0) -> int:
+async def verl_otel_emit_spans(self: Any, trace_id: str | None = None, wait_s: float = 0.0) -> int:
     """Added to verl's ``RewardLoopWorker`` (a Ray actor; hooks/targets.py). The trainer calls it when a
     step ended, when every reward call of that step's trace has returned: its groups are emitted now, not
     after the idle time, which the last step never gets (Ray ends this process without ``atexit``). At

@@ -19,8 +19,8 @@ import re
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from verl_otel import model
 from verl_otel import semconv as sc
+from verl_otel import trackers
 from verl_otel.hooks._safe import safe
 from verl_otel.hooks.goodput import watch_occupancy
 from verl_otel.hooks.stall_watch import unwatch, watch
@@ -51,13 +51,13 @@ def _rollout_worker_index() -> int | None:
 
 
 def _wire(worker: Any = None) -> None:
-    """First batch in this process: an agent-loop worker (the model's row: gauges, sample spans, the bar)."""
-    m = model.current()
-    if m.wired(sc.ROLE_AGENT_LOOP):
+    """First batch in this process: an agent-loop worker (the trackers' row: gauges, sample spans, the bar)."""
+    m = trackers.current()
+    if m.wired(sc.PROCESS_ROLE_AGENT_LOOP):
         return
     m.rollout.worker = _rollout_worker_index()
     m.wire(
-        sc.ROLE_AGENT_LOOP,
+        sc.PROCESS_ROLE_AGENT_LOOP,
         index=m.rollout.worker,
         describe=sample_attributes,
         **run_names(worker),
@@ -65,7 +65,7 @@ def _wire(worker: Any = None) -> None:
 
 
 def _tracker() -> RolloutTracker:
-    return model.current().rollout
+    return trackers.current().rollout
 
 
 def _mode(validate: Any) -> str:
@@ -76,7 +76,7 @@ def _current_traceparent() -> str | None:
     """The trainer's open span; in fully_async's rollouter (no trainer there), its open validation."""
     from verl_otel.telemetry.propagation import inject
 
-    m = model.current()
+    m = trackers.current()
     return inject(m.steps.current_context() or m.windows.validate_context())
 
 
@@ -106,7 +106,7 @@ def _dispatched(
     manager: Any, mode: str, step: int, prompts: int, samples: int, shape: tuple[int, ...], meta_keys: list[Any]
 ) -> None:
     """A dispatch in the fit() process, for the [VERL_PROGRESS] rollout start details and the total bar."""
-    m = model.current()
+    m = trackers.current()
     if not m.steps.active:  # fully_async's rollouter dispatches sample by sample: no bar
         return
     if mode == sc.MODE_TRAIN:
@@ -120,7 +120,7 @@ def _dispatched(
 
 
 def _returned(mode: str, step: int) -> None:
-    bar = model.current().progress.total
+    bar = trackers.current().progress.total
     if bar is not None:
         bar.returned(mode, step)
 
@@ -130,7 +130,7 @@ def _on_legacy_dispatch(manager: Any, prompts: Any) -> tuple[str, int]:
     meta = getattr(prompts, "meta_info", None)
     if tp and isinstance(meta, dict):
         meta[sc.TRACEPARENT_KEY] = tp
-    windows = model.current().windows
+    windows = trackers.current().windows
     if windows.active and isinstance(meta, dict):  # fully_async rollouter: lines by version
         meta[sc.PARAM_VERSION_KEY] = windows.version
     meta = meta if isinstance(meta, dict) else {}
@@ -149,7 +149,7 @@ def count_tokens(out: Any) -> None:
     from verl_otel.hooks.verl_batches import token_counts
 
     counts = token_counts(out)
-    steps = model.current().steps
+    steps = trackers.current().steps
     if counts is not None and steps.active:
         steps.tokens_seen(*counts)
 
@@ -168,7 +168,7 @@ def _count_sampled_tokens(batch: Any) -> None:
     from verl_otel.hooks.verl_objects import sampled_tokens
 
     counts = sampled_tokens(getattr(batch, "tags", None) or ())
-    steps = model.current().steps
+    steps = trackers.current().steps
     if counts is not None and steps.active:  # each of a step's parameter_sync_step mini-batches is trained alone
         steps.tokens_seen(*counts, separate=True)
 
@@ -332,7 +332,7 @@ def _sample_done(
     # the call's result, or (when it raised) the last object verl was filling in
     seconds = _tracker().sample_finished(mode, token, trajectory, ctx.output, err)
     if agent is not None and seconds is not None:
-        model.current().agent_tools.sample_done(mode, agent, seconds)
+        trackers.current().agent_tools.sample_done(mode, agent, seconds)
 
 
 def tq_postprocess(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -4,13 +4,13 @@ dict here; the runtime's watch thread does the rest."""
 
 from __future__ import annotations
 
-from verl_otel import model
+from verl_otel import trackers
 
 
 def watch(call: str, traceparent: str | None, phase: str | None = None, step: int = -1) -> int | None:
     """The watch's token for a call named ``call`` (its stall span goes under ``traceparent``), of the trainer's
     ``phase`` when it is part of one (default: its own name) and ``step`` when known; None when off."""
-    stalls = model.current().services.stalls()
+    stalls = trackers.current().services.stalls()
     if stalls is None:
         return None
     from verl_otel.telemetry.propagation import extract
@@ -23,6 +23,6 @@ def unwatch(token: int | None, _exc: BaseException | None = None) -> None:
     """The call ended (``on_exit`` passes what it raised)."""
     if token is None:
         return
-    stalls = model.current().services.stalls()
+    stalls = trackers.current().services.stalls()
     if stalls is not None:
         stalls.exit(token)

@@ -1,6 +1,6 @@
 """Every verl (and Ray) function verl-otel wraps, as data: the target ("module", "Qual.name") and our
 wrapper as a ``"module:function"`` string. Nothing here imports a hook module: a wrapper's module (and
-through it the telemetry model and the OpenTelemetry SDK) is loaded only when verl's module is imported
+through it the trackers and the OpenTelemetry SDK) is loaded only when verl's module is imported
 in the process, so an enabled process that never imports verl loads almost nothing of ours.
 
 Adding a verl version is adding a row (``min_verl``/``max_verl``). ``how``: ``wrapt`` wraps in place;
@@ -42,11 +42,11 @@ def _m(module: str, attr: str, wrapper: str, feature: str, min_verl: str = "0.0"
     return _t(module, attr, wrapper, feature, min_verl, how="method")
 
 
-def _in(role: str, *targets: HookTarget) -> tuple[HookTarget, ...]:
-    """``targets`` run in processes of ``role``, one of semconv's ROLE_* values (written out: every Python start-up
-    of the venv imports this module, which must not load semconv; tests/test_version_drift.py checks each is one);
-    that role's start-up line counts them."""
-    return tuple(replace(t, role=role) for t in targets)
+def _in(process_role: str, *targets: HookTarget) -> tuple[HookTarget, ...]:
+    """``targets`` run in processes of ``process_role``, one of semconv's PROCESS_ROLE_* values (written out:
+    every Python start-up of the venv imports this module, which must not load semconv; tests/test_version_drift.py
+    checks each is one); that process role's start-up line counts them."""
+    return tuple(replace(t, process_role=process_role) for t in targets)
 
 
 RAY_TARGETS: tuple[HookTarget, ...] = (
@@ -240,8 +240,8 @@ REWARD_TARGETS: tuple[HookTarget, ...] = (
         _m(_RL, "RewardLoopWorker.compute_score", "reward:compute_score", "reward-loop spans in the trace", "0.7.1"),
         _t(
             _RL,
-            "RewardLoopWorker.verl_otel_flush",
-            "reward:verl_otel_flush",
+            "RewardLoopWorker.verl_otel_emit_spans",
+            "reward:verl_otel_emit_spans",
             "reward spans at the step's end (the last step's included)",
             "0.7.1",
             how="add",
@@ -324,11 +324,11 @@ ENGINE_TARGETS: tuple[HookTarget, ...] = (
 
 _TAL = "verl.experimental.agent_loop.tool_agent_loop"
 _TOOL = "the tool's exception type on its calls"
-# verl 0.9.1's ToolAgentLoop (its states and _call_tool's failure texts; not checked on older releases)
+# verl 0.9.1's ToolAgentLoop (its AgentState handlers and _call_tool's failure texts; not checked on older releases)
 AGENT_TARGETS: tuple[HookTarget, ...] = _in(
     "agent_loop_worker",
-    _t(_TAL, "ToolAgentLoop._handle_generating_state", "agent_loop:generating_state", "turn spans", "0.9.1"),
-    _t(_TAL, "ToolAgentLoop._handle_processing_tools_state", "agent_loop:processing_tools_state", "tool time", "0.9.1"),
+    _t(_TAL, "ToolAgentLoop._handle_generating_state", "agent_loop:generating_turn", "turn spans", "0.9.1"),
+    _t(_TAL, "ToolAgentLoop._handle_processing_tools_state", "agent_loop:processing_tools", "tool time", "0.9.1"),
     _t(_TAL, "ToolAgentLoop._call_tool", "agent_loop:call_tool", "tool-call spans, outcomes and metrics", "0.9.1"),
     _t("verl.tools.function_tool", "FunctionTool.call", "agent_loop:tool_method", _TOOL, "0.9.1"),
     _t("verl.tools.base_tool", "BaseTool.create", "agent_loop:tool_method", _TOOL, "0.9.1"),
@@ -361,15 +361,15 @@ def install_all() -> None:
         _all_installed = True
     console()  # verl-otel starts working here: its own lines, unless the application configured our logger
     registry.install((*RAY_TARGETS, *ALL_TARGETS))
-    # the start-up line of each role the runtime wires; attached when a hook module first imports the runtime
+    # the start-up line of each process role the runtime wires; attached when a hook module first imports the runtime
     # (the runtime never imports the hooks, and a process that never imports verl loads no runtime)
-    import_hooks.register("verl_otel.runtime", lambda module: module.on_role(_start_up_line))
+    import_hooks.register("verl_otel.runtime", lambda module: module.on_process_role(_start_up_line))
 
 
-def _start_up_line(role: str) -> None:
+def _start_up_line(process_role: str) -> None:
     from verl_otel.hooks import coverage  # here: start-up loads no more than it must
 
-    coverage.report(role)
+    coverage.report(process_role)
 
 
 def uninstall_all() -> None:

@@ -11,31 +11,31 @@ import inspect
 from collections.abc import Callable, Generator
 from typing import Any
 
-from verl_otel import model
 from verl_otel import semconv as sc
+from verl_otel import trackers
 from verl_otel.hooks import verl_objects as verl
 from verl_otel.hooks._safe import on_exit, safe
 from verl_otel.hooks.goodput import watch_gpu_busy
-from verl_otel.hooks.reward_flush import RayRewardWorkers
+from verl_otel.hooks.reward_emit import RayRewardWorkers
 from verl_otel.hooks.worker_flush import WorkerFlush, fit_end, for_owner
 from verl_otel.telemetry.steps import StepTracer
 
 
 def _steps() -> StepTracer:
-    return model.current().steps
+    return trackers.current().steps
 
 
 def declare_run(trainer: Any) -> None:
-    """The process where fit() runs (the model's trainer row: metrics, reward flush, console lines)."""
+    """The process where fit() runs (the trackers' trainer row: metrics, reward emit, console lines)."""
     info = verl.run_info(trainer, "")
-    model.current().wire(sc.ROLE_TRAINER, project=info.project, experiment=info.experiment)
+    trackers.current().wire(sc.PROCESS_ROLE_TRAINER, project=info.project, experiment=info.experiment)
 
 
 def start_fit(trainer: Any, kind: str) -> None:
     """verl's trainer ``trainer`` (a ``kind`` trainer) entered fit()."""
-    m = model.current()
+    m = trackers.current()
     m.steps.fit_started(verl.run_info(trainer, kind), verl.global_step_reader(trainer))
-    m.reward_flush.attach(RayRewardWorkers(verl.reward_workers(trainer)))
+    m.reward_emit.attach(RayRewardWorkers(verl.reward_workers(trainer)))
     watch_gpu_busy(m, trainer)  # the goodput buckets' measured busy share, where the workers read their GPUs
     if m.services.settings.capture.next_step:  # a stall may arm verl's profiler for the next step
         from verl_otel.hooks import next_profile
@@ -47,8 +47,8 @@ def _end_fit(workers: WorkerFlush | None, exc: BaseException | None) -> None:
     """A fit() ended: the workers (reward-loop workers included) flush or spill while the trainer's own exports
     run (fully_async's coroutine fit() has no reward-loop workers of its own: its rollouter's are asked at the
     rollouter's fit end)."""
-    m = model.current()
-    fit_end(workers, lambda: m.steps.fit_ended(exc), m.reward_flush.fit_end)  # reward: when not asked above
+    m = trackers.current()
+    fit_end(workers, lambda: m.steps.fit_ended(exc), m.reward_emit.fit_end)  # reward: when not asked above
 
 
 _WATCHED_TIMERS = frozenset((sc.VERL_TIMER_STEP, *sc.VERL_TIMER_TO_PHASE))
@@ -89,7 +89,7 @@ async def _fit_async(coro: Any, trainer: Any) -> Any:
 
 
 def validate_wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    m = model.current()
+    m = trackers.current()
     token = safe(m.steps.validate_enter) if m.steps.active else None
     with on_exit(_validate_exit, m.steps, token):
         result = wrapped(*args, **kwargs)
@@ -126,7 +126,7 @@ def extract_reward_wrapper(
 
 
 def _note_reward_keys(result: Any) -> None:
-    m = model.current()
+    m = trackers.current()
     in_reward = m.steps.innermost_span(sc.PHASE_REWARD) is not None  # not validation's call
     if in_reward and isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict):
         m.progress.reward_keys(m.steps.step_number, result[1])
@@ -143,13 +143,13 @@ def val_generations_wrapper(
         if isinstance(samples, (list, tuple)):
             from verl_otel.telemetry import val_generation_events
 
-            m = model.current()
+            m = trackers.current()
             safe(lambda: val_generation_events.record(m.services, m.validation_span(), samples, step))
 
 
 def fit_fully_async(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """A module-level function (Ray pickles the actor class by value; this is pickled by reference, a
-    closure would drag the model and its locks along)."""
+    closure would drag the trackers and their locks along)."""
     return _FULLY_ASYNC_FIT(wrapped, instance, args, kwargs)
 
 

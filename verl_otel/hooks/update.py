@@ -9,8 +9,8 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from verl_otel import model
 from verl_otel import semconv as sc
+from verl_otel import trackers
 from verl_otel.hooks._safe import safe
 from verl_otel.hooks.verl_objects import worker_batch_step
 from verl_otel.hooks.weight_sync import remember_trace
@@ -25,7 +25,7 @@ def _step(data: Any, role: str) -> tuple[int, bool]:
             return step, True
     except Exception:  # noqa: BLE001 - a batch without it
         pass
-    return model.current().worker_calls.get(role, 0), False
+    return trackers.current().worker_calls.get(role, 0), False
 
 
 def _strategy(worker: Any, section: str) -> str:
@@ -38,10 +38,10 @@ def _strategy(worker: Any, section: str) -> str:
     return strategy_label(strategy)
 
 
-def _wire() -> model.Model:
-    """A training worker (the model's row: update-progress gauges, the [VERL_PROGRESS] actor/critic bar)."""
-    m = model.current()
-    m.wire(sc.ROLE_WORKER)
+def _wire() -> trackers.Trackers:
+    """A training worker (the trackers' row: update-progress gauges, the [VERL_PROGRESS] actor/critic bar)."""
+    m = trackers.current()
+    m.wire(sc.PROCESS_ROLE_WORKER)
     return m
 
 
@@ -98,7 +98,9 @@ def train_mini_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any
     with _span("train_mini_batch", role, instance, data):
         if rank0:  # read the totals before verl pops them from the batch
             safe(_begin, instance, data)
-        with PeakMemory(model.current().services.state, sc.PHASE_UPDATE_CRITIC if role == "critic" else None, "critic"):
+        with PeakMemory(
+            trackers.current().services.store, sc.PHASE_UPDATE_CRITIC if role == "critic" else None, "critic"
+        ):
             return wrapped(*args, **kwargs)
 
 
@@ -110,7 +112,7 @@ def infer_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...
 def train_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     out = wrapped(*args, **kwargs)
     if _is_rank0(instance):
-        safe(model.current().update.minibatch_done, _role(instance))
+        safe(trackers.current().update.minibatch_done, _role(instance))
     return out
 
 
@@ -122,7 +124,7 @@ def _rank0_lines(method: str, role: str, worker: Any, data: Any) -> contextlib.A
 
 
 def _call_lines(method: str, role: str, worker: Any, data: Any) -> Any:
-    progress = model.current().progress
+    progress = trackers.current().progress
     if not progress.enabled:
         return None
     step, known = _step(data, role)
@@ -132,10 +134,10 @@ def _call_lines(method: str, role: str, worker: Any, data: Any) -> Any:
 def _phase_method(method: str, phase: str, role: str) -> Callable[..., Any]:
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         data = _data(args, kwargs)
-        state = model.current().services.state
+        store = trackers.current().services.store
         with (
             _span(method, role, instance, data),
-            PeakMemory(state, phase, role),
+            PeakMemory(store, phase, role),
             _rank0_lines(method, role, instance, data),
         ):
             return wrapped(*args, **kwargs)

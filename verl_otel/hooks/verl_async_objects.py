@@ -1,4 +1,4 @@
-"""The async trainers' objects, read into the plain values the telemetry model takes: fully_async's rollouter and
+"""The async trainers' objects, read into the plain values the trackers take: fully_async's rollouter and
 its trainer's batches, v1's async modes' TransferQueue tags (the steps that submitted the samples); the rest of
 verl's objects are read in verl_objects.py. Each reader tolerates other verl versions."""
 

@@ -1,6 +1,6 @@
-"""verl's objects, read into the plain values the telemetry model takes. Every attribute name and
-dict key of verl's that the hooks read lives here (or in the hook that reads it once); the model in
-telemetry/ never touches a verl object. Each reader tolerates other verl versions: a missing field
+"""verl's objects, read into the plain values the trackers take. Every attribute name and
+dict key of verl's that the hooks read lives here (or in the hook that reads it once); the trackers in
+telemetry/ never touch a verl object. Each reader tolerates other verl versions: a missing field
 reads as None, never an exception."""
 
 from __future__ import annotations

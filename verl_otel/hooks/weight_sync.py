@@ -19,8 +19,8 @@ import contextvars
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from verl_otel import model
 from verl_otel import semconv as sc
+from verl_otel import trackers
 from verl_otel.hooks._safe import on_exit, safe
 from verl_otel.hooks.stall_watch import unwatch
 from verl_otel.hooks.verl_objects import weight_sync_step
@@ -63,7 +63,7 @@ def _begin(worker: Any, step: int, mode: Any, replica: bool) -> Any:
     megabytes = config_value(config, prefix + "checkpoint_engine.update_weights_bucket_megabytes", 512)
     if replica:
         _time_receive(getattr(worker, "checkpoint_engine", None))
-    svc = model.current().services
+    svc = trackers.current().services
     cls = WeightReceive if replica else WeightSync
     return cls(svc.tracer(), parent, str(mode), int(megabytes) << 20, step, svc.settings.max_text)
 
@@ -91,7 +91,7 @@ def _time_receive(engine: Any) -> None:
 
 
 def _watch(call: str, step: int, parent: Any) -> int | None:
-    stalls = model.current().services.stalls()
+    stalls = trackers.current().services.stalls()
     if stalls is None:
         return None
     return stalls.enter(sc.PHASE_UPDATE_WEIGHTS, call=call, step=step, parent=parent)
@@ -100,7 +100,7 @@ def _watch(call: str, step: int, parent: Any) -> int | None:
 def _end(sync: Any, exc: BaseException | None) -> None:
     if sync is not None:
         sync.end(exc)
-        model.current().services.flush_soon()
+        trackers.current().services.flush_soon()
 
 
 async def _synced(coro: Coroutine[Any, Any, Any], call: str, step: int, sync: Any) -> Any:
@@ -135,9 +135,9 @@ replica_update_weights = _wrap(sc.CALL_WEIGHT_RECEIVE, replica=True)
 
 def _replica_worker() -> None:
     """This process is a replica's worker, unless it already said it is something else (before its first span)."""
-    m = model.current()
-    if m.runtime.role == sc.ROLE_OTHER:
-        m.wire(sc.ROLE_REPLICA_WORKER)
+    m = trackers.current()
+    if m.runtime.process_role == sc.PROCESS_ROLE_OTHER:
+        m.wire(sc.PROCESS_ROLE_REPLICA_WORKER)
 
 
 def _remember(worker: Any, traceparent: str, step: int) -> None:
@@ -151,7 +151,7 @@ def _tell_replicas(manager: Any) -> None:
 
     from verl_otel.telemetry.propagation import inject
 
-    steps = model.current().steps
+    steps = trackers.current().steps
     phase = next((p for name in sc.WEIGHT_SYNC_PHASES if (p := steps.innermost_span(name)) is not None), None)
     if phase is None or steps.step_number < 0:
         return  # not in a weight-sync phase of an open step (the sync before the first step): stall watch only

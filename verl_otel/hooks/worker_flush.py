@@ -10,8 +10,8 @@ How a worker is reached: Ray's own ``__ray_call__`` (every actor has it since Ra
 with :func:`flush_or_spill`, a module-level function Ray pickles by reference. No method is added to verl's
 classes: it reaches the colocated ``WorkerDict``/``FusedWorker`` classes verl builds at run time, the
 ``@ray.remote`` classes Ray pickles by value (``AgentLoopWorkerTQ``) and any rollout server class alike. The
-reward-loop workers keep their own method (``verl_otel_flush``: it emits their span groups first, then flushes
-on a thread, off the actor's event loop); they are asked through :class:`RewardFlush` at the same time.
+reward-loop workers keep their own method (``verl_otel_emit_spans``: it emits their span groups first, then
+flushes on a thread, off the actor's event loop); they are asked through :class:`RewardEmit` at the same time.
 
 The calls are submitted before the trainer's own fit-end flush and waited for after it, so the workers'
 waits run alongside the trainer's: fit end stays within the budget whatever the endpoint does. A worker
@@ -25,12 +25,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from verl_otel import model
+from verl_otel import trackers
 from verl_otel._log import warn_once
 from verl_otel.hooks._safe import safe
 
 if TYPE_CHECKING:
-    from verl_otel.telemetry.reward_flush import RewardFlush
+    from verl_otel.telemetry.reward_emit import RewardEmit
 
 SPILL_MARGIN_S = 1.0  # at most this (and a quarter of what is left) is kept for the workers' spill
 
@@ -45,7 +45,7 @@ def flush_or_spill(actor: Any, wait_s: float) -> int:
     """Runs in a worker process (``actor`` is the Ray actor, unused): its exports flushed within ``wait_s``,
     else what is left written to unsent/. Returns the spans that wait there. Never raises."""
     try:
-        rt = model.current().runtime
+        rt = trackers.current().runtime
         return 0 if rt.flush_wait(max(0.0, min(float(wait_s), 3600.0))) else rt.spill_unsent()
     except Exception as exc:  # noqa: BLE001 - the worker goes on as if asked nothing
         warn_once("worker-spill", f"cannot flush this worker's spans at fit end ({exc!r})")
@@ -55,7 +55,7 @@ def flush_or_spill(actor: Any, wait_s: float) -> int:
 class WorkerFlush:
     """One fit() call's fit end (made by :func:`for_owner` in the fit wrappers, given what it needs)."""
 
-    def __init__(self, handles: Any, budget: Budget, reward: RewardFlush) -> None:
+    def __init__(self, handles: Any, budget: Budget, reward: RewardEmit) -> None:
         self._handles = handles  # () -> the worker actor handles, read at fit end (v1 sets its manager in fit())
         self._budget = budget
         self._reward = reward
@@ -95,11 +95,11 @@ class WorkerFlush:
 
 def for_owner(owner: Any) -> WorkerFlush:
     """The fit end of ``owner`` (a trainer, or fully_async's rollouter): the worker processes it holds
-    (hooks/verl_objects.py::worker_processes, read at fit end) and the reward-loop workers attached to the model."""
+    (hooks/verl_objects.py::worker_processes, read at fit end) and the reward-loop workers attached to the trackers."""
     from verl_otel.hooks.verl_objects import worker_processes
 
-    m = model.current()
-    return WorkerFlush(lambda: worker_processes(owner), m.runtime.budget, m.reward_flush)
+    m = trackers.current()
+    return WorkerFlush(lambda: worker_processes(owner), m.runtime.budget, m.reward_emit)
 
 
 def fit_end(workers: WorkerFlush | None, *own: Callable[[], object]) -> None:

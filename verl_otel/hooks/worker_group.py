@@ -15,11 +15,11 @@ from verl_otel.hooks._safe import safe
 
 
 def _attach(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], None] | None:
-    from verl_otel import model
+    from verl_otel import trackers
     from verl_otel.hooks.verl_batches import find_batch, put
     from verl_otel.telemetry.propagation import inject
 
-    traceparent = inject(model.current().steps.current_context())
+    traceparent = inject(trackers.current().steps.current_context())
     if traceparent is None:
         return None
     batch = find_batch(args, kwargs)
@@ -27,20 +27,20 @@ def _attach(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], None]
 
 
 def _send(group: Any, method: str, blocking: bool) -> int | None:
-    from verl_otel import model
+    from verl_otel import trackers
     from verl_otel.process.stall_record import sent_text
 
-    stalls = model.current().services.stalls()
+    stalls = trackers.current().services.stalls()
     if stalls is None:
         return None
     size = getattr(group, "world_size", None)
-    return stalls.send(sent_text(sc.ROLE_WORKER, method, size if isinstance(size, int) else None), blocking)
+    return stalls.send(sent_text(sc.PROCESS_ROLE_WORKER, method, size if isinstance(size, int) else None), blocking)
 
 
 def _answered(token: int | None) -> None:
-    from verl_otel import model
+    from verl_otel import trackers
 
-    stalls = model.current().services.stalls()
+    stalls = trackers.current().services.stalls()
     if stalls is not None:
         stalls.answered(token)
 

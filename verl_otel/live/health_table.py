@@ -11,18 +11,18 @@ from verl_otel.dashboards.health import CHECKS, HealthCheck
 from verl_otel.dashboards.thresholds import DEFAULTS, Thresholds
 from verl_otel.live.run_view import History, RunView
 
-State = Literal["ok", "tripped", "no data"]
+Verdict = Literal["ok", "tripped", "no data"]
 
 
 @dataclass(frozen=True)
 class Signal:
     name: str
-    state: State
+    verdict: Verdict
     detail: str
 
     @property
     def tripped(self) -> bool:
-        return self.state == "tripped"
+        return self.verdict == "tripped"
 
 
 class _Frame:

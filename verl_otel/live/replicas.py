@@ -1,5 +1,5 @@
 """The rollout replicas in ``verl-otel top``: vLLM's own /metrics page of each rollout server (listed in the run's
-file_sd with role rollout_server and its replica): requests running and waiting, tokens generated, and STUCK for
+file_sd with process role rollout_server and its replica): requests running and waiting, tokens generated, and STUCK for
 a replica with requests running whose token count has not moved for the alert rule's window (VerlEngineNoTokens,
 the same threshold). A page holds only totals, so :class:`ReplicaWatch` keeps across frames when each replica's
 count last moved."""
@@ -37,7 +37,7 @@ def replicas_of(series: list[Series]) -> list[Replica]:
     rows: dict[tuple[str, str], dict[str, float]] = {}
     for s in series:
         attr = _FIELDS.get(s.name)
-        if attr is None or s.labels.get(sc.LABEL_PROCESS_ROLE) != sc.ROLE_ROLLOUT_SERVER:
+        if attr is None or s.labels.get(sc.LABEL_PROCESS_ROLE) != sc.PROCESS_ROLE_ROLLOUT_SERVER:
             continue
         key = (s.labels.get("instance", ""), s.labels.get(sc.LABEL_REPLICA, ""))
         row = rows.setdefault(key, {})

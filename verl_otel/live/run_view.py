@@ -70,7 +70,7 @@ class RunView:
     dropped: float = 0.0
     replicas: list[Replica] = field(default_factory=list)  # rollout servers (vLLM's pages); see ReplicaWatch
     hosts: dict[str, int] = field(default_factory=dict)  # host -> processes (targets) of the run on it
-    stall_hosts: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # stalled (role, phase) -> hosts
+    stall_hosts: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (process role, phase) -> hosts
     gpu_split: dict[str, float] = field(default_factory=dict)  # the last finished step's GPU-seconds by bucket
     goodput: float | None = None  # ... and its goodput ratio
     tools: dict[str, ToolRow] = field(default_factory=dict)  # agent loops' tools: calls in flight, calls, failed
@@ -320,6 +320,6 @@ def attach_stall_frames(view: RunView, stalls_dir: Path) -> None:
     if not view.stalls:
         return
     for rec in stall_records.read_dir(stalls_dir):  # newest first
-        key = (rec.role, rec.phase)
+        key = (rec.process_role, rec.phase)
         if key in view.stalls and not view.stalls[key]:
             view.stalls[key] = rec.frame

@@ -100,8 +100,8 @@ def header(view: RunView, now: float) -> RenderableType:
         lines.append(Text.assemble(("GPU time, last step: ", "bold"), split))
     if view.stalls:
         stuck = "; ".join(
-            f"{role}{_on(view.stall_hosts.get((role, phase), []), view)} in {phase}" + (f" at {where}" if where else "")
-            for (role, phase), where in sorted(view.stalls.items())
+            f"{proc}{_on(view.stall_hosts.get((proc, phase), []), view)} in {phase}" + (f" at {where}" if where else "")
+            for (proc, phase), where in sorted(view.stalls.items())
         )
         lines.append(Text.assemble(("STALLED: ", "bold red"), (stuck, "red"), ("  (verl-otel doctor)", "dim")))
     hung = [r for r in view.replicas if r.stuck]
@@ -179,17 +179,17 @@ def replica_table(view: RunView) -> RenderableType | None:
     if not view.replicas:
         return None
     table = Table(title="rollout replicas (vLLM)", title_justify="left", box=None, padding=(0, 1))
-    for col in ("replica", "state", "running", "waiting", "tokens", "no token for", "instance"):
-        table.add_column(col, justify="left" if col in ("replica", "state", "instance") else "right")
+    for col in ("replica", "health", "running", "waiting", "tokens", "no token for", "instance"):
+        table.add_column(col, justify="left" if col in ("replica", "health", "instance") else "right")
     for r in view.replicas:
-        state = (
+        health = (
             Text("STUCK", "bold red")
             if r.stuck
             else Text("ok" if r.running else "idle", "green" if r.running else "dim")
         )
         quiet = dur(r.quiet_s) if r.running and r.quiet_s else "-"
         tokens = "-" if r.tokens is None else _n(r.tokens)
-        table.add_row(r.replica or "?", state, _n(r.running), _n(r.waiting), tokens, quiet, r.instance)
+        table.add_row(r.replica or "?", health, _n(r.running), _n(r.waiting), tokens, quiet, r.instance)
     return table
 
 
@@ -258,11 +258,11 @@ def health_table(signals: list[Signal]) -> RenderableType:
     table = Table(
         title="health (the guides' signals, alert-rule thresholds)", title_justify="left", box=None, padding=(0, 1)
     )
-    table.add_column("state")
+    table.add_column("verdict")
     table.add_column("signal")
     table.add_column("now")
-    for s in sorted(signals, key=lambda s: (not s.tripped, s.state == "no data")):
-        mark, style = _MARK[s.state]
+    for s in sorted(signals, key=lambda s: (not s.tripped, s.verdict == "no data")):
+        mark, style = _MARK[s.verdict]
         table.add_row(Text(mark, style), Text(s.name, "bold" if s.tripped else ""), s.detail)
     return table
 

@@ -1,4 +1,4 @@
-"""The process' metric state, read by every exporter (Prometheus pull, OTLP push).
+"""The process' metric store, read by every exporter (Prometheus pull, OTLP push).
 
 One per process, owned by :class:`verl_otel.runtime.Runtime`. Hot paths (one update per finished
 rollout sample) only touch plain Python objects; values are read when a scraper or the OTLP reader
@@ -48,7 +48,7 @@ class HistogramSeries:
             self.exemplars[idx] = Exemplar(trace_id, value, time.time())
 
 
-class MetricsState:
+class MetricStore:
     """Gauges, counters and histograms of one process, keyed by (metric, label values)."""
 
     def __init__(self, max_series_per_metric: int = 2000, deprecated_names: bool = True) -> None:

@@ -49,12 +49,12 @@ class _Sent:
     blocking: bool  # the sender waits in the call itself (else on its futures, later in the same phase)
 
 
-def sent_text(role: str, method: str, ranks: int | None) -> str:
+def sent_text(process_role: str, method: str, ranks: int | None) -> str:
     """``2 train_worker calls compute_log_prob, ranks 0-1`` (``ranks``: the group's size; None: not known)."""
     if not ranks:
-        return f"{role} call {method}"
+        return f"{process_role} call {method}"
     which = "rank 0" if ranks == 1 else f"ranks 0-{ranks - 1}"
-    return f"{ranks} {role} call{'s' if ranks > 1 else ''} {method}, {which}"
+    return f"{ranks} {process_role} call{'s' if ranks > 1 else ''} {method}, {which}"
 
 
 @dataclass
@@ -69,7 +69,7 @@ class Stall:
     frame: str
     kind: str
     evidence: str
-    role: str
+    process_role: str
     pid: int
     host: str
     stack: tuple[str, ...] = ()  # verl's and the user's frames of the stuck thread, innermost first

@@ -34,7 +34,7 @@ from verl_otel import semconv as sc
 from verl_otel._log import warn_once
 from verl_otel.config import StallSettings
 from verl_otel.process import stall_frames as frames
-from verl_otel.process.metrics import MetricsState, Reading
+from verl_otel.process.metrics import MetricStore, Reading
 from verl_otel.process.stall_record import Capture, Evidence, Stall, _Call, _Sent
 
 MAX_STALLS = 32  # stalls a process reports in a run (each: a file, a span)
@@ -49,10 +49,10 @@ class StallWatch:
         settings: StallSettings,
         *,
         tracer: Callable[[], trace.Tracer],
-        state: MetricsState,
+        store: MetricStore,
         flush_soon: Callable[[], None],
         evidence: Evidence | None,
-        role: Callable[[], str],
+        process_role: Callable[[], str],
         on_stall: Callable[[Stall], object] | None = None,
         capture: Capture | None = None,
         on_detect: Callable[[Stall], object] | None = None,
@@ -60,20 +60,24 @@ class StallWatch:
         self.settings = settings
         self._on_detect = on_detect  # before the record is written: may add to it (the next step's profile)
         self._capture = capture
-        self._tracer, self._state, self._flush_soon = tracer, state, flush_soon
-        self._evidence, self._role, self._on_stall = evidence, role, on_stall  # on_stall: the console line (progress/)
+        self._tracer, self._store, self._flush_soon = tracer, store, flush_soon
+        self._evidence, self._process_role, self._on_stall = (
+            evidence,
+            process_role,
+            on_stall,
+        )  # on_stall: the console line (progress/)
         self._ids = itertools.count(1)
         self._calls: dict[int, _Call] = {}
         self._sent: dict[int, _Sent] = {}  # calls sent to other processes, in the order sent (bounded: MAX_SENT)
         self._history: dict[str, deque[tuple[int, float]]] = {}
         self._stalls: dict[tuple[str, Any], Stall] = {}
         self._phases: set[str] = set()  # phases that stalled here: their gauge goes back to 0, not away
-        self._lock = threading.Lock()  # the watchdog's own state (stalls); enter/exit do not take it
+        self._lock = threading.Lock()  # the watchdog's own stalls; enter/exit do not take it
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.pid, self.host = os.getpid(), cfg.hostname()
         self.tick_s = max(0.05, min(1.0, settings.min_seconds / 4, settings.seconds / 4))
-        state.add_source(self.readings)
+        store.add_source(self.readings)
 
     # -- from the hooks (training threads): a dict entry, nothing else -----------------------------
     def enter(
@@ -230,7 +234,7 @@ class StallWatch:
         kind = frames.classify(c.phase if c.call == c.phase else c.call, stack.frames if stack else ())
         if kind == sc.STALL_UNKNOWN and c.call != c.phase:
             kind = frames.classify(c.phase, ())
-        role = self._role()
+        process_role = self._process_role()
         stall = Stall(
             c.phase,
             c.call,
@@ -240,7 +244,7 @@ class StallWatch:
             frames.frame_text(frame) if frame else "",
             kind,
             "",
-            role,
+            process_role,
             self.pid,
             self.host,
             stack=tuple(frames.frame_text(f) for f in reversed(stack.frames) if frames.is_relevant(f[0]))[:12]
@@ -251,9 +255,9 @@ class StallWatch:
             last_dump=now,
         )
         self._phases.add(c.phase)
-        self._state.inc(sc.STALLS_TOTAL, (c.phase,))
+        self._store.inc(sc.STALLS_TOTAL, (c.phase,))
         step = f"step{c.step}" if c.step >= 0 else "step-unknown"
-        name = f"{step}-{c.phase}-{role}-{self.host}-{self.pid}"  # two hosts, one pid: two files
+        name = f"{step}-{c.phase}-{process_role}-{self.host}-{self.pid}"  # two hosts, one pid: two files
         if c.step < 0:  # one stall per phase and trace: the next step's must not replace this one's file
             name += f"-{_trace_of(c.parent):032x}"[:9]
         if self._on_detect is not None:
@@ -285,7 +289,7 @@ class StallWatch:
         if got is None:
             return
         stall.capture, tool = got
-        self._state.inc(sc.CAPTURES_TOTAL, (c.phase,))
+        self._store.inc(sc.CAPTURES_TOTAL, (c.phase,))
         span = trace.get_current_span(c.parent) if c.parent is not None else None
         if span is not None and span.is_recording():  # the stalled call's span: a capture ran in it
             attrs = {sc.ATTR_CAPTURE_FILE: stall.capture, sc.ATTR_CAPTURE_TOOL: tool}
@@ -320,7 +324,7 @@ class StallWatch:
             "capture": s.capture,
             "waits_for": s.waits_for,
             "next_profile": s.next_profile,
-            "role": s.role,
+            "process_role": s.process_role,
             "pid": s.pid,
             "host": s.host,
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -341,7 +345,7 @@ class StallWatch:
             sc.ATTR_STALL_EVIDENCE: s.evidence,
             sc.ATTR_STALL_CAPTURE: s.capture,
             sc.ATTR_STALL_NEXT_PROFILE: s.next_profile,
-            sc.ATTR_STALL_ROLE: s.role,
+            sc.ATTR_STALL_PROCESS_ROLE: s.process_role,
             sc.ATTR_STALL_PID: s.pid,
             sc.ATTR_STALL_HOST: s.host,
         }

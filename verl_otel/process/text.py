@@ -1,5 +1,5 @@
 """Text that we keep: label values and attributes are valid UTF-8 and bounded (a 200 KB message is cut,
-never copied whole). Below the exporters and the model, which both keep text."""
+never copied whole). Below the exporters and the trackers, which both keep text."""
 
 from __future__ import annotations
 

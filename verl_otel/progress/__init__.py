@@ -1,2 +1,2 @@
 """The console lines: [VERL_PROGRESS] (VERL_PROGRESS_LOG) and the ``[verl-otel] step`` line, as observers of the
-model's trackers. Only this package prints them; the hooks hand it plain values (verl_otel/model.py)."""
+process' trackers. Only this package prints them; the hooks hand it plain values (verl_otel/trackers.py)."""

@@ -1,4 +1,4 @@
-"""The [VERL_PROGRESS] console progress lines (VERL_PROGRESS_LOG=1), as an observer of the step model and as line
+"""The [VERL_PROGRESS] console progress lines (VERL_PROGRESS_LOG=1), as an observer of the step tracer and as line
 formats the worker-side hooks print with:
 
     [VERL_PROGRESS][step=8] rollout start: prompts_shape=(128, 1024), rollout_n=4, meta_keys=['global_steps']
@@ -10,7 +10,7 @@ formats the worker-side hooks print with:
     [VERL_PROGRESS][actor=dp][phase=update_policy] [##########------------] 6/12 (epoch 2/3, mini 2/4) ...
     [VERL_PROGRESS][step=8][actor=dp][rank=0] update_actor start
 
-The same lines whether telemetry is on or not: the step model feeds this observer in both modes. The other
+The same lines whether telemetry is on or not: the step tracer feeds this observer in both modes. The other
 observers of this package (bars.py, total.py) print with these formats; hooks/ prints nothing.
 """
 
@@ -203,7 +203,7 @@ class ProgressConsole(StepObserver):
             self._thread.start()
 
     def stop(self) -> None:
-        """The heartbeat thread ends (a test's reset, a forked child's old model)."""
+        """The heartbeat thread ends (a test's reset, a forked child's old trackers)."""
         with self._lock:
             self._stopped = True
             self._running.clear()

@@ -19,7 +19,8 @@ def stall_line(s: Stall) -> str:
     evidence = f"; evidence: {s.evidence}" if s.evidence else ""
     return (
         f"[verl-otel] STALL: {s.call}{step} running {s.elapsed_s:.0f}s (threshold {s.threshold_s:.0f}s) in "
-        f"{s.role} pid {s.pid} on {s.host}{where} [{s.kind}]{evidence} (verl-otel doctor: the hang's root and waiters)"
+        f"{s.process_role} pid {s.pid} on {s.host}{where} [{s.kind}]{evidence} "
+        "(verl-otel doctor: the hang's root and waiters)"
     )
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Final
 
-ROLE_ROLLOUT_SERVER: Final = "rollout_server"  # file_sd role of a rollout server's own /metrics (vLLM's page)
+#: the process role of a rollout server, and of its own /metrics in file_sd (vLLM's page)
+PROCESS_ROLE_ROLLOUT_SERVER: Final = "rollout_server"
 LABEL_REPLICA: Final = "replica"  # file_sd label: the rollout replica's rank
 SPAN_ENGINE_REQUEST: Final = "llm_request"  # vLLM's span, one per request
 ATTR_ENGINE_REPLICA: Final = "verl.rollout.replica"  # ours, on vLLM's span: the rollout replica that served it

@@ -30,6 +30,7 @@ from verl_otel.semconv.env import (
     ENV_MAX_FILES,
     ENV_MAX_METRIC_KEYS,
     ENV_MAX_TEXT,
+    ENV_PROCESS_ROLE,
     ENV_PROGRESS_BAR_INTERVAL,
     ENV_PROGRESS_HEARTBEAT_SEC,
     ENV_PROGRESS_LOG,
@@ -37,7 +38,6 @@ from verl_otel.semconv.env import (
     ENV_PROGRESS_LOG_META_PREVIEW,
     ENV_PROM_HOST,
     ENV_PROM_PORT,
-    ENV_ROLE,
     ENV_ROLLOUT_PROGRESS_BAR_WIDTH,
     ENV_ROLLOUT_PROGRESS_INTERVAL,
     ENV_ROLLOUT_PROGRESS_WORKER_INDEX,
@@ -116,8 +116,8 @@ ENV_DOC: Final[dict[str, tuple[str, str]]] = {
     ),
     ENV_DEPRECATED_NAMES: (
         "`1`",
-        "renamed labels are exported under their old name too, on the same series (CHANGELOG.md, deprecation "
-        "rule); `0`: only the new names",
+        "renamed labels are exported under their old name too, on the same series, as are renamed span and resource "
+        "attributes and `doctor --json` keys (CHANGELOG.md, deprecation rule); `0`: only the new names",
     ),
     ENV_STALL: ("`1`", "`0`: no stall detection"),
     ENV_STALL_SECONDS: (
@@ -178,7 +178,7 @@ ENV_DOC: Final[dict[str, tuple[str, str]]] = {
 
 #: set by verl-otel itself in the processes it starts, not by users
 ENV_INTERNAL: Final[dict[str, str]] = {
-    ENV_ROLE: "a process' role before a hook says it (default `other`; the demo's stand-ins set it)",
+    ENV_PROCESS_ROLE: "a process' process role before a hook says it (default `ray_worker`; was `VERL_OTEL_ROLE`)",
     ENV_ENGINE_ENDPOINT: "the OTLP endpoint verl-otel gave a rollout engine's own tracing (not the user's collector)",
     ENV_DRIVER_HOST: "the driver's hostname, set on `ray.init`: a process on another host names a loopback endpoint",
     ENV_JOB_OTEL: (

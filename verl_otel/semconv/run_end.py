@@ -11,8 +11,11 @@ ATTR_RUN_END_REASON: Final = "verl_otel.run_end.reason"
 ATTR_RUN_END_DETAIL: Final = "verl_otel.run_end.detail"
 #: the innermost phase open when it ended (on the step span)
 ATTR_RUN_END_PHASE: Final = "verl_otel.run_end.phase"
-#: the process that reported it: role, pid and host (of the process that sent or got the end, when known)
-ATTR_RUN_END_ROLE: Final = "verl_otel.run_end.role"
+#: the process that reported it: process role (a lost worker's Ray actor class: Ray names no more), pid and host (of
+#: the process that sent or got the end, when known)
+ATTR_RUN_END_PROCESS_ROLE: Final = "verl_otel.run_end.process_role"
+#: the process role's key before 0.1.0's rename (``role`` is verl's actor/critic/ref): written too for a release
+ATTR_DEPRECATED_RUN_END_ROLE: Final = "verl_otel.run_end.role"
 ATTR_RUN_END_PID: Final = "verl_otel.run_end.pid"
 ATTR_RUN_END_HOST: Final = "verl_otel.run_end.host"
 

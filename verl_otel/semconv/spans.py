@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from verl_otel.semconv.engine import ROLE_ROLLOUT_SERVER
+from verl_otel.semconv.engine import PROCESS_ROLE_ROLLOUT_SERVER
 from verl_otel.semconv.stall import SPAN_STALL
 
 INSTRUMENTATION_NAME: Final = "verl_otel"
@@ -186,7 +186,7 @@ NON_PHASE_SPANS: Final[frozenset[str]] = frozenset(
 # Resource attributes: what each process is (and of which run, where the process knows it)
 RES_PROJECT: Final = ATTR_PROJECT
 RES_EXPERIMENT: Final = ATTR_EXPERIMENT
-RES_ROLE: Final = "verl.process.role"
+RES_PROCESS_ROLE: Final = "verl.process.role"
 #: the process' index within its process role, named for what it counts (a training worker's rank is ATTR_WORKER_RANK
 #: on its spans): an agent-loop (rollout) worker's index, a rollout replica's rank
 RES_ROLLOUT_WORKER_INDEX: Final = "verl.process.rollout_worker_index"
@@ -200,25 +200,25 @@ RES_PID: Final = "process.pid"
 RES_INSTANCE: Final = "service.instance.id"
 
 #: Process roles (resource attribute values)
-ROLE_DRIVER: Final = "driver"
-ROLE_TRAINER: Final = "trainer"
-ROLE_AGENT_LOOP: Final = "agent_loop_worker"
-ROLE_REWARD: Final = "reward_worker"
-ROLE_WORKER: Final = "train_worker"
-ROLE_OTHER: Final = "ray_worker"
+PROCESS_ROLE_DRIVER: Final = "driver"
+PROCESS_ROLE_TRAINER: Final = "trainer"
+PROCESS_ROLE_AGENT_LOOP: Final = "agent_loop_worker"
+PROCESS_ROLE_REWARD: Final = "reward_worker"
+PROCESS_ROLE_WORKER: Final = "train_worker"
+PROCESS_ROLE_OTHER: Final = "ray_worker"
 #: a standalone rollout replica's worker (verl's ``CheckpointEngineWorker``, not its LLM server): receives weights
-ROLE_REPLICA_WORKER: Final = "replica_worker"
+PROCESS_ROLE_REPLICA_WORKER: Final = "replica_worker"
 #: which resource key carries a process' index within its role (the others have none)
-INDEX_OF_ROLE: Final[dict[str, str]] = {
-    ROLE_AGENT_LOOP: RES_ROLLOUT_WORKER_INDEX,
-    ROLE_ROLLOUT_SERVER: RES_REPLICA_INDEX,
+INDEX_OF_PROCESS_ROLE: Final[dict[str, str]] = {
+    PROCESS_ROLE_AGENT_LOOP: RES_ROLLOUT_WORKER_INDEX,
+    PROCESS_ROLE_ROLLOUT_SERVER: RES_REPLICA_INDEX,
 }
 
 # --------------------------------------------------------------------------------------------
 # Async trainers (fully_async): the rollouter service, parameter versions, staleness
 # --------------------------------------------------------------------------------------------
 #: fully_async's FullyAsyncRollouter actor: its own service/process role.
-ROLE_ROLLOUTER: Final = "rollouter"
+PROCESS_ROLE_ROLLOUTER: Final = "rollouter"
 #: One span per parameter-version window of the rollouter: from one parameter sync
 #: (verl's ``reset_staleness``) to the next; the samples it started in that window carry its context.
 SPAN_ROLLOUTER_GENERATE: Final = "rollouter.generate"

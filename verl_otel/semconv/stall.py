@@ -15,7 +15,7 @@ ATTR_STALL_FRAME: Final = "verl.stall.frame"  # innermost frame in verl's or the
 ATTR_STALL_STACK: Final = "verl.stall.stack"  # verl's and the user's frames of that thread, innermost first
 ATTR_STALL_KIND: Final = "verl.stall.kind"  # one of STALL_KINDS
 ATTR_STALL_EVIDENCE: Final = "verl.stall.evidence"  # the stack file's path
-ATTR_STALL_ROLE: Final = "verl.stall.process_role"
+ATTR_STALL_PROCESS_ROLE: Final = "verl.stall.process_role"
 ATTR_STALL_PID: Final = "verl.stall.pid"
 ATTR_STALL_HOST: Final = "verl.stall.host"
 #: what the stuck frame waits on (one of STALL_WAITS; "" when the process does the work itself): the
@@ -85,7 +85,7 @@ WORKER_METHOD_PHASES: Final[dict[str, str]] = {
     "infer_batch": "values",
 }
 
-#: Evidence files: $VERL_OTEL_DIR/stalls/step<N>-<phase>-<role>-<pid>.txt
+#: Evidence files: $VERL_OTEL_DIR/stalls/step<N>-<phase>-<process role>-<host>-<pid>.txt
 STALLS_DIR: Final = "stalls"
 STALL_FILE_SUFFIX: Final = ".txt"
 #: The first line of an evidence file, then ``key: value`` header lines, a blank line and the stacks

@@ -1,2 +1,2 @@
-"""The telemetry model: what a training run is made of (steps, phases, rollouts, updates),
+"""The trackers: what a training run is made of (steps, phases, rollouts, updates),
 independent of how verl is hooked and of where the data is exported."""

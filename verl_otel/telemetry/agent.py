@@ -150,7 +150,7 @@ def trace_id(traceparent: str | None) -> str | None:
 
 class AgentTools:
     """One agent-loop worker's tool figures: calls in flight per tool, and each finished call and sample into
-    the metric state. The tool label takes the first MAX_TOOL_NAMES names seen; later ones are TOOL_OTHER."""
+    the metric store. The tool label takes the first MAX_TOOL_NAMES names seen; later ones are TOOL_OTHER."""
 
     def __init__(self, services: Services) -> None:
         self.services = services
@@ -180,7 +180,7 @@ class AgentTools:
             self._declared.add(value)
         if new:  # each outcome's series from 0, so that a tool's first burst of failures is an increase()
             for outcome in sc.TOOL_OUTCOMES:
-                self.services.state.declare(sc.TOOL_CALL_SECONDS, (value, outcome))
+                self.services.store.declare(sc.TOOL_CALL_SECONDS, (value, outcome))
         return value
 
     def started(self, tool: str) -> None:
@@ -190,18 +190,18 @@ class AgentTools:
     def finished(self, tool: str, outcome: str, seconds: float, traceparent: str | None) -> None:
         with self._lock:
             self._inflight[tool] = self._inflight.get(tool, 1) - 1
-        self.services.state.observe(sc.TOOL_CALL_SECONDS, (tool, outcome), seconds, trace_id(traceparent))
+        self.services.store.observe(sc.TOOL_CALL_SECONDS, (tool, outcome), seconds, trace_id(traceparent))
 
     def sample_done(self, mode: str, sample: AgentSample, sample_s: float) -> None:
-        state = self.services.state
-        state.observe(sc.SAMPLE_TURNS, (mode,), float(sample.n_turns))
+        store = self.services.store
+        store.observe(sc.SAMPLE_TURNS, (mode,), float(sample.n_turns))
         gen, tools = sample.generate_ns / 1e9, sample.tools_ns / 1e9
         for part, seconds in (
             (sc.PART_GENERATE, gen),
             (sc.PART_TOOLS, tools),
             (sc.PART_OTHER, max(0.0, sample_s - gen - tools)),
         ):
-            state.inc(sc.ROLLOUT_PART_SECONDS, (mode, part), seconds)
+            store.inc(sc.ROLLOUT_PART_SECONDS, (mode, part), seconds)
 
     def text(self, value: Any) -> str:
         """A tool call's argument or result text for its span: only with VERL_OTEL_CAPTURE_TEXT=1."""

@@ -21,7 +21,7 @@ from verl_otel import semconv as sc
 from verl_otel.process.metrics import Reading
 from verl_otel.telemetry.propagation import extract
 
-_TRAINER = (sc.ROLE_TRAINER,)
+_TRAINER = (sc.PROCESS_ROLE_TRAINER,)
 
 
 def _none() -> float | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from verl_otel import semconv as sc
-from verl_otel.process.metrics import MetricsState
+from verl_otel.process.metrics import MetricStore
 
 
 def _safe(fn: Any) -> Any:
@@ -20,10 +20,10 @@ class PeakMemory:
     """``with PeakMemory(state, phase, role):`` resets torch.cuda's peak counter and records the peak at exit.
     ``phase=None`` records nothing (a call that is not a phase of its own)."""
 
-    __slots__ = ("cuda", "phase", "role", "state")
+    __slots__ = ("cuda", "phase", "role", "store")
 
-    def __init__(self, state: MetricsState, phase: str | None, role: str) -> None:
-        self.state, self.phase, self.role = state, phase, role
+    def __init__(self, store: MetricStore, phase: str | None, role: str) -> None:
+        self.store, self.phase, self.role = store, phase, role
         self.cuda: Any = None
         if phase is not None:
             try:
@@ -44,4 +44,4 @@ class PeakMemory:
 
     def _record(self) -> None:
         peak = self.cuda.max_memory_allocated()
-        self.state.set(sc.PHASE_PEAK_MEMORY, (self.phase or "", self.role), float(peak))
+        self.store.set(sc.PHASE_PEAK_MEMORY, (self.phase or "", self.role), float(peak))

@@ -4,7 +4,7 @@ Agent-loop workers call the reward loop once per sample, so spanning every call 
 the batch. As for rollout samples, this process keeps per trainer span (the traceparent that came
 with the calls) the count and only the K slowest calls, emitted as a ``reward.worker`` span from the
 first call to the last, with the slowest ``reward.compute_score`` spans under it. This process cannot see
-a rollout or step end: the trainer tells it when a step ended (hooks/reward_flush.py); a group no call
+a rollout or step end: the trainer tells it when a step ended (hooks/reward_emit.py); a group no call
 came for in ``idle_s`` is emitted too (trainers that do not tell).
 """
 

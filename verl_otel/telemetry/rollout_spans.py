@@ -56,7 +56,7 @@ def emit_batch(
     attrs.update(tail)
     ratio = tail.get(sc.ATTR_WORKER_TAIL_RATIO)
     if ratio is not None and batch.mode == sc.MODE_TRAIN:
-        services.state.set(sc.ROLLOUT_TAIL_RATIO, ("" if worker is None else str(worker),), ratio)
+        services.store.set(sc.ROLLOUT_TAIL_RATIO, ("" if worker is None else str(worker),), ratio)
     if worker is not None:
         attrs[sc.ATTR_WORKER_INDEX] = worker
     # a sample whose engine requests named its span id up front gets that id (telemetry/engine_context.py)

@@ -28,7 +28,7 @@ from verl_otel.telemetry.services import Services
 from verl_otel.telemetry.slowest_calls import Group, SlowestCalls, emit_calls
 from verl_otel.telemetry.text import mark_failed
 
-_ROLLOUTER = (sc.ROLE_ROLLOUTER,)
+_ROLLOUTER = (sc.PROCESS_ROLE_ROLLOUTER,)
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class WindowSamples(SlowestCalls):
 
 
 class RolloutWindows:
-    """Rollouter-process state; ``read`` (set at fit start) reads the rollouter's counters."""
+    """The rollouter process' windows and counts; ``read`` (set at fit start) reads the rollouter's counters."""
 
     def __init__(self, services: Services) -> None:
         self._svc = services
@@ -118,7 +118,7 @@ class RolloutWindows:
         with self._lock:
             self._close_locked(None, exc)
         if self.sample_spans is not None:
-            self.sample_spans.flush(idle_only=False)
+            self.sample_spans.emit(idle_only=False)
         self._svc.flush_wait()
 
     def sample_finished(
@@ -214,7 +214,7 @@ class RolloutWindows:
         span.set_attributes({sc.bucket_attr(b): round(v, 6) for b, v in split.items()})
         span.set_attribute(sc.ATTR_GOODPUT_GPUS, self.gpus)
         for bucket, gpu_s in split.items():
-            self._svc.state.inc(sc.GPU_SECONDS, (sc.POOL_ROLLOUT, bucket), gpu_s)
+            self._svc.store.inc(sc.GPU_SECONDS, (sc.POOL_ROLLOUT, bucket), gpu_s)
 
     # -- gauges (read at scrape time) ---------------------------------------------------------------
     def readings(self) -> Iterable[Reading]:

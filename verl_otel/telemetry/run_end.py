@@ -28,9 +28,9 @@ def reason_of(exc: BaseException) -> str:
     return sc.END_EXCEPTION
 
 
-def attributes_of(exc: BaseException, limit: int = 512) -> dict[str, Any]:
+def attributes_of(exc: BaseException, limit: int = 512, deprecated_names: bool = True) -> dict[str, Any]:
     """The run_end attributes for an exception that ended fit(): reason, detail and, for a lost worker, the
-    process Ray names (its class as the role, pid, address)."""
+    process Ray names (its actor class in place of a process role, which Ray does not know; pid, address)."""
     reason = reason_of(exc)
     text = as_text(exc, 4000) or ""
     detail = type(exc).__qualname__
@@ -38,7 +38,9 @@ def attributes_of(exc: BaseException, limit: int = 512) -> dict[str, Any]:
     if reason in (sc.END_WORKER_LOST, sc.END_OOM):
         fields = dict(_FIELD.findall(text))
         if fields.get("class_name"):  # verl's colocated class is create_colocated_worker_cls.<locals>.WorkerDict
-            attrs[sc.ATTR_RUN_END_ROLE] = fields["class_name"].rsplit(".", 1)[-1]
+            attrs[sc.ATTR_RUN_END_PROCESS_ROLE] = fields["class_name"].rsplit(".", 1)[-1]
+            if deprecated_names:  # the key's old name too, for a release (CHANGELOG.md)
+                attrs[sc.ATTR_DEPRECATED_RUN_END_ROLE] = attrs[sc.ATTR_RUN_END_PROCESS_ROLE]
         if fields.get("pid", "").isdigit():
             attrs[sc.ATTR_RUN_END_PID] = int(fields["pid"])
         if fields.get("ip"):

@@ -1,6 +1,6 @@
-"""What the model's objects take from their process' runtime, handed in through their constructors.
+"""What the trackers take from their process' runtime, handed in through their constructors.
 
-The model (this folder) never looks the runtime up: ``verl_otel/model.py`` builds each object with the
+The trackers (this folder) never look the runtime up: ``verl_otel/trackers.py`` builds each object with the
 :class:`Services` of its process, so a forked child's new runtime makes new objects and a test's reset
 drops them all. Every call here never raises and never waits on export I/O, but ``flush_wait`` and
 ``spend`` (fit end only, within the process' shutdown budget).
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from opentelemetry import trace
 
 from verl_otel.config import Settings
-from verl_otel.process.metrics import MetricsState
+from verl_otel.process.metrics import MetricStore
 
 if TYPE_CHECKING:
     from verl_otel.process.stalls import StallWatch
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Services:
     settings: Settings
-    state: MetricsState
+    store: MetricStore
     tracer: Callable[[], trace.Tracer]  # called per span: the runtime makes its tracer on first use
     flush_soon: Callable[[], None]  # ask the flusher for an export (never blocks)
     flush_wait: Callable[..., bool]  # fit end: export and wait, within the shutdown budget

@@ -74,7 +74,7 @@ class SlowestCalls:
             start_ticking = self.background and not self._ticking
             self._ticking = self._ticking or start_ticking
         if start_ticking:  # idle groups are emitted on the runtime's flusher thread (no thread of our own)
-            self.services.every_tick(self.flush)
+            self.services.every_tick(self.emit)
 
     def would_keep(self, parent: str, duration_ns: int) -> bool:
         """Whether a call this long would be among ``parent``'s K slowest now: a caller reads what only a kept
@@ -85,7 +85,7 @@ class SlowestCalls:
                 return self.max_spans > 0
             return duration_ns > group.slowest[0][0]
 
-    def flush(self, idle_only: bool = True, parents: Callable[[str], bool] | None = None) -> int:
+    def emit(self, idle_only: bool = True, parents: Callable[[str], bool] | None = None) -> int:
         """Emit the groups idle for ``idle_s`` (all of them with ``idle_only=False``; of those only the
         parents ``parents`` accepts, if given); how many."""
         now = time.monotonic()

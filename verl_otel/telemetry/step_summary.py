@@ -13,7 +13,7 @@ from opentelemetry.trace import Link, StatusCode
 
 from verl_otel import semconv as sc
 from verl_otel._log import logger
-from verl_otel.telemetry.step_state import _Step
+from verl_otel.telemetry.open_step import _Step
 
 
 def summary_attributes(

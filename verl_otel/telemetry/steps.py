@@ -25,10 +25,10 @@ from opentelemetry.trace import Span, Status, StatusCode
 from verl_otel import semconv as sc
 from verl_otel._log import logger
 from verl_otel.telemetry.goodput import GpuBusy, Occupancy, Split, pools_of, step_split
+from verl_otel.telemetry.open_step import _Open, _Step, is_stop, known_id
 from verl_otel.telemetry.run_end import attributes_of
 from verl_otel.telemetry.services import Services
 from verl_otel.telemetry.step_events import RunInfo, StepObserver, StepResult
-from verl_otel.telemetry.step_state import _Open, _Step, is_stop, known_id
 from verl_otel.telemetry.step_summary import write_summary
 from verl_otel.telemetry.step_tokens import StepTokens
 from verl_otel.telemetry.text import mark_failed
@@ -36,7 +36,7 @@ from verl_otel.telemetry.values import to_scalar
 
 
 class StepTracer:
-    """State machine of the fit() process. Thread-safe; never raises into the caller."""
+    """The fit() process' steps and phases, as verl's timers open and close them. Thread-safe; never raises."""
 
     def __init__(self, services: Services) -> None:
         self._svc = services
@@ -57,7 +57,7 @@ class StepTracer:
             self._global_step = global_step
             self._run = run
             self._scoped_run, self._last_number = False, -1
-            self._svc.declare(sc.ROLE_TRAINER)
+            self._svc.declare(sc.PROCESS_ROLE_TRAINER)
         self._notify("on_fit_start", self._run)
 
     def fit_ended(self, exc: BaseException | None) -> None:
@@ -67,7 +67,7 @@ class StepTracer:
                     self._step.stopped = True
                 elif exc is not None:
                     self._fail(self._step, exc)
-                    self._end_run(self._step, attributes_of(exc))
+                    self._end_run(self._step, attributes_of(exc, deprecated_names=self._svc.settings.deprecated_names))
                 self._end_step(metrics=self._step.metrics or None)
             self._global_step = None
         self._svc.flush_wait()
@@ -95,7 +95,7 @@ class StepTracer:
                     step.stopped = True
             elif exc is not None:
                 mark_failed(token.span, exc, self._svc.settings.max_text)
-                token.span.set_attributes(attributes_of(exc))
+                token.span.set_attributes(attributes_of(exc, deprecated_names=self._svc.settings.deprecated_names))
                 if step is not None:
                     step.failed_in = step.failed_in or token.name
                     self._fail(step, exc, record=False)

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from verl_otel import semconv as sc
-from verl_otel.process.metrics import MetricsState, Reading
+from verl_otel.process.metrics import MetricStore, Reading
 from verl_otel.process.text import as_text
 from verl_otel.telemetry.eta import RunEta
 from verl_otel.telemetry.step_tokens import per_1k
@@ -21,15 +21,15 @@ MAX_KEY_CHARS = 200
 
 
 class TrainerMetrics(StepObserver):
-    """The step tracer's events as metrics in a :class:`MetricsState`."""
+    """The step tracer's events as metrics in a :class:`MetricStore`."""
 
-    def __init__(self, state: MetricsState, eta_window: int = 5) -> None:
-        self._state = state
+    def __init__(self, store: MetricStore, eta_window: int = 5) -> None:
+        self._store = store
         self._lock = threading.Lock()
         self._running: dict[str, float] = {}  # phase -> monotonic start
         self._planned: int | None = None
         self._eta = RunEta(eta_window)
-        state.add_source(self._live)
+        store.add_source(self._live)
 
     def _live(self) -> Iterable[Reading]:
         now = time.monotonic()
@@ -41,53 +41,53 @@ class TrainerMetrics(StepObserver):
     def on_fit_start(self, run: RunInfo) -> None:
         self._planned = run.steps_planned
         if run.steps_planned is not None:
-            self._state.set(sc.TRAINING_STEPS_PLANNED, (), float(run.steps_planned))
+            self._store.set(sc.TRAINING_STEPS_PLANNED, (), float(run.steps_planned))
 
     def on_phase_start(self, phase: str, global_step: int) -> None:
         with self._lock:
             self._running[phase] = time.monotonic()
-        self._state.set(sc.PHASE_ACTIVE, (phase,), 1.0)
-        self._state.set(sc.PHASE_ELAPSED, (phase,), 0.0)
+        self._store.set(sc.PHASE_ACTIVE, (phase,), 1.0)
+        self._store.set(sc.PHASE_ELAPSED, (phase,), 0.0)
         if global_step >= 0:
-            self._state.set(sc.TRAINING_STEP, (), float(global_step))
+            self._store.set(sc.TRAINING_STEP, (), float(global_step))
 
     def on_phase_end(self, phase: str, global_step: int, seconds: float, trace_id: str) -> None:
         with self._lock:
             self._running.pop(phase, None)
-        self._state.set(sc.PHASE_ACTIVE, (phase,), 0.0)
-        self._state.set(sc.PHASE_ELAPSED, (phase,), 0.0)
-        self._state.observe(sc.PHASE_DURATION, (phase,), seconds, trace_id)
+        self._store.set(sc.PHASE_ACTIVE, (phase,), 0.0)
+        self._store.set(sc.PHASE_ELAPSED, (phase,), 0.0)
+        self._store.observe(sc.PHASE_DURATION, (phase,), seconds, trace_id)
 
     def on_step_end(self, result: StepResult) -> None:
-        self._state.set(sc.TRAINING_STEP, (), float(result.global_step))
-        self._state.set(sc.TRAINING_LAST_STEP, (), time.time())
+        self._store.set(sc.TRAINING_STEP, (), float(result.global_step))
+        self._store.set(sc.TRAINING_LAST_STEP, (), time.time())
         if result.global_step <= 0:
             return  # the validation before training is no training step
-        self._state.observe(sc.STEP_DURATION, (), result.seconds, result.trace_id)
+        self._store.observe(sc.STEP_DURATION, (), result.seconds, result.trace_id)
         if result.tokens is not None:
             for phase, seconds in result.phases.items():
                 tokens = result.tokens.of_phase(phase)
                 rate = per_1k(seconds, tokens) if tokens is not None else None
                 if rate is not None:
-                    self._state.set(sc.PHASE_S_PER_1K_TOKENS, (phase,), rate)
+                    self._store.set(sc.PHASE_S_PER_1K_TOKENS, (phase,), rate)
         split = result.goodput
         if split is not None:  # what the step's GPU time went to (semconv/goodput.py)
             for pool, buckets in split.pools.items():
                 for bucket, gpu_s in buckets.items():
-                    self._state.inc(sc.GPU_SECONDS, (pool, bucket), gpu_s)
-            self._state.set(sc.GOODPUT_RATIO, (), split.ratio)
+                    self._store.inc(sc.GPU_SECONDS, (pool, bucket), gpu_s)
+            self._store.set(sc.GOODPUT_RATIO, (), split.ratio)
             for bucket, gpu_s in split.totals().items():
-                self._state.set(sc.STEP_GPU_SECONDS, (bucket,), gpu_s)
+                self._store.set(sc.STEP_GPU_SECONDS, (bucket,), gpu_s)
         self._eta.add_step(result.seconds)
         eta = self._eta.eta(result.global_step, self._planned)
         if eta is not None:
-            self._state.set(sc.TRAINING_ETA, (), eta)
+            self._store.set(sc.TRAINING_ETA, (), eta)
 
     def on_metrics(self, data: Mapping[str, Any], global_step: int) -> None:
-        record_training_metrics(self._state, data)
+        record_training_metrics(self._store, data)
 
 
-def record_training_metrics(state: MetricsState, data: Mapping[str, Any]) -> int:
+def record_training_metrics(store: MetricStore, data: Mapping[str, Any]) -> int:
     """Set ``verl_training_metric{key}`` for every finite scalar; count the rest as dropped.
     Returns how many were recorded. Keys are kept as verl wrote them (cut to 200 characters, and
     anything that is not valid UTF-8 replaced)."""
@@ -95,12 +95,12 @@ def record_training_metrics(state: MetricsState, data: Mapping[str, Any]) -> int
     for key, raw in list(data.items()):
         value, reason = to_scalar(raw)
         if value is None:
-            state.drop(reason or sc.DROP_NON_SCALAR)
+            store.drop(reason or sc.DROP_NON_SCALAR)
             continue
         label = as_text(key, MAX_KEY_CHARS)
         if label is None:  # a key whose str() raises: dropped and counted, the rest still export
-            state.drop(sc.DROP_BAD_KEY)
+            store.drop(sc.DROP_BAD_KEY)
             continue
-        if state.set(sc.TRAINING_METRIC, (label,), value):
+        if store.set(sc.TRAINING_METRIC, (label,), value):
             recorded += 1
     return recorded

@@ -65,7 +65,7 @@ class WorkerSpan:
                 mark_failed(self.span, exc, self.services.settings.max_text)
             self.span.end()
             if exc is None:  # each rank's last call: the straggler rule compares the ranks (dashboards/)
-                self.services.state.set(sc.WORKER_CALL_SECONDS, self.labels, time.monotonic() - self.start)
+                self.services.store.set(sc.WORKER_CALL_SECONDS, self.labels, time.monotonic() - self.start)
             self.services.flush_soon()
         except Exception:  # noqa: BLE001 - telemetry never raises into training
             pass

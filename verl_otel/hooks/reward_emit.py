@@ -1,4 +1,4 @@
-"""The reward-loop workers asked through Ray (telemetry/reward_flush.py has the when): ``verl_otel_flush``, the
+"""The reward-loop workers asked through Ray (telemetry/reward_emit.py has the when): ``verl_otel_emit_spans``, the
 method hooks/targets.py adds to verl's ``RewardLoopWorker``, called remotely; fit end waits with ``ray.wait``."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 from verl_otel._log import warn_once
 
-METHOD = "verl_otel_flush"
+METHOD = "verl_otel_emit_spans"
 
 
 class RayRewardWorkers:
@@ -26,8 +26,8 @@ class RayRewardWorkers:
             if method is None:  # made remote without our method (telemetry off where verl made it)
                 self._off = True
                 warn_once(
-                    "reward-flush",
-                    "the reward-loop workers have no step-end flush: reward spans are "
+                    "reward-emit",
+                    "the reward-loop workers have no step-end emit: reward spans are "
                     "emitted after 2 s idle only (a run's last step may lack them)",
                 )
                 return []

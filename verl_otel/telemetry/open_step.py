@@ -1,4 +1,4 @@
-"""The step tracer's state: an open phase, an open step, and the two rules it reads them by."""
+"""The step tracer's open phase and open step, and the two rules it reads them by."""
 
 from __future__ import annotations
 

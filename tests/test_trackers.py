@@ -1,4 +1,4 @@
-"""The runtime owns the model (verl_otel/model.py): one per runtime, built with that runtime's parts, wired by its
+"""The runtime owns the trackers (verl_otel/trackers.py): one per runtime, built with that runtime's parts, wired by its
 process role's row once, and gone with a test's reset (its threads stopped, its exit hook taken back)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import atexit
 import io
 from pathlib import Path
 
-from verl_otel import model, runtime
+from verl_otel import runtime, trackers
 from verl_otel import semconv as sc
 
 ROOT = Path(__file__).resolve().parent.parent / "verl_otel"
@@ -17,11 +17,11 @@ ROOT = Path(__file__).resolve().parent.parent / "verl_otel"
 def test_one_model_per_runtime_and_a_new_one_after_reset(monkeypatch):
     runtime.reset_for_tests()
     try:
-        first = model.current()
-        assert model.current() is first and first.runtime is runtime.current()
-        assert first.steps is first.steps and first.steps._svc.state is runtime.current().state
+        first = trackers.current()
+        assert trackers.current() is first and first.runtime is runtime.current()
+        assert first.steps is first.steps and first.steps._svc.store is runtime.current().store
         runtime.reset_for_tests()
-        second = model.current()
+        second = trackers.current()
         assert second is not first and second.steps is not first.steps
     finally:
         runtime.reset_for_tests()
@@ -33,17 +33,22 @@ def test_a_role_row_wires_once(monkeypatch, tmp_path):
     monkeypatch.setenv("VERL_PROGRESS_LOG", "1")
     runtime.reset_for_tests()
     reported: list[str] = []
-    monkeypatch.setattr(runtime, "_on_role", [reported.append])  # the start-up line's listener, this test's
+    monkeypatch.setattr(runtime, "_on_process_role", [reported.append])  # the start-up line's listener, this test's
     try:
-        m = model.current()
+        m = trackers.current()
         for _ in range(2):
-            m.wire(sc.ROLE_TRAINER)
+            m.wire(sc.PROCESS_ROLE_TRAINER)
         kinds = [type(o).__name__ for o in m.steps.observers]
-        assert kinds == ["TrainerMetrics", "RewardFlush", "StepConsole", "ProgressConsole"]
-        assert reported == [sc.ROLE_TRAINER]
-        m.wire(sc.ROLE_TRAINER, key=model.FULLY_ASYNC_TRAINER)
-        assert m.step_notes == [m.trainer_side.console_note] and reported == [sc.ROLE_TRAINER]
-        assert set(model.ROLES) >= {sc.ROLE_TRAINER, sc.ROLE_WORKER, sc.ROLE_AGENT_LOOP, sc.ROLE_REWARD}
+        assert kinds == ["TrainerMetrics", "RewardEmit", "StepConsole", "ProgressConsole"]
+        assert reported == [sc.PROCESS_ROLE_TRAINER]
+        m.wire(sc.PROCESS_ROLE_TRAINER, key=trackers.FULLY_ASYNC_TRAINER)
+        assert m.step_notes == [m.trainer_side.console_note] and reported == [sc.PROCESS_ROLE_TRAINER]
+        assert set(trackers.PROCESS_ROLES) >= {
+            sc.PROCESS_ROLE_TRAINER,
+            sc.PROCESS_ROLE_WORKER,
+            sc.PROCESS_ROLE_AGENT_LOOP,
+            sc.PROCESS_ROLE_REWARD,
+        }
     finally:
         runtime.reset_for_tests()
 
@@ -56,8 +61,8 @@ def test_reset_stops_the_models_threads_and_exit_hooks(monkeypatch, tmp_path):
     calls: list[str] = []
     unregistered: list[object] = []
     monkeypatch.setattr(atexit, "unregister", unregistered.append)
-    m = model.current()
-    m.wire(sc.ROLE_TRAINER)
+    m = trackers.current()
+    m.wire(sc.PROCESS_ROLE_TRAINER)
     console = m.progress.console
     assert console is not None
     console._stream = io.StringIO()
@@ -67,15 +72,15 @@ def test_reset_stops_the_models_threads_and_exit_hooks(monkeypatch, tmp_path):
     assert thread is not None and thread.is_alive()
     runtime.reset_for_tests()
     thread.join(timeout=2.0)
-    assert not thread.is_alive(), "the heartbeat ends with its model"
+    assert not thread.is_alive(), "the heartbeat ends with its trackers"
     assert unregistered == [m._exit]
     m._exit()
-    assert calls == [], "a closed model's exit hooks never run"
+    assert calls == [], "closed trackers' exit hooks never run"
 
 
-def test_hooks_print_nothing_and_reach_the_runtime_through_the_model():
-    """[VERL_PROGRESS] and the step lines are the progress package's; the hooks and the model's objects reach the
-    runtime through model.current() (the demo's stand-in server only declares its role)."""
+def test_hooks_print_nothing_and_reach_the_runtime_through_the_trackers():
+    """[VERL_PROGRESS] and the step lines are the progress package's; the hooks and the trackers reach the
+    runtime through trackers.current() (the demo's stand-in server only declares its role)."""
     printing, calls = [], []
     for path in sorted(ROOT.rglob("*.py")):
         rel = str(path.relative_to(ROOT))
@@ -93,4 +98,4 @@ def test_hooks_print_nothing_and_reach_the_runtime_through_the_model():
             ):
                 calls.append(rel)
     assert printing == []
-    assert sorted(calls) == ["demo/standins.py", "model.py"]
+    assert sorted(calls) == ["demo/standins.py", "trackers.py"]

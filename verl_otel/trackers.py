@@ -1,12 +1,12 @@
-"""The telemetry model of one process, owned by its runtime: the trackers, the step tracer and their observers,
-each built with the process' :class:`~verl_otel.telemetry.services.Services` (tracer, metric state, settings,
+"""The trackers of one process, owned by its runtime: the step tracer, the rollout/update trackers and their observers,
+each built with the process' :class:`~verl_otel.telemetry.services.Services` (tracer, metric store, settings,
 flush requests) through its constructor.
 
 Hooks reach it through :func:`current` where verl's code enters ours; a forked child gets a new runtime and
-so a new model, and ``runtime.reset_for_tests()`` closes the old one (its threads, its exit hook). What a
-process builds follows from its role, in one table, :data:`ROLES`: a hook says what the process is with
-:meth:`Model.wire`, once per role, and the role's row wires that role's objects together (readings into the
-metric state, observers onto the trackers, the [VERL_PROGRESS] lines of verl_otel/progress/).
+so new trackers, and ``runtime.reset_for_tests()`` closes the old ones (their threads, their exit hook). What a
+process builds follows from its process role, in one table, :data:`PROCESS_ROLES`: a hook says what the
+process is with :meth:`Trackers.wire`, once, and that row wires the process' objects together (readings into the
+metric store, observers onto the trackers, the [VERL_PROGRESS] lines of verl_otel/progress/).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from verl_otel.progress.step_line import Note, StepConsole, WindowConsole
 from verl_otel.telemetry.agent import AgentTools
 from verl_otel.telemetry.async_trainer import SubmitLinks, TrainerSide
 from verl_otel.telemetry.next_profile import NextProfile
-from verl_otel.telemetry.reward_flush import RewardFlush
+from verl_otel.telemetry.reward_emit import RewardEmit
 from verl_otel.telemetry.reward_spans import RewardSpans
 from verl_otel.telemetry.rollout import RolloutTracker
 from verl_otel.telemetry.rollout_spans import BatchSpans, Describe
@@ -39,15 +39,15 @@ from verl_otel.telemetry.update import UpdateTracker
 
 T = TypeVar("T")
 
-#: the key a fully_async trainer process is wired under (its role is the trainer's, its parts its own)
+#: the key a fully_async trainer process is wired under (its process role is the trainer's, its parts its own)
 FULLY_ASYNC_TRAINER = "fully_async_trainer"
 
 
 def services_of(rt: runtime.Runtime) -> Services:
-    """What the runtime lends the model's objects: nothing of it but these calls."""
+    """What the runtime lends the trackers: nothing of it but these calls."""
     return Services(
         settings=rt.settings,
-        state=rt.state,
+        store=rt.store,
         tracer=lambda: rt.tracer,
         flush_soon=rt.flush_soon,
         flush_wait=rt.flush_wait,
@@ -60,9 +60,9 @@ def services_of(rt: runtime.Runtime) -> Services:
     )
 
 
-class Model:
-    """The process' model objects; each is made on first use (a timer hook asks every process whether a fit()
-    runs here), and wired to its observers by its process role's row of :data:`ROLES`."""
+class Trackers:
+    """The process' trackers; each is made on first use (a timer hook asks every process whether a fit()
+    runs here), and wired to its observers by its process role's row of :data:`PROCESS_ROLES`."""
 
     def __init__(self, rt: runtime.Runtime) -> None:
         self.runtime = rt
@@ -123,9 +123,9 @@ class Model:
         return self._part("submits", SubmitLinks)
 
     @property
-    def reward_flush(self) -> RewardFlush:
-        """The fit() process' step-end flush of the reward-loop workers' spans."""
-        return self._part("reward_flush", lambda: RewardFlush(self.services))
+    def reward_emit(self) -> RewardEmit:
+        """The fit() process' step-end emit of the reward-loop workers' spans."""
+        return self._part("reward_emit", lambda: RewardEmit(self.services))
 
     @property
     def reward_spans(self) -> RewardSpans:
@@ -148,10 +148,10 @@ class Model:
         """The open validation span: the trainer's ``validate`` phase, or fully_async's rollouter.validate."""
         return self.steps.innermost_span(sc.PHASE_VALIDATE) or self.windows.validating
 
-    # -- roles -----------------------------------------------------------------------------------------------
+    # -- process roles ---------------------------------------------------------------------------------------
     def wire(
         self,
-        role: str,
+        process_role: str,
         *,
         key: str | None = None,
         index: int | None = None,
@@ -159,13 +159,13 @@ class Model:
         experiment: Any = None,
         **parts: Any,
     ) -> None:
-        """This process is a ``role``: the runtime declares it, and the row of ``key`` (default: the role) in
-        :data:`ROLES` wires its objects, once; ``parts`` are what the hooks lend that row (verl's readers).
-        Never raises."""
-        key = key or role
-        row = ROLES.get(key)
+        """This process is a ``process_role``: the runtime declares it, and the row of ``key`` (default:
+        ``process_role``) in :data:`PROCESS_ROLES` wires its objects, once; ``parts`` are what the hooks lend that
+        row (verl's readers). Never raises."""
+        key = key or process_role
+        row = PROCESS_ROLES.get(key)
         self.runtime.wire(
-            role,
+            process_role,
             index=index,
             project=project,
             experiment=experiment,
@@ -177,21 +177,21 @@ class Model:
         return self.runtime.wired(key)
 
     def at_exit(self, hook: Callable[[], object]) -> None:
-        """Run ``hook`` where the process gets to exit (once; a closed model's hooks never run)."""
+        """Run ``hook`` where the process gets to exit (once; closed trackers' hooks never run)."""
         with self._lock:
             if not self._exit_hooks:
                 atexit.register(self._exit)
             self._exit_hooks.append(hook)
 
     def _exit(self) -> None:
-        if self.pid != os.getpid():  # a forked child inherits the handler, not the parent's model
+        if self.pid != os.getpid():  # a forked child inherits the handler, not the parent's trackers
             return
         for hook in list(self._exit_hooks):
             with contextlib.suppress(Exception):  # an exit hook never raises at interpreter exit
                 hook()
 
     def close(self) -> None:
-        """This model is done (a test's reset): its threads stop and its exit hooks are taken back."""
+        """These trackers are done (a test's reset): its threads stop and its exit hooks are taken back."""
         with self._lock:
             if self._exit_hooks:
                 atexit.unregister(self._exit)
@@ -201,12 +201,12 @@ class Model:
             progress.stop()
 
 
-# -- the role table: what each process role wires ---------------------------------------------------------------
-def _trainer(m: Model) -> None:
-    """The process where fit() runs: the metrics, the reward flush, the step line and the [VERL_PROGRESS] console."""
+# -- the process role table: what each process role wires -------------------------------------------------------
+def _trainer(m: Trackers) -> None:
+    """The process where fit() runs: the metrics, the reward emit, the step line and the [VERL_PROGRESS] console."""
     observers = m.steps.observers
-    observers.append(TrainerMetrics(m.services.state))
-    observers.append(m.reward_flush)  # the reward workers' spans at each step's end
+    observers.append(TrainerMetrics(m.services.store))
+    observers.append(m.reward_emit)  # the reward workers' spans at each step's end
     if m.services.settings.step_line:
         observers.append(StepConsole(m.step_notes))
     console = m.progress.trainer_console()
@@ -218,27 +218,27 @@ def _trainer(m: Model) -> None:
         m.runtime.stall_arms.append(m.next_profile.arm)
 
 
-def _fully_async_trainer(m: Model) -> None:
+def _fully_async_trainer(m: Trackers) -> None:
     """fully_async's trainer process: its gauges, and its parameter version on the step line."""
-    m.services.state.add_source(m.trainer_side.readings)
+    m.services.store.add_source(m.trainer_side.readings)
     m.step_notes.append(m.trainer_side.console_note)
 
 
-def _train_worker(m: Model) -> None:
+def _train_worker(m: Trackers) -> None:
     """A training worker: update-progress gauges and the [VERL_PROGRESS] actor/critic bar."""
-    m.services.state.add_source(m.update.readings)
+    m.services.store.add_source(m.update.readings)
     if m.progress.enabled:
         m.update.on_progress.append(UpdateBar(m.progress.settings))
 
 
-def _agent_loop(m: Model, describe: Describe | None = None) -> None:
+def _agent_loop(m: Trackers, describe: Describe | None = None) -> None:
     """An agent-loop worker: gauges, the batch's spans (the slowest samples), the [VERL_PROGRESS] bar.
     ``describe`` reads a sample's span attributes out of verl's objects (the hooks lend it)."""
     tracker, settings = m.rollout, m.services.settings
-    m.services.state.add_source(tracker.readings)
+    m.services.store.add_source(tracker.readings)
     tools = m.agent_tools
     tools.worker = "" if tracker.worker is None else str(tracker.worker)
-    m.services.state.add_source(tools.readings)
+    m.services.store.add_source(tools.readings)
     spans = BatchSpans(m.services, settings.sample_spans)
     if describe is not None:
         spans.describe = describe
@@ -252,35 +252,35 @@ def _agent_loop(m: Model, describe: Describe | None = None) -> None:
         tracker.on_progress.append(RolloutBar(progress.settings))
 
 
-def _reward_worker(m: Model) -> None:
+def _reward_worker(m: Trackers) -> None:
     """A reward-loop worker: its spans, and the last groups where the process gets to exit."""
     spans = m.reward_spans
-    m.at_exit(lambda: spans.flush(False))
+    m.at_exit(lambda: spans.emit(False))
 
 
-def _rollouter(m: Model) -> None:
+def _rollouter(m: Trackers) -> None:
     """fully_async's rollouter process: its gauges, and its console line per window."""
-    m.services.state.add_source(m.windows.readings)
+    m.services.store.add_source(m.windows.readings)
     if m.services.settings.step_line:
         m.windows.on_window_closed.append(WindowConsole())
 
 
-#: process role (or wiring key) -> what it wires; a role without a row (the rollout server: vLLM's own
+#: process role (or wiring key) -> what it wires; a process role without a row (the rollout server: vLLM's own
 #: spans and page, see hooks/engine.py) is declared only
-ROLES: dict[str, Callable[..., None]] = {
-    sc.ROLE_TRAINER: _trainer,
+PROCESS_ROLES: dict[str, Callable[..., None]] = {
+    sc.PROCESS_ROLE_TRAINER: _trainer,
     FULLY_ASYNC_TRAINER: _fully_async_trainer,
-    sc.ROLE_WORKER: _train_worker,
-    sc.ROLE_AGENT_LOOP: _agent_loop,
-    sc.ROLE_REWARD: _reward_worker,
-    sc.ROLE_ROLLOUTER: _rollouter,
+    sc.PROCESS_ROLE_WORKER: _train_worker,
+    sc.PROCESS_ROLE_AGENT_LOOP: _agent_loop,
+    sc.PROCESS_ROLE_REWARD: _reward_worker,
+    sc.PROCESS_ROLE_ROLLOUTER: _rollouter,
 }
 
 
-def current() -> Model:
-    """This process' model (its runtime's; made on first use, anew in a forked child). Never raises."""
+def current() -> Trackers:
+    """This process' trackers (its runtime's; made on first use, anew in a forked child). Never raises."""
     rt = runtime.current()
-    model = rt.model
-    if model is None:
-        model = rt.own_model(Model)
-    return model
+    trackers = rt.trackers
+    if trackers is None:
+        trackers = rt.own_trackers(Trackers)
+    return trackers

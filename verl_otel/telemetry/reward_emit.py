@@ -1,10 +1,10 @@
-"""Trainer side of the reward spans' step-end flush: the reward-loop workers (Ray actors of their own)
+"""Trainer side of the reward spans' step-end emit: the reward-loop workers (Ray actors of their own)
 cannot see a step end, so at each step's end the trainer asks each of them to emit that step's reward
 spans, and at fit end waits for that within the process' shutdown budget.
 
 A step end only *submits* the calls (no waiting, no export on the training thread); fit end is the one
 place that waits, as the trainer's own exports do. How the workers are asked is the hooks' (Ray's remote
-calls, hooks/reward_flush.py): :class:`RewardWorkers`.
+calls, hooks/reward_emit.py): :class:`RewardWorkers`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class RewardWorkers(Protocol):
         ...
 
 
-class RewardFlush(StepObserver):
+class RewardEmit(StepObserver):
     """A step observer of the fit() process."""
 
     def __init__(self, services: Services) -> None:
