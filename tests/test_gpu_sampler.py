@@ -109,11 +109,11 @@ def test_busy_share_of_a_stretch(store):
     assert sampler.busy_share(time.monotonic() + 1, time.monotonic() + 2) is None
 
 
-def test_busy_of_the_last_phase(state):
+def test_busy_of_the_last_phase(store):
     """What a GPU process answers the trainer when a phase ends: the readings of the phase's last seconds from the
     ring; a phase shorter than the reading period, with no reading in it, read once now; nothing when off."""
     nvml = FakeNvml()
-    sampler = gs.GpuSampler(state, nvml, every_s=3600, devices="1,3")  # 10% and 30%; the thread waits an hour
+    sampler = gs.GpuSampler(store, nvml, every_s=3600, devices="1,3")  # 10% and 30%; the thread waits an hour
     assert sampler.start()  # its first reading: 20%
     time.sleep(0.05)
     nvml.util[1] = nvml.util[3] = 90
@@ -127,13 +127,13 @@ def test_busy_of_the_last_phase(state):
     assert len(sampler.samples) == before + 1
     sampler.stop()
     assert sampler.busy_last(3600) is None  # stopped: no answer
-    assert gs.GpuSampler(state, nvml, devices="").busy_last(10) is None  # never started (off)
+    assert gs.GpuSampler(store, nvml, devices="").busy_last(10) is None  # never started (off)
 
 
-def test_a_question_answered_late_reads_its_phase(state):
+def test_a_question_answered_late_reads_its_phase(store):
     """The worker was inside its next call when the question came: the phase's stretch, not the last seconds."""
     nvml = FakeNvml()
-    sampler = gs.GpuSampler(state, nvml, every_s=3600, devices="4")  # 40%
+    sampler = gs.GpuSampler(store, nvml, every_s=3600, devices="4")  # 40%
     assert sampler.start()  # the phase's reading
     time.sleep(0.6)
     nvml.util[4] = 0

@@ -93,11 +93,8 @@ class Runtime:
                 if setup is not None:
                     setup(self)
             except Exception as exc:  # noqa: BLE001 - wiring never raises into verl
-                warn_once(
-                    f"wire:{key}",
-                    f"telemetry set-up for {key} failed ({exc!r}); training continues, "
-                    "this part of the telemetry is off",
-                )
+                what = f"telemetry set-up for {key} failed ({exc!r}); training continues, this part of it is off"
+                warn_once(f"wire:{key}", what)
             if process_role not in self._reported:  # once per process role: its listeners (the start-up line)
                 self._reported.add(process_role)
                 for tell in list(_on_process_role):
