@@ -8,6 +8,7 @@ every outcome counted, the failing tool alerted on, the hung call named by ``slo
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 
 import pytest
@@ -77,9 +78,11 @@ def test_every_turn_and_tool_call_is_a_span_under_its_sample(colocate_async_run)
 def test_prometheus_counts_every_call_by_tool_and_outcome(colocate_async_run):
     run = colocate_async_run
     assert run.query_time is not None, run.log_tail()
-    # the most the run's agent-loop workers counted together (a worker's page goes with its process at the end)
+    # the most the run's agent-loop workers counted together (a worker's page goes with its process at the end),
+    # up to now: colocate_async rolls out the next step's prompts, with their tool calls, after the last step's
+    # end (the run's query time)
     total = f"sum by ({sc.LABEL_TOOL}, {sc.LABEL_OUTCOME}) ({sc.TOOL_CALL_SECONDS.name}_count)"
-    rows = run.prom.query(f"max_over_time(({total})[15m:1s]) > 0")
+    rows = run.prom.query(f"max_over_time(({total})[15m:1s]) > 0", at=time.time())
     counted = {(r["metric"][sc.LABEL_TOOL], r["metric"][sc.LABEL_OUTCOME]): float(r["value"][1]) for r in rows}
     spanned = Counter(
         (c.attributes[sc.ATTR_GENAI_TOOL_NAME], c.attributes[sc.ATTR_TOOL_OUTCOME])
