@@ -18,12 +18,24 @@ from verl_otel.hooks._safe import safe
 from verl_otel.telemetry.goodput import occupancy_seconds
 from verl_otel.telemetry.step_events import StepObserver
 
-MAX_ASKED = 4  # steps whose answers are held at once (a step that never ended drops out)
+MAX_ASKED = 4  # steps whose answers are held at once
 
 
 def worker_occupancy(actor: Any, step: int) -> tuple[float, int] | None:
     """In an agent-loop worker (through Ray's ``__ray_call__``): its training rollout's occupancy of ``step``."""
     return trackers.current().rollout.occupancy(sc.MODE_TRAIN, step)
+
+
+def _forget_oldest(asked: dict[int, Any]) -> None:
+    """Keep the questions of the MAX_ASKED latest steps (a step that never ended drops out)."""
+    while len(asked) > MAX_ASKED:
+        del asked[next(iter(asked))]
+
+
+def _all_in(ray: Any, refs: list[Any]) -> list[Any] | None:
+    """The answers' refs when every one is in, without waiting; None while any is out (the step stays unmeasured)."""
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+    return ready if len(ready) == len(refs) else None
 
 
 class RayOccupancy(StepObserver):
@@ -42,8 +54,7 @@ class RayOccupancy(StepObserver):
         if not workers:
             return
         self._asked[step] = [w.__ray_call__.remote(worker_occupancy, step) for w in workers]
-        while len(self._asked) > MAX_ASKED:
-            del self._asked[next(iter(self._asked))]
+        _forget_oldest(self._asked)
 
     def seconds(self, step: int) -> float | None:
         return safe(self._read, step)
@@ -52,12 +63,10 @@ class RayOccupancy(StepObserver):
         import ray
 
         refs = self._asked.pop(step, None)
-        if not refs:
+        ready = _all_in(ray, refs) if refs else None
+        if ready is None:
             return None
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        if len(ready) < len(refs):
-            return None
-        return occupancy_seconds((r for r in ray.get(ready, timeout=1.0) if r), len(refs))
+        return occupancy_seconds((r for r in ray.get(ready, timeout=1.0) if r), len(ready))
 
 
 def watch_occupancy(m: Any, manager: Any) -> None:
@@ -120,8 +129,7 @@ class RayGpuBusy(StepObserver):
             asked = self._asked.setdefault(step, [])
             if len(asked) < len(sc.PHASE_BUCKETS):
                 asked.append((phase, seconds, refs))
-            while len(self._asked) > MAX_ASKED:
-                del self._asked[next(iter(self._asked))]
+            _forget_oldest(self._asked)
 
     def shares(self, step: int) -> dict[str, float] | None:
         return safe(self._read, step)
@@ -134,8 +142,8 @@ class RayGpuBusy(StepObserver):
         with self._lock:
             asked = self._asked.pop(step, [])
         for phase, seconds, refs in asked:
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-            if len(ready) < len(refs):
+            ready = _all_in(ray, refs)
+            if ready is None:
                 continue
             got = [a for a in (_answer(ray, r) for r in ready) if a]
             answered += len(ready)
