@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 from helpers.ray import ray_init
+from helpers.trainer_steps import trainer_steps
 
-from verl_otel import runtime, trackers
 from verl_otel import semconv as sc
+from verl_otel import trackers
 from verl_otel.analysis.otlp_json import read_file
 from verl_otel.analysis.step_traces import build_steps
 from verl_otel.hooks.goodput import RayGpuBusy, watch_gpu_busy
-from verl_otel.telemetry.steps import RunInfo
 
 TESTS = Path(__file__).parent
 
@@ -91,13 +91,8 @@ def test_the_step_span_carries_its_gpus_measured_busy_share(tmp_path, monkeypatc
             rollout_replicas=[SimpleNamespace(servers=[rollout], workers=[rollout])]  # hybrid: the same process
         ),
     )
-    monkeypatch.setenv(sc.ENV_DIR, str(tmp_path))
-    runtime.reset_for_tests()
-    try:
-        m = trackers.current()
-        m.wire(sc.PROCESS_ROLE_TRAINER)
-        tracer, number = m.steps, [0]
-        tracer.fit_started(RunInfo("v1", "proj", "exp", 2, 4, 2), lambda: number[0])
+    with trainer_steps(tmp_path, monkeypatch, 2) as (m, number):
+        tracer = m.steps
         watch_gpu_busy(m, trainer)
         busy = tracer.gpu_busy
         assert isinstance(busy, RayGpuBusy)
@@ -118,10 +113,6 @@ def test_the_step_span_carries_its_gpus_measured_busy_share(tmp_path, monkeypatc
             t0 = time.monotonic()
             tracer.metrics_logged({"training/global_step": step}, step)
             ends.append(time.monotonic() - t0)
-        tracer.fit_ended(None)
-        runtime.current().flush_wait()
-    finally:
-        runtime.reset_for_tests()
     assert max(ends) < 1.0, ends  # the step end never waited for actor_b's 3 s call
     steps = {s.global_step: s.attributes for s in build_steps(read_file(tmp_path / sc.TRACES_FILE).spans)}
     one, two = steps[1], steps[2]

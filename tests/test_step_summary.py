@@ -10,23 +10,18 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from verl_otel import runtime, trackers
+from helpers.trainer_steps import trainer_steps
+
 from verl_otel import semconv as sc
 from verl_otel.analysis.otlp_json import read_file
 from verl_otel.analysis.step_summary import from_summary, steps_from_summaries
 from verl_otel.analysis.step_traces import Span, build_steps
-from verl_otel.telemetry.steps import RunInfo
 
 
 def _run(tmp_path, monkeypatch, steps: int = 3) -> list[Span]:
     """A trainer process' steps as the hooks drive the step tracer, written to the embedded default's file."""
-    monkeypatch.setenv(sc.ENV_DIR, str(tmp_path))
-    runtime.reset_for_tests()
-    try:
-        m = trackers.current()
-        m.wire(sc.PROCESS_ROLE_TRAINER)
-        tracer, number = m.steps, [0]
-        tracer.fit_started(RunInfo("v1", "proj", "exp", 2, 4, steps), lambda: number[0])
+    with trainer_steps(tmp_path, monkeypatch, steps) as (m, number):
+        tracer = m.steps
         for step in range(1, steps + 1):
             number[0] = step
             tracer.phase_enter(sc.VERL_TIMER_STEP)
@@ -38,10 +33,6 @@ def _run(tmp_path, monkeypatch, steps: int = 3) -> list[Span]:
             update = tracer.phase_enter("update_actor")
             tracer.phase_exit(update, RuntimeError("boom") if step == 3 else None)
             tracer.metrics_logged({"training/global_step": step}, step)
-        tracer.fit_ended(None)
-        runtime.current().flush_wait()
-    finally:
-        runtime.reset_for_tests()
     return read_file(tmp_path / sc.TRACES_FILE).spans
 
 
