@@ -5,13 +5,16 @@ would (tests/test_run_end.py). Modes:
   or SIGINT and SIGKILLs the process moments later, as Ray does: only the end watch can write the step in between;
 - ``exit``: the main thread free, so the process' own SIGTERM handler (as Ray's) runs and exits 3;
 - ``lost``: the update's worker dies under it (an exception named as Ray's ActorDiedError, with Ray's text);
-- ``clean``: the step ends, its metrics logged.
+- ``clean``: the step ends, its metrics logged;
+- ``thread``: the trainer made and run on a thread that is not the main one (an async Ray actor's methods: the
+  signal watch cannot be installed there); only a driver's note can end its step.
 
 Usage: python drive_abrupt.py MODE
 """
 
 import signal
 import sys
+import threading
 import time
 
 from verl_otel import semconv as sc
@@ -21,14 +24,27 @@ from verl_otel.telemetry.steps import RunInfo
 
 MODE = sys.argv[1]
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))  # as a Ray worker's (Ray's handler exits 1)
+
+
+def _in_update() -> tuple:
+    m = trackers.current()
+    m.wire(sc.PROCESS_ROLE_TRAINER)
+    tracer = m.steps
+    tracer.fit_started(RunInfo("v1", "proj", "exp", 3, 2, 4), lambda: 2)
+    tracer.phase_enter(sc.VERL_TIMER_STEP)
+    tracer.phase_exit(tracer.phase_enter("gen"), None)
+    return tracer, tracer.phase_enter("update_actor")
+
+
+if MODE == "thread":
+    made: list[tuple] = []
+    th = threading.Thread(target=lambda: made.append(_in_update()))
+    th.start()
+    th.join()
+    print("IN_STEP", flush=True)
+    time.sleep(60)
 WATCH.install()  # as when verl's modules are imported: before the trainer's role listens (and polls)
-m = trackers.current()
-m.wire(sc.PROCESS_ROLE_TRAINER)
-TRACER = m.steps
-TRACER.fit_started(RunInfo("v1", "proj", "exp", 3, 2, 4), lambda: 2)
-TRACER.phase_enter(sc.VERL_TIMER_STEP)
-TRACER.phase_exit(TRACER.phase_enter("gen"), None)
-update = TRACER.phase_enter("update_actor")
+TRACER, update = _in_update()
 
 
 class ActorDiedError(Exception):  # Ray's, by name and text (ray/exceptions.py)

@@ -127,6 +127,25 @@ def test_the_drivers_ctrl_c_is_read_before_ray_ends_the_trainer(tmp_path, capsys
     assert spans[sc.PHASE_UPDATE_ACTOR].attributes[sc.ATTR_RUN_END_PROCESS_ROLE] == sc.PROCESS_ROLE_DRIVER
 
 
+def test_a_trainer_off_the_main_thread_reads_the_drivers_note(tmp_path):
+    """fully_async's trainer is an async Ray actor: its fit() runs on a thread of Ray's, where the signal watch
+    cannot be installed. A thread of the watch's own still reads the driver's note and writes the open step."""
+    env = {**clean_env(), "VERL_OTEL_ENABLED": "1", sc.ENV_DIR: str(tmp_path), "VERL_OTEL_PROMETHEUS_PORT": "0"}
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "drive_abrupt.py"), "thread"], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "IN_STEP"
+        note = write_note(tmp_path, "SIGTERM", sc.PROCESS_ROLE_DRIVER)
+        assert note is not None and wait_ack(note, 5.0), "the trainer never acked the driver's note"
+    finally:
+        proc.kill()
+        proc.wait(30)
+    step, spans = _step_and_phases(tmp_path)
+    assert step.attributes[sc.ATTR_RUN_END_REASON] == sc.END_TERMINATED
+    assert spans[sc.PHASE_UPDATE_ACTOR].attributes[sc.ATTR_RUN_END_PROCESS_ROLE] == sc.PROCESS_ROLE_DRIVER
+
+
 def test_sigint_to_the_trainer(tmp_path):
     assert _drive(tmp_path, "signal", signal.SIGINT) in (-signal.SIGKILL, -signal.SIGINT)  # or its KeyboardInterrupt
     step, spans = _step_and_phases(tmp_path)

@@ -41,6 +41,7 @@ class EndWatch:
         self.told: list[int] = []  # the ending signals told so far (once each)
         self._checks: list[Callable[[], None]] = []  # run on the watch's thread every POLL_S (poll)
         self._telling = threading.Event()  # set while listeners run: the exit waits for them (settle)
+        self._poller_pid = -1  # the process whose poll-only thread runs (poll, off the main thread)
 
     def listen(self, listener: Listener) -> bool:
         """Tell ``listener(signum)`` when an ending signal arrives; installs the watch (main thread only).
@@ -97,14 +98,33 @@ class EndWatch:
 
     def poll(self, check: Callable[[], None]) -> None:
         """Run ``check`` on the watch's thread about every POLL_S (a trainer looks for its driver's note: Ctrl-C
-        reached the driver, and Ray will end this process moments later)."""
+        reached the driver, and Ray will end this process moments later). Off the main thread (an async Ray
+        actor's methods, fully_async's trainer) the watch cannot be installed: a thread of its own polls then."""
         with self._lock:
             if check not in self._checks:
                 self._checks.append(check)
+            start_poller = not self.installed and self._poller_pid != os.getpid()
+            if start_poller:
+                self._poller_pid = os.getpid()
         pipe = self._pipe
         if pipe is not None and self._pid == os.getpid():  # the reader may wait in read(): wake it to poll
             with contextlib.suppress(OSError):
                 os.write(pipe[1], WAKE)
+        elif start_poller:
+            threading.Thread(target=self._poll_only, name="verl-otel-end-poll", daemon=True).start()
+
+    def _poll_only(self) -> None:
+        """The checks without the signal watch, until the watch is installed (its reader polls then) or none
+        is left."""
+        while not self.installed:
+            with self._lock:
+                checks = list(self._checks)
+            if not checks:
+                break
+            self._check(checks)
+            time.sleep(POLL_S)
+        with self._lock:
+            self._poller_pid = -1
 
     def _read(self, fd: int) -> None:
         while True:
