@@ -63,6 +63,30 @@ def test_the_interval_is_deterministic_and_needs_two_steps_a_side():
     assert cp.bootstrap_ratio([1.0], other) is None
 
 
+def test_a_short_phase_must_move_by_min_move_s_to_be_named():
+    """3 steps a side that do not overlap: the interval excludes 1 whatever the move (with 3 steps, the resampled
+    median is one of the run's steps). A short phase 40% slower by 40 ms is what identical runs on a loaded host
+    show (compare.MIN_MOVE_S); twice as slow by 100 ms is named."""
+    for moved_s, named in ((0.04, False), (0.1, True)):
+        slow = {**BASE_PHASES, sc.PHASE_UPDATE_WEIGHTS: BASE_PHASES[sc.PHASE_UPDATE_WEIGHTS] + moved_s}
+        c = _compare(run_spans(T0, steps=3, noise=jitter(1)), run_spans(T0, steps=3, phases=slow, noise=jitter(2)))
+        weights = next(p for p in c.phases if p.phase == sc.PHASE_UPDATE_WEIGHTS)
+        assert weights.low is not None and weights.low > 1 and weights.ratio is not None and weights.ratio > 1.3
+        assert weights.changed is named and [p.phase for p in c.changed] == [sc.PHASE_UPDATE_WEIGHTS] * named
+    assert f"moved >= 10% and >= {cp.MIN_MOVE_S:g}s" in cp.to_text(c)
+
+
+def test_what_a_step_measured_is_no_config_value():
+    """The goodput buckets' GPU-seconds, the goodput ratio and the step's GPU-seconds are measurements (the same in
+    every step of a run only by chance, e.g. a bucket at 0): not listed as what differed. The GPUs accounted are."""
+    measured = {sc.ATTR_GOODPUT_RATIO: 0.5, f"{sc.ATTR_GOODPUT_PREFIX}{sc.BUCKET_VALUES}": 0.0}
+    base = run_spans(T0, attrs={**measured, sc.ATTR_STEP_GPU_SECONDS: 3.0, sc.ATTR_GOODPUT_GPUS: 1})
+    other = run_spans(T0, attrs={sc.ATTR_GOODPUT_RATIO: 0.7, sc.ATTR_STEP_GPU_SECONDS: 4.0, sc.ATTR_GOODPUT_GPUS: 2})
+    c = _compare(base, other)
+    assert c.differences == [(sc.ATTR_GOODPUT_GPUS, 1, 2)]
+    assert sc.ATTR_GOODPUT_RATIO not in c.base.config and sc.ATTR_STEP_GPU_SECONDS not in c.other.config
+
+
 def test_phases_of_one_run_only_are_listed_apart():
     base = {**BASE_PHASES, sc.PHASE_VALUES: 0.4}
     other = {**BASE_PHASES, sc.PHASE_SAVE_CHECKPOINT: 1.5}
@@ -108,7 +132,7 @@ def test_the_cli_reads_files_and_directories_text_and_json(tmp_path, capsys):
     actor = doc["phases"][0]
     assert actor["phase"] == sc.PHASE_UPDATE_ACTOR and actor["changed"] and actor["ci_low"] > 1
     assert doc["differences"] == [{"attribute": sc.ATTR_ROLLOUT_N, "baseline": 2, "other": 4}]
-    assert doc["interval"] == {"confidence": 0.95, "resamples": 2000, "seed": 0, "min_change": 0.1}
+    assert doc["interval"] == {"confidence": 0.95, "resamples": 2000, "seed": 0, "min_change": 0.1, "min_move_s": 0.05}
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b.jsonl")]) == 0
     text = capsys.readouterr().out
     changed, _, rest = text.partition("within noise:")

@@ -3,16 +3,17 @@ embedded default's traces.jsonl), or with ``--jaeger URL`` two runs in Jaeger na
 spans' verl.project and verl.experiment, within ``--since``). Per phase: the median time over the training steps it
 ran in and the median time per 1k tokens in each run, and the ratio OTHER/BASELINE of the medians with its 95%
 bootstrap interval (each run's per-step times resampled with replacement 2,000 times, seeded: the same answer every
-time). A phase "changed beyond noise" when that interval excludes 1 and the ratio moved by at least 10%; those come
+time). A phase "changed beyond noise" when that interval excludes 1, the ratio moved by at least 10% and the median
+by at least 0.05 s (identical runs on one host move short phases that much with the host's load); those come
 first. Then what differed between the runs: the step spans' attributes that hold one value within each run
-(verl.version, verl.trainer, verl.trainer_mode, verl.rollout_n, verl.batch_size, ...), samples and tokens. Step 0
-(the validation before training) and validation-only steps are listed apart; a phase that ran in one run only is
-listed apart.
+(verl.version, verl.trainer, verl.trainer_mode, verl.rollout_n, verl.batch_size, ...; not what a step measured,
+such as its goodput), samples and tokens. Step 0 (the validation before training) and validation-only steps are
+listed apart; a phase that ran in one run only is listed apart.
 
 --json prints one object: ``baseline`` and ``other`` (``source``, ``steps`` compared, ``steps_apart``,
 ``samples``, ``tokens``, ``config``: the constant step span attributes), ``interval`` (``confidence``,
-``resamples``, ``seed``, ``min_change``), ``changed`` (phase names, largest move first), ``phases`` (each:
-``phase``, ``baseline_s``, ``other_s`` medians, ``baseline_steps``, ``other_steps`` it ran in,
+``resamples``, ``seed``, ``min_change``, ``min_move_s``), ``changed`` (phase names, largest move first), ``phases``
+(each: ``phase``, ``baseline_s``, ``other_s`` medians, ``baseline_steps``, ``other_steps`` it ran in,
 ``baseline_s_per_1k_tokens``, ``other_s_per_1k_tokens``, ``ratio``, ``ci_low``, ``ci_high``,
 ``per_1k_tokens_ratio``, ``changed``), ``only_baseline``, ``only_other`` (phase names), ``differences``
 (each: ``attribute``, ``baseline``, ``other``; null where the run's steps do not carry it)."""
