@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.verl_runs import DemoRun, start_demo
+from helpers.verl_runs import PROGRESS_LOG, STALL_MATRIX, DemoRun, start_demo
 
 from verl_otel import semconv as sc
 from verl_otel.analysis.step_stream import read_steps
@@ -36,9 +36,17 @@ STEPS = 3  # the shared v1 run's
 @pytest.fixture(scope="module")
 def slowed_run(tmp_path_factory) -> DemoRun:
     """The one run this module adds: v1 as the shared v1_run, ref slowed in every step (the plant counts the
-    worker's calls, one a step); no scrape, no probe, default thresholds."""
+    worker's calls, one a step). Under the load v1_run runs under (`verl-otel top` watching it, its settings): the
+    host's load moves a run's short phases as a whole, which no interval from one run's steps sees. No scrape (its
+    linger would cost 12 s)."""
+    from helpers.top_probe import TopProbe
+
     plants = [f"{SLOWED}@{step}={SLOW_S:g}" for step in range(1, STEPS + 1)]
-    return start_demo(tmp_path_factory.mktemp("demo-v1-slowed"), "v1", STEPS, plants, scrape=False)
+    probe = TopProbe()
+    out = tmp_path_factory.mktemp("demo-v1-slowed")
+    run = start_demo(out, "v1", STEPS, plants, scrape=False, probe=probe, extra_env=PROGRESS_LOG | STALL_MATRIX)
+    probe.stop()
+    return run
 
 
 def _per_step(run: DemoRun) -> dict[str, dict[int, float]]:

@@ -25,6 +25,7 @@ import pytest
 
 from helpers.procs import clean_env
 from helpers.traces import load_spans
+from helpers.verl_runs import vllm_demo_cmd
 
 from verl_otel import semconv as sc
 from verl_otel.cli.main import main
@@ -33,28 +34,81 @@ pytestmark = pytest.mark.verl
 
 STEPS, SLOW_STEP = 3, 2
 GRACE_S = 10.0  # a scheduler's grace period between SIGTERM and SIGKILL
-_UPDATING = re.compile(r"ray::WorkerDict\.\S*update_actor")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One abrupt end: the demo's trainer (and rollout), what makes step SLOW_STEP's ``phase`` last, the process
+    whose title shows that phase running (Ray retitles its workers ``ray::Class.method``), and the phases the
+    interrupted step has run by then."""
+
+    trainer: str
+    plant: tuple[str, str]  # the demo's --slow or --hang and its PHASE@STEP=SECONDS
+    phase: str
+    running: re.Pattern[str]
+    before: frozenset[str]
+    rollout: str = "standin"
+    settle_s: float = 2.0  # from seeing it run to the signal
+    kept: frozenset[int] = frozenset({0, 1})  # the whole steps before it (0: the validation before training)
+
+
+_UPDATING = re.compile(r"ray::\S+\.\S*update_actor")
+V1 = Case(
+    "v1",
+    ("--slow", f"update_actor@{SLOW_STEP}=30"),
+    sc.PHASE_UPDATE_ACTOR,
+    _UPDATING,
+    frozenset({sc.PHASE_ROLLOUT, sc.PHASE_OLD_LOG_PROB}),
+)
+#: fully_async's trainer trains on what its rollouter sent (its rollout phase is the wait for samples) with the
+#: rollout's own log-probs (no old_log_prob)
+FULLY_ASYNC = Case(
+    "fully_async",
+    ("--slow", f"update_actor@{SLOW_STEP}=30"),
+    sc.PHASE_UPDATE_ACTOR,
+    re.compile(r"ray::WorkerDict"),  # an async actor: Ray does not retitle it per call; step 2 updates at once
+    frozenset({sc.PHASE_ROLLOUT, sc.PHASE_REF}),
+    settle_s=5.0,
+    kept=frozenset({1}),  # its rollouter validates before training, not in a trainer step
+)
+#: verl's vLLM rollout: vLLM's engine stops for a minute at step SLOW_STEP's first token (demo/vllm_slow.py),
+#: requests running, as a stuck engine core: a user's Ctrl-C
+VLLM = Case(
+    "v1",
+    ("--hang", f"rollout@{SLOW_STEP}=60"),
+    sc.PHASE_ROLLOUT,
+    re.compile(r"ray::vLLMHttpServer"),
+    frozenset(),
+    rollout="vllm",
+    settle_s=8.0,
+)
 
 
 @dataclass
 class Ended:
     out: Path
+    case: Case
     rc: int
     after_s: float  # from the signal to the demo's exit
+    sent_at: float  # the signal's wall-clock time
+    signalled: list[str]  # the processes the signal was sent to (a failing test's reader)
 
 
-def _tree(root: int) -> list[tuple[int, str]]:
-    """(pid, args) of ``root``'s descendants (Ray's workers included: they keep their parent, not its group)."""
+def _tree(root: int, depth: int = 1 << 10) -> list[tuple[int, str]]:
+    """(pid, args) of ``root``'s descendants down to ``depth`` (Ray's workers included: they keep their parent,
+    not its group)."""
     ps = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True).stdout
     children: dict[int, list[tuple[int, str]]] = {}
     for row in (line.split(None, 2) for line in ps.splitlines()[1:]):
         if len(row) == 3:
             children.setdefault(int(row[1]), []).append((int(row[0]), row[2]))
-    found, todo = [], [root]
+    found, todo = [], [(root, 0)]
     while todo:
-        for pid, args in children.get(todo.pop(), []):
-            found.append((pid, args))
-            todo.append(pid)
+        parent, level = todo.pop()
+        if level < depth:
+            for pid, args in children.get(parent, []):
+                found.append((pid, args))
+                todo.append((pid, level + 1))
     return found
 
 
@@ -72,35 +126,53 @@ def _alive(procs: list[tuple[int, str]]) -> list[int]:
     return alive
 
 
-def _signalled_run(out: Path, sig: int, grace_s: float | None = None) -> Ended:
-    """The demo in its own process group; ``sig`` to the group while step 2's actor update runs (after step 1's
-    metrics are out); with ``grace_s``, ``sig`` to the job's processes only and SIGKILL to the group that much later,
-    as a scheduler does. Ray's processes (in groups of their own) are then given a minute to end as Ray ends them;
-    whatever is left is killed."""
+def _as_a_terminal_job() -> None:
+    """SIGINT and SIGQUIT as a terminal's job has them: a test run started in the background of a shell without job
+    control (``pytest ... &``) ignores both, and its children would inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
+def _signalled_run(out: Path, case: Case, sig: int, grace_s: float | None = None) -> Ended:
+    """The demo in its own process group; ``sig`` to the group while step SLOW_STEP's slowed phase runs (after
+    step 1's metrics are out); with ``grace_s``, ``sig`` to the job's processes only and SIGKILL to the group that
+    much later, as a scheduler does. Ray's processes (in groups of their own) are then given a minute to end as Ray
+    ends them; whatever is left is killed."""
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "verl_otel.demo", "--steps", str(STEPS), "--trainer", "v1", "--out", str(out)]
-    cmd += ["--slow", f"update_actor@{SLOW_STEP}=30"]
+    args = ["--steps", str(STEPS), "--trainer", case.trainer, *case.plant]
+    if case.rollout == "vllm":
+        cmd = vllm_demo_cmd(out, *args)
+    else:
+        cmd = [sys.executable, "-m", "verl_otel.demo", *args, "--out", str(out)]
     proc = subprocess.Popen(
-        cmd, env=clean_env(), start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+        cmd,
+        env=clean_env(),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+        preexec_fn=_as_a_terminal_job,
     )
     seen: list[tuple[int, str]] = []
+    signalled: list[str] = []
     sent = 0.0
     try:
         deadline = time.monotonic() + 420
         while proc.poll() is None and time.monotonic() < deadline and not sent:
             seen = _tree(proc.pid) or seen
             log = (out / "demo.log").read_text(errors="replace") if (out / "demo.log").exists() else ""
-            if re.search(r"(?:^|\s)step:1 - ", log) and any(_UPDATING.search(a) for _, a in seen):
-                time.sleep(2)  # well inside the update
+            if re.search(r"\[verl-otel\] step 1/", log) and any(case.running.search(a) for _, a in seen):
+                time.sleep(case.settle_s)  # well inside the slowed phase
                 seen = _tree(proc.pid) or seen
                 if grace_s is None:
                     os.killpg(proc.pid, sig)
                 else:  # the job's processes (the demo, verl's driver), not the Ray daemons the driver started
-                    for pid in [proc.pid, *(p for p, a in seen if "verl.trainer.main_ppo" in a)]:
+                    drivers = _tree(proc.pid, depth=1)  # the demo runs verl's entry point as its child
+                    for pid, args in [(proc.pid, "the demo"), *drivers]:
                         os.kill(pid, sig)
+                        signalled.append(f"{pid} {args[:120]}")
                 sent = time.monotonic()
             time.sleep(0.3)
-        assert sent, f"never saw step {SLOW_STEP}'s actor update: {(out / 'demo.log').read_text()[-3000:]}"
+        assert sent, f"never saw step {SLOW_STEP}'s {case.phase}: {(out / 'demo.log').read_text()[-3000:]}"
         if grace_s is not None:
             time.sleep(grace_s)
             with contextlib.suppress(ProcessLookupError):  # the group may be gone already
@@ -109,7 +181,9 @@ def _signalled_run(out: Path, sig: int, grace_s: float | None = None) -> Ended:
         gone = time.monotonic() + 60
         while _alive(seen) and time.monotonic() < gone:
             time.sleep(0.5)
-        return Ended(out, proc.returncode, time.monotonic() - sent)
+        return Ended(
+            out, case, proc.returncode, time.monotonic() - sent, time.time() - (time.monotonic() - sent), signalled
+        )
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -121,36 +195,48 @@ def _signalled_run(out: Path, sig: int, grace_s: float | None = None) -> Ended:
 
 @pytest.fixture(scope="module")
 def interrupted(tmp_path_factory) -> Ended:
-    return _signalled_run(tmp_path_factory.mktemp("ctrl-c"), signal.SIGINT)
+    return _signalled_run(tmp_path_factory.mktemp("ctrl-c"), V1, signal.SIGINT)
 
 
 @pytest.fixture(scope="module")
 def terminated(tmp_path_factory) -> Ended:
-    return _signalled_run(tmp_path_factory.mktemp("time-limit"), signal.SIGTERM, grace_s=GRACE_S)
+    return _signalled_run(tmp_path_factory.mktemp("time-limit"), V1, signal.SIGTERM, grace_s=GRACE_S)
+
+
+@pytest.fixture(scope="module")
+def fully_async_terminated(tmp_path_factory) -> Ended:
+    return _signalled_run(tmp_path_factory.mktemp("fully-async-time-limit"), FULLY_ASYNC, signal.SIGTERM, GRACE_S)
+
+
+@pytest.fixture(scope="module")
+def vllm_interrupted(tmp_path_factory) -> Ended:
+    return _signalled_run(tmp_path_factory.mktemp("vllm-ctrl-c"), VLLM, signal.SIGINT)
 
 
 def _check_kept(run: Ended, reason: str, capsys) -> dict:
     """Step SLOW_STEP is in the trace, ERROR, marked with ``reason``, with its phases so far; the steps before it
     are whole and clean; doctor names it first."""
+    case = run.case
     assert run.rc != 0 and run.after_s < 90, (run.rc, run.after_s)  # every process gone, Ray's too
     spans = load_spans(run.out / sc.TRACES_FILE)
     steps = {s.attributes[sc.ATTR_GLOBAL_STEP]: s for s in spans if s.name == sc.SPAN_STEP}
-    assert set(steps) == {0, 1, SLOW_STEP}, sorted(steps)
-    assert not steps[0].status_error and not steps[1].status_error
+    ends = {k: round(s.end_ns / 1e9 - run.sent_at, 1) for k, s in steps.items()}  # after the signal
+    assert set(steps) == {*case.kept, SLOW_STEP}, (ends, run.signalled)
+    assert not any(steps[k].status_error for k in case.kept)
     step = steps[SLOW_STEP]
     assert step.status_error and step.attributes[sc.ATTR_RUN_END_REASON] == reason, step.attributes
-    assert step.attributes[sc.ATTR_RUN_END_PHASE] == sc.PHASE_UPDATE_ACTOR
+    assert step.attributes[sc.ATTR_RUN_END_PHASE] == case.phase
     phases = {s.name: s for s in spans if s.trace_id == step.trace_id and s.parent_id == step.span_id}
-    assert {sc.PHASE_ROLLOUT, sc.PHASE_OLD_LOG_PROB, sc.PHASE_UPDATE_ACTOR} <= set(phases), sorted(phases)
-    update = phases[sc.PHASE_UPDATE_ACTOR]
-    assert update.status_error and update.attributes[sc.ATTR_RUN_END_REASON] == reason
-    assert not phases[sc.PHASE_ROLLOUT].status_error  # what finished before stays as it was
+    assert {*case.before, case.phase} <= set(phases), sorted(phases)
+    slowed = phases[case.phase]
+    assert slowed.status_error and slowed.attributes[sc.ATTR_RUN_END_REASON] == reason
+    assert not any(phases[p].status_error for p in case.before)  # what finished before stays as it was
     assert main(["doctor", "--dir", str(run.out), "--json"]) == 0
     end = json.loads(capsys.readouterr().out)["run_end"]
-    assert (end["reason"], end["step"], end["phase"]) == (reason, SLOW_STEP, sc.PHASE_UPDATE_ACTOR), end
+    assert (end["reason"], end["step"], end["phase"]) == (reason, SLOW_STEP, case.phase), end
     assert main(["doctor", "--dir", str(run.out)]) == 0
     text = capsys.readouterr().out
-    assert text.startswith(f"run end:   {reason}") and f"in step {SLOW_STEP}, phase update_actor" in text, text
+    assert text.startswith(f"run end:   {reason}") and f"in step {SLOW_STEP}, phase {case.phase}" in text, text
     return end
 
 
@@ -163,3 +249,15 @@ def test_ctrl_c_keeps_the_interrupted_step(interrupted, capsys):
 def test_a_time_limit_keeps_the_terminated_step(terminated, capsys):
     end = _check_kept(terminated, sc.END_TERMINATED, capsys)
     assert end["detail"].startswith("SIGTERM to the driver") and end["process_role"] == sc.PROCESS_ROLE_DRIVER, end
+
+
+def test_a_time_limit_keeps_fully_async_s_open_step(fully_async_terminated, capsys):
+    end = _check_kept(fully_async_terminated, sc.END_TERMINATED, capsys)
+    assert end["detail"].startswith("SIGTERM to the driver") and end["process_role"] == sc.PROCESS_ROLE_DRIVER, end
+
+
+def test_ctrl_c_in_a_vllm_rollout_keeps_the_step(vllm_interrupted, capsys):
+    """Interrupted while vLLM decodes step 2's long tail: the rollout phase is kept, ended and marked, and the
+    samples that finished before it are in the trace under it."""
+    end = _check_kept(vllm_interrupted, sc.END_INTERRUPTED, capsys)
+    assert end["process_role"] == sc.PROCESS_ROLE_DRIVER and any(n["signal"] == "SIGINT" for n in end["notes"]), end
