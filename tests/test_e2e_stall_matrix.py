@@ -43,6 +43,7 @@ CELLS = [
 
 
 def _doctor(out: Path, capsys) -> dict:
+    capsys.readouterr()  # not what the run printed (its fixture set up inside this test, the module run alone)
     assert main(["doctor", "--dir", str(out), "--json"]) == 0
     return json.loads(capsys.readouterr().out)
 
