@@ -116,14 +116,19 @@ def v1_run(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def legacy_run(tmp_path_factory):
-    # the last step is not the slow one: its reward spans must come at its end, not after an idle wait.
+    # the last step's training is not slow: its reward spans must come at its end, not after an idle wait.
     # tests/test_e2e_why_slow.py's too (scraped): a long tail in step 3 (the slowest step, above step 4's
-    # update_actor) and a slowed weight sync in step 2; the stall matrix's critic cells in step 3, below its tail
+    # update_actor) and a slowed weight sync in step 2; the stall matrix's critic cells in step 3, below its tail,
+    # its weight-sync cell in step 2, its validation cell in step 5 (the validations of steps 0, 2 and 4 set its
+    # median: step 0's, the slowest, is not the median)
     run = start_demo(
         tmp_path_factory.mktemp("demo-legacy"),
         "legacy",
         5,
-        ["update_actor@4=3", "rollout_sample@3=6", "update_weights@2=1.5", "values@3=3", "update_critic@3=3"],
+        [
+            *("update_actor@4=3", "rollout_sample@3=6", "update_weights@2=3", "values@3=3", "update_critic@3=3"),
+            "validate@5=3",
+        ],
         scrape=True,
         adv="gae",
         extra_env=PROGRESS_LOG | STALL_MATRIX | CAPTURE_NEXT,  # step 3's stalls profile step 4 (test_e2e_next_profile)

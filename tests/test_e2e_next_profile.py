@@ -1,6 +1,7 @@
 """VERL_OTEL_CAPTURE_NEXT=1 on a real run (the shared legacy run, tests/conftest.py::legacy_run): its planted stalls
 in step 3 (values, update_critic) arm verl's own torch profiler for step 4 through ``global_profiler.steps``, and
-verl writes the profile where the stall record and the phase span of step 4 say; no other step is profiled."""
+verl writes the profile where the stall record and the phase span of step 4 say; no step is profiled that no stall
+armed (the run's other stalls: step 2's weight sync arms step 3, step 4's update_actor step 5)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,11 @@
 """Stall evidence from the process doing the stalled work, on the shared real runs (conftest.py): each run slows
-some training-worker calls for 3-4 s inside verl's engine (``--slow PHASE@STEP=S``, as a really slow call would be,
-no planted hang) under thresholds those seconds pass (helpers/verl_runs.py::STALL_MATRIX). Per cell (trainer mode x
-hooked call): the training worker that did the work wrote evidence naming its frame, pid and host; the trainer's
-stalled phase says whom it waits on ("1 train_worker call compute_log_prob, rank 0"), not only "unknown"; doctor
-makes them one incident rooted in the worker. The cells not here: docs/guides/hangs.md."""
+some calls for 3-4 s where a really slow call spends them (``--slow PHASE@STEP=S``, no planted hang): training-worker
+calls inside verl's engine, a colocated weight sync in the actor worker's load of the weights, a validation in the
+LLM server's engine, under thresholds those seconds pass (helpers/verl_runs.py::STALL_MATRIX). Per cell (trainer mode
+x hooked call): the process that did the work wrote evidence naming its frame, pid and host; the trainer's stalled
+phase says whom it waits on ("1 train_worker call compute_log_prob, rank 0", "2 agent_loop_worker calls
+generate_sequences, ranks 0-1"), not only "unknown"; doctor makes them one incident rooted in that process. The cells
+not here: docs/guides/hangs.md."""
 
 from __future__ import annotations
 
@@ -18,10 +20,15 @@ from verl_otel.cli.main import main
 pytestmark = pytest.mark.verl
 
 FRAME = "slowed_forward (cpu_plugin.py:"  # where the demo's slowed call spends its time, inside verl's engine
+#: the colocated weight sync's: the stand-in rollout's load of the weights, in the actor worker (demo/standins.py)
+FRAMES = {"update_weights": "slowed_load (standins.py:"}
+#: the worker's own call for the trainer's worker-group method
+CALLS = {**sc.WORKER_SPAN_NAMES, "update_weights": sc.CALL_WEIGHT_SEND}
 #: (shared run, slowed phase, the worker method the trainer calls for it, the step slowed: --slow counts a process'
-#: calls of the method)
+#: calls of the method; a weight sync, the step whose update it syncs)
 CELLS = [
     ("v1_run", sc.PHASE_UPDATE_ACTOR, "update_actor", 3),
+    ("legacy_run", sc.PHASE_UPDATE_WEIGHTS, "update_weights", 2),
     ("legacy_run", sc.PHASE_VALUES, "infer_batch", 3),
     ("legacy_run", sc.PHASE_UPDATE_CRITIC, "train_mini_batch", 3),
     ("legacy_run", sc.PHASE_UPDATE_ACTOR, "update_actor", 4),
@@ -36,6 +43,7 @@ CELLS = [
 
 
 def _doctor(out: Path, capsys) -> dict:
+    capsys.readouterr()  # not what the run printed (its fixture set up inside this test, the module run alone)
     assert main(["doctor", "--dir", str(out), "--json"]) == 0
     return json.loads(capsys.readouterr().out)
 
@@ -67,8 +75,8 @@ def test_the_slow_worker_and_the_waiting_trainer_say_it(request, capsys, cell):
     ]
     assert workers, [(r["process_role"], r["phase"], r["step"], r["call"]) for r in doc["stalls"]]
     for w in workers:
-        assert w["frame"].startswith(FRAME) and w["waiting_on"] == "" and w["pid"] and w["host"], w
-        assert w["call"] == sc.WORKER_SPAN_NAMES[method] and Path(w["evidence"]).is_file(), w
+        assert w["frame"].startswith(FRAMES.get(method, FRAME)) and w["waiting_on"] == "", w
+        assert w["call"] == CALLS[method] and w["pid"] and w["host"] and Path(w["evidence"]).is_file(), w
     # one incident: a slowed worker its root (each rank was slowed: any may be the root), the trainer waiting on it
     by_evidence = {w["evidence"]: w for w in workers}
     (inc,) = [i for i in doc["incidents"] if i["root"]["evidence"] in by_evidence]
@@ -77,4 +85,41 @@ def test_the_slow_worker_and_the_waiting_trainer_say_it(request, capsys, cell):
     assert main(["doctor", "--dir", str(run.out)]) == 0
     text = capsys.readouterr().out
     assert f"{sc.PROCESS_ROLE_WORKER} pid {w['pid']} on {w['host']} stuck in {w['call']} at {w['frame']}" in text
+    assert f"waits on:  {t['waits_for']}" in text
+
+
+VALIDATE_STEP = 5  # legacy_run's validate@5=3: the LLM server's engine 3 s slower on each validation request
+DECODE = "slowed_decode (standins.py:"  # where the stand-in LLM server's engine spends them
+
+
+def test_a_slow_validation_is_caught_in_the_llm_server_the_trainer_waits_on_the_agent_loop(legacy_run, capsys):
+    """The validation's generation: the trainer's validate phase waits on the agent-loop workers (their samples
+    wait on the LLM server's answers); the server, where the time went, is the incident's root."""
+    assert legacy_run.rc == 0, legacy_run.log_tail()
+    assert f"validate@{VALIDATE_STEP}=3" in legacy_run.slow
+    doc = _doctor(legacy_run.out, capsys)
+    brief = [(r["process_role"], r["phase"], r["step"], r["call"]) for r in doc["stalls"]]
+    trainer = [
+        r
+        for r in doc["stalls"]
+        if (r["process_role"], r["phase"], r["step"]) == (sc.PROCESS_ROLE_TRAINER, sc.PHASE_VALIDATE, VALIDATE_STEP)
+    ]
+    assert len(trainer) == 1, brief
+    t = trainer[0]
+    assert t["waits_for"] == "2 agent_loop_worker calls generate_sequences, ranks 0-1", t
+    mine = [r for r in doc["stalls"] if r["trace_id"] == t["trace_id"] and r is not t]
+    servers = [r for r in mine if r["process_role"] == sc.PROCESS_ROLE_ROLLOUT_SERVER]
+    assert len(servers) == 1, brief
+    server = servers[0]
+    assert server["call"] == sc.CALL_SERVER_REQUEST and server["frame"].startswith(DECODE), server
+    assert server["waiting_on"] == "" and server["pid"] and server["host"] and Path(server["evidence"]).is_file()
+    samples = [r for r in mine if r["process_role"] == sc.PROCESS_ROLE_AGENT_LOOP]
+    assert samples and all(r["call"] == sc.CALL_AGENT_SAMPLE and r["waiting_on"] for r in samples), samples
+    (inc,) = [i for i in doc["incidents"] if i["root"]["evidence"] == server["evidence"]]
+    waiting = {(x["process_role"], x["phase"]) for x in inc["waiting"]}
+    assert {(sc.PROCESS_ROLE_TRAINER, sc.PHASE_VALIDATE), (sc.PROCESS_ROLE_AGENT_LOOP, sc.CALL_AGENT_SAMPLE)} <= waiting
+    assert main(["doctor", "--dir", str(legacy_run.out)]) == 0
+    text = capsys.readouterr().out
+    where = f"{server['call']} at {server['frame']}"
+    assert f"{sc.PROCESS_ROLE_ROLLOUT_SERVER} pid {server['pid']} on {server['host']} stuck in {where}" in text
     assert f"waits on:  {t['waits_for']}" in text

@@ -150,6 +150,33 @@ def test_the_trainer_side_of_a_worker_group_call_tells_the_watch(monkeypatch, tm
         runtime.reset_for_tests()
 
 
+def test_the_trainer_waits_on_the_agent_loop_workers_while_they_generate(monkeypatch, tmp_path):
+    """verl's ``AgentLoopManager.generate_sequences`` (its ``auto_await`` put back on top by the hook): while the
+    workers generate, a trainer phase that stalls (a slow validation, a slow rollout) waits on them; then not."""
+    from verl.utils.ray_utils import auto_await
+
+    from verl_otel import runtime
+    from verl_otel.hooks.rollout import patch_legacy_manager
+
+    monkeypatch.setenv(sc.ENV_DIR, str(tmp_path))
+    runtime.reset_for_tests()
+    try:
+        watch = runtime.current().stalls
+        assert watch is not None
+        seen: list[list[str]] = []
+
+        async def generate_sequences(self: object, prompts: object) -> str:
+            seen.append([s.what for s in watch._sent.values()])  # while the workers generate
+            return "out"
+
+        manager = type("Manager", (), {"agent_loop_workers": ["w0", "w1"]})()
+        assert patch_legacy_manager(auto_await(generate_sequences))(manager, object()) == "out"
+        assert seen == [["2 agent_loop_worker calls generate_sequences, ranks 0-1"]]
+        assert not watch._sent  # answered: a later stall does not wait on it
+    finally:
+        runtime.reset_for_tests()
+
+
 def test_one_process_slow_in_one_call_after_another_is_one_incident_each():
     """A worker slow in compute_log_prob, then in compute_ref_log_prob (the same step, a second apart): two incidents,
     each with the trainer phase that waited on it."""

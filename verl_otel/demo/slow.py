@@ -21,8 +21,10 @@ PHASES = {
     "update_actor": "ActorRolloutRefWorker.update_actor",
     "update_critic": "TrainingWorker.train_mini_batch (critic)",
     "update_weights": "the weight transfer after that step's update: the demo checkpoint engine's first bucket send "
-    "(separate_async), or the stand-in rollout's load of the first bucket (colocated)",
+    "(separate_async), or the stand-in rollout's load of the first bucket (colocated: in the actor worker)",
     "tool": "the search tool's first call of that step (--agent tool; one call in the run)",
+    "validate": "the stand-in LLM server, every validation request on that step's weights (the validation after its "
+    "update): its engine works that long, off the event loop",
 }
 #: ``--hang PHASE@STEP=SECONDS``: blocks (a hang the stall detection catches, then lets go) where each phase works
 HANG_ENV = "VERL_OTEL_DEMO_HANG"
@@ -79,7 +81,8 @@ class SlowSpec:
 class RequestDelays:
     """What ``--slow`` asks of a training request of a step, in the LLM server (the stand-in's or verl's vLLM
     server): ``rollout`` for every request of that step, ``rollout_sample`` (the long tail) for its first one
-    only. Remembers at most one step per ``rollout_sample`` entry."""
+    only; ``validate`` for every validation request on that step's weights. Remembers at most one step per
+    ``rollout_sample`` entry."""
 
     def __init__(self, spec: SlowSpec | None = None, hang: SlowSpec | None = None) -> None:
         self.spec = SlowSpec.from_env() if spec is None else spec
@@ -89,6 +92,10 @@ class RequestDelays:
 
     def rollout_s(self, step: int) -> float:
         return self.spec.seconds("rollout", step)
+
+    def validate_s(self, version: int) -> float:
+        """``validate``: the extra seconds of a validation request on the weights of step ``version``."""
+        return self.spec.seconds("validate", version)
 
     def tail_s(self, step: int) -> float:
         """The long tail's seconds for this request if it is the step's first to ask, else 0."""

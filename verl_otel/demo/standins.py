@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import time
 from collections.abc import Generator
 from typing import Any, ClassVar, cast
 
@@ -139,6 +140,8 @@ class StubLLMServer:
             hang = self.delays.hang_s(step)
             if hang:  # --hang rollout: the server's event loop blocks, as a wedged engine's would
                 planted_hang(hang)
+        elif slow_s := self.delays.validate_s(self.version):  # validation runs on the weights of the step it checks
+            await asyncio.to_thread(slowed_decode, slow_s)
         await asyncio.sleep(delay)
         body = [self.rng.choice(self.word_ids) for _ in range(self.rng.randint(1, max(1, self.response_length - 4)))]
         budget = min(self.response_length, int(sampling_params.get("max_tokens") or self.response_length))
@@ -194,6 +197,12 @@ class StubLLMServer:
             "version": self.version,
             "aborted": self.n_aborted,
         }
+
+
+def slowed_decode(seconds: float) -> None:  # the frame a stall of a slowed validation names (--slow validate)
+    """The stand-in engine's work for one request, ``seconds`` longer: in a thread, as an engine's forward runs
+    beside the server's event loop (which goes on answering)."""
+    time.sleep(seconds)
 
 
 def _traceparent(sampling_params: dict[str, Any]) -> str | None:
@@ -322,10 +331,16 @@ class StubServerAdapter(BaseRollout):
             n_tensors += 1
             checksum += float(tensor.float().sum())
             if delay_s:  # a slow load of the first bucket (the demo's tiny model fits one)
-                await asyncio.sleep(delay_s)
+                slowed_load(delay_s)
                 delay_s = 0.0
         if self._server() is not None:
             await self._server().receive_weights.remote(global_steps, n_tensors, checksum)
+
+
+def slowed_load(seconds: float) -> None:  # the frame a stall of a slowed colocated weight sync names
+    """``--slow update_weights`` (colocated): loading the bucket into the engine takes ``seconds`` longer, on the
+    worker's event loop, as a copy into the engine's weights holds it."""
+    time.sleep(seconds)
 
 
 async def _aiter(items: Any) -> Any:

@@ -23,7 +23,7 @@ from verl_otel import semconv as sc
 from verl_otel import trackers
 from verl_otel.hooks._safe import safe
 from verl_otel.hooks.goodput import watch_occupancy
-from verl_otel.hooks.stall_watch import unwatch, watch
+from verl_otel.hooks.stall_watch import answered, sent, unwatch, watch
 from verl_otel.hooks.verl_objects import (
     meta_step,
     rollout_n,
@@ -100,6 +100,11 @@ class RayTotalBar(TotalBar):
 
     def late(self, exc: BaseException) -> bool:
         return type(exc).__name__ == "GetTimeoutError"  # busy workers (their first call, a loaded machine)
+
+
+def _send(manager: Any, blocking: bool) -> int | None:
+    workers = getattr(manager, "agent_loop_workers", None)
+    return sent(sc.PROCESS_ROLE_AGENT_LOOP, "generate_sequences", len(workers) if workers else None, blocking)
 
 
 def _dispatched(
@@ -184,7 +189,11 @@ def patch_legacy_manager(original: Callable[..., Any]) -> Callable[..., Any] | N
     @functools.wraps(inner)
     async def generate_sequences(self: Any, prompts: Any, *args: Any, **kwargs: Any) -> Any:
         dispatch = safe(_on_legacy_dispatch, self, prompts)
-        out = await inner(self, prompts, *args, **kwargs)
+        told = safe(_send, self, True)  # the trainer's rollout or validation now waits on the agent-loop workers
+        try:
+            out = await inner(self, prompts, *args, **kwargs)
+        finally:
+            safe(answered, told)
         if dispatch is not None:
             safe(_returned, *dispatch)
             if dispatch[0] == sc.MODE_TRAIN:
@@ -202,6 +211,7 @@ def tq_manager_generate(
     if tp is not None and hasattr(prompts, "set_non_tensor"):
         safe(prompts.set_non_tensor, sc.TRACEPARENT_KEY, tp)
     safe(_on_tq_dispatch, instance, prompts)
+    safe(_send, instance, False)  # v1: the samples go on after the dispatch returns (told, never answered)
     return wrapped(*args, **kwargs)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from verl_otel import semconv as sc
 from verl_otel.hooks._safe import safe
+from verl_otel.hooks.stall_watch import answered, sent
 
 
 def _attach(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], None] | None:
@@ -27,22 +28,8 @@ def _attach(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], None]
 
 
 def _send(group: Any, method: str, blocking: bool) -> int | None:
-    from verl_otel import trackers
-    from verl_otel.process.stall_record import sent_text
-
-    stalls = trackers.current().services.stalls()
-    if stalls is None:
-        return None
     size = getattr(group, "world_size", None)
-    return stalls.send(sent_text(sc.PROCESS_ROLE_WORKER, method, size if isinstance(size, int) else None), blocking)
-
-
-def _answered(token: int | None) -> None:
-    from verl_otel import trackers
-
-    stalls = trackers.current().services.stalls()
-    if stalls is not None:
-        stalls.answered(token)
+    return sent(sc.PROCESS_ROLE_WORKER, method, size if isinstance(size, int) else None, blocking)
 
 
 def _carrying(functor: Any, group: Any, method: str, blocking: bool) -> Any:
@@ -52,14 +39,14 @@ def _carrying(functor: Any, group: Any, method: str, blocking: bool) -> Any:
 
     def __call__(this: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N807
         undo = safe(_attach, args, kwargs) if method in sc.WORKER_SPAN_NAMES else None
-        sent = safe(_send, group, method, blocking)
+        told = safe(_send, group, method, blocking)
         try:
             return base.__call__(this, *args, **kwargs)
         finally:
             if undo is not None:
                 safe(undo)
-            if sent is not None:
-                safe(_answered, sent)
+            if told is not None:
+                safe(answered, told)
 
     return type(base.__name__, (base,), {"__call__": __call__})()
 
