@@ -300,8 +300,7 @@ def ours(line: str) -> bool:
 def _run_logged(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, quiet: bool | str, append: bool) -> int:
     """Run verl, everything into ``log_path``; on the console: nothing (``quiet=True``), our lines
     (``quiet="ours"``) or everything."""
-    # line-buffered: `tail -f demo.log` (and a test waiting on a line) sees each line as verl prints it
-    with open(log_path, "a" if append else "w", buffering=1) as log:
+    with open(log_path, "a" if append else "w", buffering=1) as log:  # by line: `tail -f` sees each as it comes
         proc = subprocess.Popen(
             cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
         )
