@@ -19,6 +19,7 @@ from verl_otel.cli.main import main
 
 pytestmark = pytest.mark.verl
 
+TOP = 40  # frames of a capture's summary read
 FRAME = "slowed_forward (cpu_plugin.py:"  # where the demo's slowed call spends its time, inside verl's engine
 #: the colocated weight sync's: the stand-in rollout's load of the weights, in the actor worker (demo/standins.py)
 FRAMES = {"update_weights": "slowed_load (standins.py:"}
@@ -123,3 +124,27 @@ def test_a_slow_validation_is_caught_in_the_llm_server_the_trainer_waits_on_the_
     where = f"{server['call']} at {server['frame']}"
     assert f"{sc.PROCESS_ROLE_ROLLOUT_SERVER} pid {server['pid']} on {server['host']} stuck in {where}" in text
     assert f"waits on:  {t['waits_for']}" in text
+
+
+@pytest.mark.parametrize("name", ["legacy_run", "fully_async_run"])
+def test_a_slowed_call_is_captured_while_it_is_slow(request, capsys, name):
+    """Issue 37's capture on an anomaly, for a call that is only slow (not hung): the process that stalled records
+    a sampling profile while it is still slow (py-spy, or its own sampler), and the capture's summary names the
+    slowed frame among the frames its time was spent under (the TOP first: the sampling goes on past the call's end).
+    Bounded per process (60 s apart): some of a run's stalls have none, at least one has."""
+    from verl_otel.analysis import captures
+
+    run = request.getfixturevalue(name)
+    assert run.rc == 0, run.log_tail()
+    doc = _doctor(run.out, capsys)
+    workers = [r for r in doc["stalls"] if r["process_role"] == sc.PROCESS_ROLE_WORKER and r["capture"]]
+    assert workers, [(r["process_role"], r["phase"], r["call"], r["capture"]) for r in doc["stalls"]]
+    named = []
+    for rec in workers:
+        got = captures.read(Path(rec["capture"]), top=TOP)
+        assert got.samples > 0 and got.thread, captures.to_text(got)
+        if any(h.frame.startswith(FRAME) for h in got.inclusive):
+            named.append(rec)
+    assert named, [captures.to_text(captures.read(Path(r["capture"]), top=TOP)) for r in workers]
+    assert main(["capture", named[0]["capture"], "--top", str(TOP)]) == 0
+    assert FRAME in capsys.readouterr().out
