@@ -1,6 +1,7 @@
 """Fixtures only; what the tests share besides them lives in tests/helpers/."""
 
 import logging
+import signal
 import subprocess
 import sys
 import time
@@ -17,6 +18,14 @@ from helpers.procs import TESTS, clean_env, run_py
 from helpers.prom import PromServer, available
 from helpers.tiers import TIMEOUT_S, item_tier
 from helpers.verl_runs import CAPTURE_NEXT, PROGRESS_LOG, STALL_MATRIX, TOOL_HANG_S, TOOL_THRESHOLDS, start_demo
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C reaches the processes the tests start as it reaches a terminal's job: a test run started in the
+    background of a shell without job control (``make test &``) ignores SIGINT, and an ignored signal is inherited
+    (a handler is not: a child starts with the default). tests/test_*run_end.py and test_e2e_readme.py send it."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects on the marks

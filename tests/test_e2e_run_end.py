@@ -126,13 +126,6 @@ def _alive(procs: list[tuple[int, str]]) -> list[int]:
     return alive
 
 
-def _as_a_terminal_job() -> None:
-    """SIGINT and SIGQUIT as a terminal's job has them: a test run started in the background of a shell without job
-    control (``pytest ... &``) ignores both, and its children would inherit that."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
-
-
 def _signalled_run(out: Path, case: Case, sig: int, grace_s: float | None = None) -> Ended:
     """The demo in its own process group; ``sig`` to the group while step SLOW_STEP's slowed phase runs (after
     step 1's metrics are out); with ``grace_s``, ``sig`` to the job's processes only and SIGKILL to the group that
@@ -150,7 +143,6 @@ def _signalled_run(out: Path, case: Case, sig: int, grace_s: float | None = None
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.STDOUT,
-        preexec_fn=_as_a_terminal_job,
     )
     seen: list[tuple[int, str]] = []
     signalled: list[str] = []
