@@ -143,7 +143,7 @@ BAD_SETTINGS = {
 }
 
 
-def _broken_then_silent(traces: BadCollector, metrics: BadCollector, settle_s: float = 5.0) -> threading.Thread:
+def _broken_then_silent(traces: BadCollector, metrics: BadCollector, settle_s: float = 2.0) -> threading.Thread:
     """Once both collectors were reached (the trace exporter resets, the metric exporter reads garbage) and
     ``settle_s`` more went by, both stop answering at all for the rest of the run: its end, the exporters' last
     flush against a collector that never answers, is the case that tests the shutdown bound."""

@@ -1,12 +1,13 @@
 """A real run ended by a signal mid-step keeps the step it was in, ended and marked, and ``doctor`` says so
-(issue 39). Two short v1 demo runs, each started as a terminal starts a job (its own process group) and signalled
-while step 2's actor update runs (made 30 s long): Ctrl-C (SIGINT to the group), and a scheduler's time limit
-(SIGTERM to the job's driver, SIGKILL to the group after a grace period). Ray ends the trainer (its TaskRunner actor,
-in a process group of its own) with SIGTERM and SIGKILL milliseconds apart once its driver goes, too few on a loaded
-machine: the driver's note (``ends/``) is read by the trainer, which writes its open step before the driver goes on
-to end. (Where the SIGTERM also reaches the Ray daemons the driver started, in its group, the raylet ends the trainer
-at once and the trainer's own end watch races those milliseconds: ``tests/test_run_end.py`` tests that path.)
-About 1.5 minutes each on 2 cores."""
+(issue 39). Four short demo runs, each started as a terminal starts a job (its own process group) and signalled in
+step 2 (the ``Case`` table): on v1 while its actor update runs (made 30 s long), Ctrl-C (SIGINT to the group) and a
+scheduler's time limit (SIGTERM to the job's driver, SIGKILL to the group after a grace period); the time limit on
+fully_async (its trainer an async Ray actor: fit() off the main thread); Ctrl-C on verl's vLLM rollout while its
+engine is stuck. Ray ends the trainer (an actor, in a process group of its own) with SIGTERM and SIGKILL
+milliseconds apart once its driver goes, too few on a loaded machine: the driver's note (``ends/``) is read by the
+trainer, which writes its open step before the driver goes on to end. (Where the SIGTERM also reaches the Ray
+daemons the driver started, in its group, the raylet ends the trainer at once and the trainer's own end watch races
+those milliseconds: ``tests/test_run_end.py`` tests that path.) 1-2 minutes each on 2 cores."""
 
 from __future__ import annotations
 
