@@ -108,21 +108,27 @@ def test_sigint_to_the_driver_makes_the_trainers_sigterm_an_interrupt(tmp_path, 
     assert text.startswith("run end:   interrupted") and f"SIGINT reached the driver pid {os.getpid()}" in text
 
 
-def test_the_drivers_ctrl_c_is_read_before_ray_ends_the_trainer(tmp_path, capsys):
-    """Ctrl-C reaches the driver, which leaves a note and waits (2 s at most) for the trainer to write its open step
-    before it goes on to end (Ray's shutdown then kills the trainer): here nothing signals the trainer at all."""
-    env = {**clean_env(), "VERL_OTEL_ENABLED": "1", sc.ENV_DIR: str(tmp_path), "VERL_OTEL_PROMETHEUS_PORT": "0"}
+def _note_acked(data: Path, mode: str, signal_name: str) -> tuple:
+    """drive_abrupt.py ``mode`` in step 2; a driver's ``signal_name`` note is left, and the trainer must ack it (it
+    wrote its open step) while nothing signals it. Its step and phases, once it is killed."""
+    env = {**clean_env(), "VERL_OTEL_ENABLED": "1", sc.ENV_DIR: str(data), "VERL_OTEL_PROMETHEUS_PORT": "0"}
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests" / "drive_abrupt.py"), "signal"], env=env, stdout=subprocess.PIPE, text=True
+        [sys.executable, str(ROOT / "tests" / "drive_abrupt.py"), mode], env=env, stdout=subprocess.PIPE, text=True
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "IN_STEP"
-        note = write_note(tmp_path, "SIGINT", sc.PROCESS_ROLE_DRIVER)
+        note = write_note(data, signal_name, sc.PROCESS_ROLE_DRIVER)
         assert note is not None and wait_ack(note, 5.0), "the trainer never acked the driver's note"
     finally:
         proc.kill()
         proc.wait(30)
-    step, spans = _step_and_phases(tmp_path)
+    return _step_and_phases(data)
+
+
+def test_the_drivers_ctrl_c_is_read_before_ray_ends_the_trainer(tmp_path, capsys):
+    """Ctrl-C reaches the driver, which leaves a note and waits (2 s at most) for the trainer to write its open step
+    before it goes on to end (Ray's shutdown then kills the trainer): here nothing signals the trainer at all."""
+    step, spans = _note_acked(tmp_path, "signal", "SIGINT")
     assert step.attributes[sc.ATTR_RUN_END_REASON] == sc.END_INTERRUPTED
     assert spans[sc.PHASE_UPDATE_ACTOR].attributes[sc.ATTR_RUN_END_PROCESS_ROLE] == sc.PROCESS_ROLE_DRIVER
 
@@ -130,18 +136,7 @@ def test_the_drivers_ctrl_c_is_read_before_ray_ends_the_trainer(tmp_path, capsys
 def test_a_trainer_off_the_main_thread_reads_the_drivers_note(tmp_path):
     """fully_async's trainer is an async Ray actor: its fit() runs on a thread of Ray's, where the signal watch
     cannot be installed. A thread of the watch's own still reads the driver's note and writes the open step."""
-    env = {**clean_env(), "VERL_OTEL_ENABLED": "1", sc.ENV_DIR: str(tmp_path), "VERL_OTEL_PROMETHEUS_PORT": "0"}
-    proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests" / "drive_abrupt.py"), "thread"], env=env, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "IN_STEP"
-        note = write_note(tmp_path, "SIGTERM", sc.PROCESS_ROLE_DRIVER)
-        assert note is not None and wait_ack(note, 5.0), "the trainer never acked the driver's note"
-    finally:
-        proc.kill()
-        proc.wait(30)
-    step, spans = _step_and_phases(tmp_path)
+    step, spans = _note_acked(tmp_path, "thread", "SIGTERM")
     assert step.attributes[sc.ATTR_RUN_END_REASON] == sc.END_TERMINATED
     assert spans[sc.PHASE_UPDATE_ACTOR].attributes[sc.ATTR_RUN_END_PROCESS_ROLE] == sc.PROCESS_ROLE_DRIVER
 
