@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from helpers.procs import clean_env
+from helpers.real_stack import scrape
 from helpers.traces import load_spans
 from helpers.verl_runs import vllm_demo_cmd
 
@@ -67,9 +68,8 @@ FULLY_ASYNC = Case(
     "fully_async",
     ("--slow", f"update_actor@{SLOW_STEP}=30"),
     sc.PHASE_UPDATE_ACTOR,
-    re.compile(r"ray::WorkerDict"),  # an async actor: Ray does not retitle it per call; step 2 updates at once
+    re.compile(r"ray::WorkerDict"),  # an async actor: Ray does not retitle it per call (the trainer's gauge says)
     frozenset({sc.PHASE_ROLLOUT, sc.PHASE_REF}),
-    settle_s=5.0,
     kept=frozenset({1}),  # its rollouter validates before training, not in a trainer step
 )
 #: verl's vLLM rollout: vLLM's engine stops for a minute at step SLOW_STEP's first token (demo/vllm_slow.py),
@@ -127,6 +127,19 @@ def _alive(procs: list[tuple[int, str]]) -> list[int]:
     return alive
 
 
+def _trainer_runs(out: Path, phase: str) -> bool:
+    """The trainer's own /metrics (its target in ``prometheus_targets.json``) says ``phase`` runs now: after step
+    1's line, that is step SLOW_STEP's (a process title cannot say it where Ray does not retitle per call, and a
+    fixed wait after the title is a guess on a loaded machine: CI's fully_async run was still in its rollout)."""
+    try:
+        groups = json.loads((out / "prometheus_targets.json").read_text())
+    except (OSError, ValueError):
+        return False
+    active = re.compile(rf'^{sc.PHASE_ACTIVE.name}{{[^}}]*phase="{re.escape(phase)}"[^}}]*}} 1(\.0)?$', re.M)
+    trainers = [g for g in groups if g.get("labels", {}).get(sc.LABEL_PROCESS_ROLE) == sc.PROCESS_ROLE_TRAINER]
+    return any(active.search(scrape(f"http://{t}/metrics")) for g in trainers for t in g.get("targets", []))
+
+
 def _signalled_run(out: Path, case: Case, sig: int, grace_s: float | None = None) -> Ended:
     """The demo in its own process group; ``sig`` to the group while step SLOW_STEP's slowed phase runs (after
     step 1's metrics are out); with ``grace_s``, ``sig`` to the job's processes only and SIGKILL to the group that
@@ -153,7 +166,8 @@ def _signalled_run(out: Path, case: Case, sig: int, grace_s: float | None = None
         while proc.poll() is None and time.monotonic() < deadline and not sent:
             seen = _tree(proc.pid) or seen
             log = (out / "demo.log").read_text(errors="replace") if (out / "demo.log").exists() else ""
-            if re.search(r"\[verl-otel\] step 1/", log) and any(case.running.search(a) for _, a in seen):
+            step_1 = re.search(r"\[verl-otel\] step 1/", log)
+            if step_1 and any(case.running.search(a) for _, a in seen) and _trainer_runs(out, case.phase):
                 time.sleep(case.settle_s)  # well inside the slowed phase
                 seen = _tree(proc.pid) or seen
                 if grace_s is None:
