@@ -180,7 +180,8 @@ def separate_async_run(tmp_path_factory):
     """Scraped: the phase histograms must count each of a step's repeated phases. RL-Insight on beside verl-otel
     (helpers/rl_insight.py: its server, its hub actor in the run; ``run.extra["rl_insight"]``), with OTEL_* values
     meant for verl-otel's Collector in the environment: every other test of the run checks ours stay whole. The
-    stall matrix's cells: the third calls of old_log_prob and update_actor, in step 2."""
+    stall matrix's cells: the third calls of old_log_prob and update_actor, in step 2, and the weight sync through
+    the checkpoint engine after step 2's update."""
     from helpers.rl_insight import RLInsight
 
     rli = RLInsight(tmp_path_factory.mktemp("rl-insight")).start()
@@ -189,7 +190,7 @@ def separate_async_run(tmp_path_factory):
             tmp_path_factory.mktemp("demo-separate"),
             "separate_async",
             3,
-            ["old_log_prob@3=3", "update_actor@3=3"],
+            ["old_log_prob@3=3", "update_actor@3=3", "update_weights@2=3"],
             scrape=True,
             probe=rli.probe,
             extra_env={**rli.env, **STALL_MATRIX},

@@ -117,7 +117,7 @@ def test_validation_generations_are_events_of_each_validate_span(separate_async_
 def test_the_gloo_weight_sync_parts_sit_under_update_weights(separate_async_run):
     """Both sides of each step's sync to the standalone replica (the demo's gloo checkpoint engine, a verl plugin):
     the actor's weights.sync and the replica's weights.receive under the trainer's update_weights, every byte
-    counted, their parts under them."""
+    counted, their parts under them (step 2's slowed sync has its stalls beside them: test_e2e_stall_matrix)."""
     run = separate_async_run
     spans = _spans(run)
     model = _model_bytes(run.out / "assets" / "tiny_model")
@@ -129,7 +129,7 @@ def test_the_gloo_weight_sync_parts_sit_under_update_weights(separate_async_run)
         ]
         assert sync.parent_id == phase.span_id and sync.attributes[sc.ATTR_WSYNC_MODE] == "cpu_gloo"
         assert sync.attributes[sc.ATTR_WSYNC_BYTES] == model and sync.attributes[sc.ATTR_GLOBAL_STEP] == number
-        parts = Counter(s.name for s in tree.spans if s.parent_id == sync.span_id)
+        parts = Counter(s.name for s in tree.spans if s.parent_id == sync.span_id and s.name != sc.SPAN_STALL)
         assert parts == Counter({sc.SPAN_WEIGHT_GATHER: 1, sc.SPAN_WEIGHT_TRANSFER: 1, sc.SPAN_WEIGHT_BUCKET: 1})
         # the replica's side: its CheckpointEngineWorker (another process) received every byte under the same phase
         (recv,) = [s for s in tree.spans if s.name == sc.SPAN_WEIGHT_RECEIVE]
@@ -140,7 +140,7 @@ def test_the_gloo_weight_sync_parts_sit_under_update_weights(separate_async_run)
         assert recv.resource["process.pid"] != sync.resource["process.pid"]
         assert recv.start_ns >= phase.start_ns and recv.end_ns <= phase.end_ns
         assert recv.attributes[sc.ATTR_WSYNC_RECEIVE_S] > 0 and recv.attributes[sc.ATTR_WSYNC_LOAD_S] > 0
-        parts = Counter(s.name for s in tree.spans if s.parent_id == recv.span_id)
+        parts = Counter(s.name for s in tree.spans if s.parent_id == recv.span_id and s.name != sc.SPAN_STALL)
         assert parts == Counter({sc.SPAN_WEIGHT_RECEIVE_PULL: 1, sc.SPAN_WEIGHT_LOAD: 1, sc.SPAN_WEIGHT_BUCKET: 1})
     # no receive outside a step's phase (the sync before the first step has no trace: stall watch only)
     assert sum(s.name == sc.SPAN_WEIGHT_RECEIVE for s in spans) == run.steps

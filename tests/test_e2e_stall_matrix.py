@@ -150,3 +150,39 @@ def test_a_slowed_call_is_captured_while_it_is_slow(request, capsys, name):
     rec, want = named[0]
     assert main(["capture", rec["capture"], "--top", str(TOP)]) == 0
     assert want in capsys.readouterr().out
+
+
+SYNC_STEP = 2  # separate_async_run's update_weights@2=3: the sync after step 2's update, its payload 3 s late
+SEND = "slowed_send (cpu_checkpoint_engine.py:"  # the sender's transfer thread, where the demo's slow link is
+RECEIVE = "_broadcast (cpu_checkpoint_engine.py:"  # a receiver awaiting the payload
+
+
+def test_a_slow_weight_sync_through_a_checkpoint_engine_is_rooted_in_its_sender(separate_async_run, capsys):
+    """separate_async syncs its standalone replicas through the demo's gloo checkpoint engine (a verl plugin). The
+    actor worker's send and each replica worker's receive are async actor methods, which Ray runs in a compiled
+    coroutine that shows no frame: the stall reads verl's own coroutine (hooks/weight_sync.py). The sender's record
+    names the slowed frame; each replica's where it awaits the payload; the trainer's update_weights says whom it
+    waits on; doctor makes them one incident rooted in the sender, the replicas and the trainer waiting."""
+    run = separate_async_run
+    assert run.rc == 0, run.log_tail()
+    doc = _doctor(run.out, capsys)
+    brief = [(r["process_role"], r["phase"], r["step"], r["call"], r["frame"]) for r in doc["stalls"]]
+    sync = [r for r in doc["stalls"] if r["phase"] == sc.PHASE_UPDATE_WEIGHTS and r["step"] == SYNC_STEP]
+    (sender,) = [r for r in sync if r["call"] == sc.CALL_WEIGHT_SEND] or [brief]
+    assert sender["process_role"] == sc.PROCESS_ROLE_WORKER and sender["frame"].startswith(SEND), sender
+    assert sender["waiting_on"] == "" and sender["kind"] == sc.STALL_COLLECTIVE and Path(sender["evidence"]).is_file()
+    receivers = [r for r in sync if r["call"] == sc.CALL_WEIGHT_RECEIVE]
+    assert receivers, brief
+    for r in receivers:
+        assert r["process_role"] == sc.PROCESS_ROLE_REPLICA_WORKER and r["frame"].startswith(RECEIVE), r
+        assert r["waiting_on"] == sc.STALL_WAIT_AWAIT and r["pid"] != sender["pid"] and Path(r["evidence"]).is_file()
+    (trainer,) = [r for r in sync if r["process_role"] == sc.PROCESS_ROLE_TRAINER] or [brief]
+    assert "train_worker call update_weights" in trainer["waits_for"], trainer
+    (inc,) = [i for i in doc["incidents"] if i["root"]["evidence"] == sender["evidence"]]
+    waiting = {(x["process_role"], x["call"]) for x in inc["waiting"]}
+    assert (sc.PROCESS_ROLE_TRAINER, sc.PHASE_UPDATE_WEIGHTS) in waiting, inc
+    assert (sc.PROCESS_ROLE_REPLICA_WORKER, sc.CALL_WEIGHT_RECEIVE) in waiting, inc
+    assert main(["doctor", "--dir", str(run.out)]) == 0
+    text = capsys.readouterr().out
+    where = f"{sender['call']} at {sender['frame']}"
+    assert f"{sc.PROCESS_ROLE_WORKER} pid {sender['pid']} on {sender['host']} stuck in {where}" in text, text

@@ -210,6 +210,40 @@ def test_what_a_stuck_stack_waits_on():
     assert stall_frames.waiting_on(None) == ""
     poll = _stack(verl.replace("ray_trainer", "v1/replay_buffer"), func="_wait_for_next_poll")
     assert stall_frames.waiting_on(poll) == sc.STALL_WAIT_POLL  # v1's trainer sleeps between polls for samples
+    # verl's NCCL checkpoint engine broadcasts through Ray's collective library: its own part of a collective
+    nccl = "/x/site-packages/verl/checkpoint_engine/nccl_checkpoint_engine.py"
+    assert stall_frames.waiting_on(_stack(nccl, "/x/site-packages/ray/util/collective/collective.py")) == ""
+
+
+def test_a_slow_weight_sync_is_rooted_in_its_sender_the_receivers_beside_it():
+    """A slow link: the actor's send and every replica's receive sit in the transfer (a collective, neither waits
+    on a tracked call), the trainer waits on the sync. The sender is the root whichever side was caught first;
+    the replicas are its peers, not roots of their own, and not deeper than it."""
+    sync = {"phase": sc.PHASE_UPDATE_WEIGHTS, "kind": sc.STALL_COLLECTIVE}
+    replicas = [
+        rec(sc.PROCESS_ROLE_REPLICA_WORKER, sc.CALL_WEIGHT_RECEIVE, at=2.0, elapsed=2.0, pid=20 + i, **sync)
+        for i in range(2)
+    ]
+    sender = rec(sc.PROCESS_ROLE_WORKER, sc.CALL_WEIGHT_SEND, at=2.5, elapsed=2.4, pid=10, **sync)
+    trainer = rec(sc.PROCESS_ROLE_TRAINER, sc.PHASE_UPDATE_WEIGHTS, at=3, elapsed=3, waits=sc.STALL_WAIT_RAY, pid=1)
+    [inc] = group([*replicas, sender, trainer])
+    assert inc.root is sender and inc.root_caught
+    assert {r.pid for r in inc.peers} == {20, 21} and inc.waiting == [trainer]
+    # receivers that await the payload (their frames show the await) wait on it
+    waiting = [
+        rec(
+            sc.PROCESS_ROLE_REPLICA_WORKER,
+            sc.CALL_WEIGHT_RECEIVE,
+            at=2.0,
+            elapsed=2.0,
+            pid=20 + i,
+            waits=sc.STALL_WAIT_AWAIT,
+            **sync,
+        )
+        for i in range(2)
+    ]
+    [inc] = group([*waiting, sender, trainer])
+    assert inc.root is sender and not inc.peers and {r.pid for r in inc.waiting} == {1, 20, 21}
 
 
 def test_a_shallower_process_whose_frames_show_no_wait_still_waits_on_the_deeper_one():

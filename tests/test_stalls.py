@@ -167,6 +167,18 @@ def test_innermost_skips_stdlib_and_picks_the_working_thread():
     ]
     frame, stack = stall_frames.innermost(stacks, prefer=1)
     assert stall_frames.frame_text(frame) == "compute_score (my_reward.py:12)" and stack.ident == 2
+    # another thread idle in its own event loop (verl's TransferQueue bridge), deeper: not where the call is
+    loop = "/usr/lib/python3.11/asyncio/base_events.py"
+    idle = (
+        ("/usr/lib/python3.11/threading.py", 1, "run"),
+        ("/x/site-packages/verl/utils/transferqueue_utils.py", 80, "_run_event_loop_forever"),
+        *((loop, 2, "run_forever"), (loop, 3, "_run_once"), ("/usr/lib/python3.11/selectors.py", 4, "select")) * 3,
+    )
+    frame, stack = stall_frames.innermost([*stacks, stall_frames.ThreadStack(3, "bridge", idle)], prefer=1)
+    assert stall_frames.frame_text(frame) == "compute_score (my_reward.py:12)" and stack.ident == 2
+    busy = (*idle, ("/usr/lib/python3.11/asyncio/events.py", 5, "_run"), ("/x/site-packages/verl/a.py", 6, "convert"))
+    frame, stack = stall_frames.innermost([*stacks, stall_frames.ThreadStack(3, "bridge", busy)], prefer=1)
+    assert stall_frames.frame_text(frame) == "convert (a.py:6)" and stack.ident == 3  # running a callback: working
     assert stall_frames.classify(sc.CALL_REWARD, stack.frames) == sc.STALL_REWARD
     collective = (("/x/site-packages/torch/distributed/distributed_c10d.py", 9, "all_reduce"),)
     assert stall_frames.classify(sc.PHASE_UPDATE_ACTOR, collective) == sc.STALL_COLLECTIVE
@@ -198,6 +210,54 @@ def test_an_awaiting_call_points_at_its_await_chain(watch):
     [stall] = asyncio.run(main())
     assert stall.frame.startswith("sample (test_stalls.py:") and stall.kind == sc.STALL_ROLLOUT
     assert "Awaiting" in Path(stall.evidence).read_text()
+
+
+def test_a_call_behind_a_frameless_coroutine_points_at_the_coroutine_it_awaits(watch):
+    """Ray runs an async actor's method in a compiled coroutine that shows no frame and no await chain: a weight
+    sync's stall reads the chain of the verl coroutine its hook awaits (hooks/weight_sync.py), down through the
+    ``async for`` over the checkpoint engine's stream (an asend object, which names its generator only to the GC)."""
+    import asyncio
+
+    class Compiled:  # Ray's compiled coroutine: awaits what it holds, shows no frame
+        def __init__(self, coro) -> None:
+            self.coro = coro
+
+        def __await__(self):
+            return self.coro.__await__()
+
+    async def broadcast(gate: asyncio.Event) -> None:
+        await gate.wait()
+
+    async def receive_weights(gate: asyncio.Event):
+        await broadcast(gate)
+        yield "w"
+
+    async def update_weights(gate: asyncio.Event) -> None:  # verl's CheckpointEngineWorker.update_weights
+        async for _ in receive_weights(gate):
+            pass
+
+    async def hooked(gate: asyncio.Event) -> list:
+        coro = update_weights(gate)
+        held = watch.enter(sc.PHASE_UPDATE_WEIGHTS, call=sc.CALL_WEIGHT_RECEIVE, step=1, awaits=coro)
+        blind = watch.enter(sc.PHASE_UPDATE_WEIGHTS, call=sc.CALL_WEIGHT_SEND, step=2)  # the running task's chain
+        waiter = asyncio.ensure_future(coro)
+        await asyncio.sleep(0.3)
+        found = await asyncio.to_thread(watch.check)
+        gate.set()
+        await waiter
+        watch.exit(held)
+        watch.exit(blind)
+        return found
+
+    async def main() -> list:
+        return await asyncio.ensure_future(Compiled(hooked(asyncio.Event())))
+
+    stalls = {s.call: s for s in asyncio.run(main())}
+    received = stalls[sc.CALL_WEIGHT_RECEIVE]
+    assert received.frame.startswith("broadcast (test_stalls.py:"), received
+    assert received.waiting_on == sc.STALL_WAIT_AWAIT and received.kind == sc.STALL_COLLECTIVE
+    assert "receive_weights (test_stalls.py:" in Path(received.evidence).read_text()
+    assert not stalls[sc.CALL_WEIGHT_SEND].frame.startswith("broadcast")  # what the frameless chain hid
 
 
 def test_native_stacks_by_py_spy_or_one_line(tmp_path):

@@ -30,7 +30,8 @@ _DEPTH = {
     sc.PROCESS_ROLE_OTHER: 1,
     sc.PROCESS_ROLE_REWARD: 2,
     sc.PROCESS_ROLE_ROLLOUT_SERVER: 2,
-    sc.PROCESS_ROLE_REPLICA_WORKER: 2,
+    # the trainer's checkpoint-engine manager calls the replicas' receive beside the actor workers' send
+    sc.PROCESS_ROLE_REPLICA_WORKER: 1,
 }
 
 
@@ -125,8 +126,9 @@ def _start(r: StallRecord) -> float:
 
 
 def _root_first(records: list[StallRecord]) -> list[StallRecord]:
-    """The deepest first (what the others wait on), then the earliest started."""
-    return sorted(records, key=lambda r: (-_depth(r), _start(r), r.host, r.pid or 0))
+    """The deepest first (what the others wait on), a weight sync's sender before its receivers (what they
+    receive, it sends: in a slow collective both sides sit in the transfer), then the earliest started."""
+    return sorted(records, key=lambda r: (-_depth(r), r.call == sc.CALL_WEIGHT_RECEIVE, _start(r), r.host, r.pid or 0))
 
 
 def _fit(waiter: StallRecord, group: list[StallRecord]) -> tuple[int, float] | None:

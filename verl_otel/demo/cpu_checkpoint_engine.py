@@ -68,6 +68,13 @@ def slowed_transfer(global_steps: int | None) -> float:
     return seconds
 
 
+def slowed_send(seconds: float) -> None:  # the frame a stall of a slowed checkpoint-engine sync names
+    """``--slow update_weights`` through a checkpoint engine: the sender's transfer thread spends ``seconds`` more
+    on the payload, as a slow link holds a real engine's broadcast thread (verl's NCCL engine broadcasts in an
+    executor thread); the receivers wait for it."""
+    time.sleep(seconds)
+
+
 def _wait_for_transfer(seconds: float) -> None:
     """The planted hang: a transfer whose other side does not answer, for ``seconds``."""
     deadline = time.monotonic() + seconds
@@ -157,7 +164,7 @@ class GlooCheckpointEngine(CheckpointEngine):
         await self._broadcast(torch.tensor([meta_bytes.numel(), payload.numel(), int(last)], dtype=torch.int64))
         await self._broadcast(meta_bytes)
         if delay_s:  # --slow update_weights: a slow link, the receivers wait for the payload
-            await asyncio.sleep(delay_s)
+            await asyncio.to_thread(slowed_send, delay_s)
         if payload.numel():
             await self._broadcast(payload)
         return payload.numel()

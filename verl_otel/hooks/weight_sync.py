@@ -90,11 +90,12 @@ def _time_receive(engine: Any) -> None:
         engine.receive_weights = _TimedReceive(receive)
 
 
-def _watch(call: str, step: int, parent: Any) -> int | None:
+def _watch(call: str, step: int, parent: Any, coro: Coroutine[Any, Any, Any]) -> int | None:
     stalls = trackers.current().services.stalls()
     if stalls is None:
         return None
-    return stalls.enter(sc.PHASE_UPDATE_WEIGHTS, call=call, step=step, parent=parent)
+    # the stall reads verl's coroutine: Ray runs the actor method in a compiled coroutine that shows no await chain
+    return stalls.enter(sc.PHASE_UPDATE_WEIGHTS, call=call, step=step, parent=parent, awaits=coro)
 
 
 def _end(sync: Any, exc: BaseException | None) -> None:
@@ -104,7 +105,7 @@ def _end(sync: Any, exc: BaseException | None) -> None:
 
 
 async def _synced(coro: Coroutine[Any, Any, Any], call: str, step: int, sync: Any) -> Any:
-    token = safe(_watch, call, step, sync.span if sync is not None else None)
+    token = safe(_watch, call, step, sync.span if sync is not None else None, coro)
     ctx = _SYNC.set(sync) if sync is not None else None
     try:
         with on_exit(unwatch, token), on_exit(_end, sync):

@@ -6,6 +6,8 @@ Plain values only (file name, line, function), so the evidence writer and the do
 
 from __future__ import annotations
 
+import gc
+import inspect
 import os
 import re
 import sys
@@ -79,26 +81,42 @@ def frame_text(frame: Frame) -> str:
     return f"{func} ({os.path.basename(filename)}:{line})"
 
 
-def task_stack(task: Any) -> ThreadStack | None:
-    """The await chain of an asyncio task (a coroutine suspended in ``await`` is on no thread's stack): the
-    agent-loop sample or reward call that entered the watch, outermost first."""
+def await_chain(coro: Any, name: str) -> ThreadStack | None:
+    """The await chain from ``coro`` down (a coroutine suspended in ``await`` is on no thread's stack), outermost
+    first: the agent-loop sample or reward call that entered the watch, or the verl coroutine a hook awaits."""
     try:
-        coro, out = task.get_coro(), list[Frame]()
+        out = list[Frame]()
         while coro is not None and len(out) < MAX_FRAMES:
-            frame = (
-                getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None) or getattr(coro, "gi_frame", None)
-            )
+            frame = _first(coro, ("cr_frame", "ag_frame", "gi_frame"))
             if frame is None:
-                break
+                # ``async for`` awaits the generator's asend object, which names its generator only to the GC
+                gen = _asend_generator(coro)
+                if gen is None:
+                    break
+                coro = gen
+                continue
             out.append((frame.f_code.co_filename, frame.f_lineno or 0, frame.f_code.co_name))
-            coro = (
-                getattr(coro, "cr_await", None)
-                or getattr(coro, "ag_await", None)
-                or getattr(coro, "gi_yieldfrom", None)
-            )
-        return ThreadStack(TASK_IDENT, f"asyncio task {task.get_name()}", tuple(out)) if out else None
+            coro = _first(coro, ("cr_await", "ag_await", "gi_yieldfrom"))
+        return ThreadStack(TASK_IDENT, name, tuple(out)) if out else None
+    except Exception:  # noqa: BLE001 - a coroutine that finished meanwhile: no chain
+        return None
+
+
+def task_stack(task: Any) -> ThreadStack | None:
+    """An asyncio task's await chain (see :func:`await_chain`)."""
+    try:
+        return await_chain(task.get_coro(), f"asyncio task {task.get_name()}")
     except Exception:  # noqa: BLE001 - a task that finished meanwhile: no chain
         return None
+
+
+_ASEND = ("async_generator_asend", "async_generator_athrow")
+
+
+def _asend_generator(obj: Any) -> Any:
+    if type(obj).__name__ not in _ASEND:
+        return None
+    return next((r for r in gc.get_referents(obj) if inspect.isasyncgen(r)), None)
 
 
 def _first(obj: Any, names: tuple[str, ...]) -> Any:
@@ -120,10 +138,24 @@ def innermost(stacks: Iterable[ThreadStack], prefer: int | None = None) -> tuple
     candidates = [s for s in stacks if not s.name.startswith("verl-otel")]
     candidates.sort(key=lambda s: (s.ident != prefer, s.ident == TASK_IDENT, -len(s.frames)))
     for stack in candidates:
-        for frame in reversed(stack.frames):
+        working = stack.frames if stack.ident in (prefer, TASK_IDENT) else _in_its_loop(stack.frames)
+        for frame in reversed(working):
             if is_relevant(frame[0]):
                 return frame, stack
     return None, None
+
+
+def _in_its_loop(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
+    """The frames an event loop thread runs now: those inside its loop's last ``_run_once``. Another thread idle in
+    its loop (verl's TransferQueue bridge, ``_run_event_loop_forever``) is not where a call is stuck."""
+    for i in range(len(frames) - 1, -1, -1):
+        filename, _, func = frames[i]
+        if func == "_run_once" and filename.endswith(_BASE_EVENTS):
+            return frames[i + 1 :]
+    return frames
+
+
+_BASE_EVENTS = f"asyncio{_SEP}base_events.py"
 
 
 #: what a stuck thread or task waits on, by the frames inside its innermost verl or user frame: another process'
@@ -133,6 +165,9 @@ _WAIT_PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (sc.STALL_WAIT_HTTP, tuple(f"{_SEP}{p}" for p in ("aiohttp", "httpx", "httpcore", "urllib3", "requests", "http"))),
 )
 
+#: frames that look like a wait on another process but are this process' part of a collective (verl's NCCL checkpoint
+#: engine broadcasts through Ray's collective library): its own work, as a torch.distributed collective is
+_COLLECTIVE_PARTS = (f"{_SEP}ray{_SEP}util{_SEP}collective{_SEP}",)
 #: verl's own frames that wait on other processes without a Ray or HTTP frame inside (a sleep between polls)
 _WAIT_FUNCS: dict[str, str] = {"_wait_for_next_poll": sc.STALL_WAIT_POLL}  # v1's ReplayBuffer, for samples
 
@@ -141,7 +176,7 @@ def waiting_on(stack: ThreadStack | None) -> str:
     """What the stuck stack waits on (semconv STALL_WAIT_*), "" when it is doing the work itself: a Ray
     ``get``/``wait`` or an HTTP request inside its innermost verl or user frame, a verl frame known to poll for
     other processes' results, or an asyncio task suspended in ``await`` (no thread runs its code: it waits on
-    what it awaits)."""
+    what it awaits). A collective (Ray's collective library included) is the process' own work."""
     if stack is None:
         return ""
     inner: list[str] = []
@@ -151,6 +186,8 @@ def waiting_on(stack: ThreadStack | None) -> str:
                 return _WAIT_FUNCS[func]
             break
         inner.append(filename)
+    if any(p in fn for fn in inner for p in _COLLECTIVE_PARTS):
+        return ""
     for what, parts in _WAIT_PARTS:
         if any(p in fn for fn in inner for p in parts):
             return what

@@ -36,6 +36,9 @@ class _Call:
     thread: int
     parent: otel_context.Context | None
     task: Any = None  # the asyncio task that entered (its await chain is on no thread's stack)
+    #: the coroutine the call awaits, where the task's own chain cannot be read (Ray runs an async actor method in
+    #: a compiled coroutine, which shows no frame): the chain is read from here
+    awaits: Any = None
     stalled: bool = False
 
 

@@ -21,7 +21,7 @@ import statistics
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -81,16 +81,24 @@ class StallWatch:
 
     # -- from the hooks (training threads): a dict entry, nothing else -----------------------------
     def enter(
-        self, phase: str, call: str | None = None, step: int = -1, parent: Span | otel_context.Context | None = None
+        self,
+        phase: str,
+        call: str | None = None,
+        step: int = -1,
+        parent: Span | otel_context.Context | None = None,
+        awaits: Coroutine[Any, Any, Any] | None = None,
     ) -> int | None:
         """A call of ``phase`` started (``call``: its own name, e.g. ``worker.update_actor``); returns the
-        token for :meth:`exit`. ``parent``: the span (or context) its stall span goes under."""
+        token for :meth:`exit`. ``parent``: the span (or context) its stall span goes under; ``awaits``: the
+        coroutine the call awaits, whose chain a stall reads (else the running task's)."""
         if self._thread is None:
             self._start()
         token = next(self._ids)
         ctx = trace.set_span_in_context(parent) if isinstance(parent, Span) else parent
         task = asyncio.current_task() if asyncio._get_running_loop() is not None else None
-        self._calls[token] = _Call(phase, call or phase, step, time.monotonic(), threading.get_ident(), ctx, task)
+        self._calls[token] = _Call(
+            phase, call or phase, step, time.monotonic(), threading.get_ident(), ctx, task, awaits
+        )
         return token
 
     def exit(self, token: int | None) -> None:
@@ -307,7 +315,10 @@ class StallWatch:
         self._evidence.append(Path(stall.evidence), text + frames.format_stacks(stacks))
 
     def _stacks(self, c: _Call) -> list[frames.ThreadStack]:
-        chain = frames.task_stack(c.task) if c.task is not None else None
+        if c.awaits is not None:
+            chain = frames.await_chain(c.awaits, f"awaited by {c.call}")
+        else:
+            chain = frames.task_stack(c.task) if c.task is not None else None
         return ([chain] if chain else []) + frames.capture()
 
     def _header(self, s: Stall) -> str:
