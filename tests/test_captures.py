@@ -18,7 +18,7 @@ from verl_otel import semconv as sc
 from verl_otel.analysis import captures
 from verl_otel.analysis.otlp_json import read_file
 from verl_otel.cli.main import main
-from verl_otel.config import CaptureSettings, load
+from verl_otel.config import CaptureSettings
 from verl_otel.export.captures import Captures
 from verl_otel.export.stall_evidence import find_py_spy
 
@@ -157,9 +157,6 @@ def test_captures_stop_at_their_bounds(tmp_path):
     assert caps.start("f", "values", 1) is None  # three of a process
     off = Captures(CaptureSettings(enabled=False), tmp_path, py_spy="")
     assert off.start("g", "ref", 1) is None
-    # one setting turns captures off, the next step's profile by verl's profiler included
-    assert load({sc.ENV_CAPTURE_NEXT: "1"}, report=False).capture.next_step
-    assert not load({sc.ENV_CAPTURE: "0", sc.ENV_CAPTURE_NEXT: "1"}, report=False).capture.next_step
     for t in caps.threads:
         t.join(5)
     assert not list(tmp_path.iterdir()), "another pid's stacks are not this process' to sample"

@@ -205,12 +205,11 @@ class CaptureSettings:
 
 
 def _capture(r: _Reader) -> CaptureSettings:
-    enabled = r.flag(sc.ENV_CAPTURE, True)
     return CaptureSettings(
-        enabled=enabled,
+        enabled=r.flag(sc.ENV_CAPTURE, True),
         seconds=r.number(sc.ENV_CAPTURE_SECONDS, 5.0, 0.1, 600.0),
         max_per_process=r.integer(sc.ENV_CAPTURE_MAX, 4, 0, 1000),
-        next_step=enabled and r.flag(sc.ENV_CAPTURE_NEXT, False),  # captures off: the next step's profile too
+        next_step=r.flag(sc.ENV_CAPTURE_NEXT, False),
     )
 
 

@@ -137,8 +137,7 @@ ENV_DOC: Final[dict[str, tuple[str, str]]] = {
     ENV_CAPTURE: (
         "`1`",
         "a stalled process records a sampling profile of itself while it is stuck (`py-spy record`, or its own "
-        "stack sampling where py-spy is missing or refused) under `captures/`; `0`: none, and no next-step profile "
-        "whatever `VERL_OTEL_CAPTURE_NEXT` says",
+        "stack sampling where py-spy is missing or refused) under `captures/`; `0`: none",
     ),
     ENV_CAPTURE_SECONDS: ("`5`", "how long a capture samples (at 100 Hz, without pausing the process)"),
     ENV_CAPTURE_MAX: ("`4`", "captures per process and run (at most 2 per phase, 60 s apart)"),
