@@ -137,7 +137,8 @@ ENV_DOC: Final[dict[str, tuple[str, str]]] = {
     ENV_CAPTURE: (
         "`1`",
         "a stalled process records a sampling profile of itself while it is stuck (`py-spy record`, or its own "
-        "stack sampling where py-spy is missing or refused) under `captures/`; `0`: none",
+        "stack sampling where py-spy is missing or refused) under `captures/`; `0`: none (the next step's profile by "
+        "verl's profiler is its own setting, `VERL_OTEL_CAPTURE_NEXT`, off unless set)",
     ),
     ENV_CAPTURE_SECONDS: ("`5`", "how long a capture samples (at 100 Hz, without pausing the process)"),
     ENV_CAPTURE_MAX: ("`4`", "captures per process and run (at most 2 per phase, 60 s apart)"),
