@@ -95,9 +95,20 @@ def test_each_outcome_its_span_and_metric(hooked):
     trackers.current().wire(sc.PROCESS_ROLE_AGENT_LOOP)
     agent_data = SimpleNamespace(prompt_ids=[1] * 10, response_ids=[], _active_tools=loop.tools)
 
-    async def generate(*_: Any) -> None:
+    from verl.workers.rollout.replica import TokenOutput
+
+    from verl_otel.hooks import engine
+
+    # verl's LLM client answers each turn; the last one a weight sync aborted (verl hands back what it had)
+    reasons = ["completed"] * (len(CALLS) - 1) + ["aborted"]
+
+    async def server(**_: Any) -> TokenOutput:
         await asyncio.sleep(0.01)
-        agent_data.response_ids = [2] * 5
+        return TokenOutput(token_ids=[2] * 5, stop_reason=reasons.pop(0))
+
+    async def generate(*_: Any) -> None:  # the turn's generate call, through the client hook
+        output = await engine.client_generate(server, SimpleNamespace(), (), {"sampling_params": {}})
+        agent_data.response_ids = output.token_ids
 
     async def sample(_self: Any, trajectory: dict[str, Any]) -> str:
         for (name, args), _ in CALLS:
@@ -122,6 +133,8 @@ def test_each_outcome_its_span_and_metric(hooked):
     assert (
         turns[0].attributes[sc.ATTR_TURN_PROMPT_TOKENS] == 10 and turns[0].attributes[sc.ATTR_TURN_OUTPUT_TOKENS] == 5
     )
+    finish = [t.attributes.get(sc.ATTR_GENAI_FINISH_REASONS) for t in turns]
+    assert finish == [("completed",)] * (len(CALLS) - 1) + [("aborted",)], finish  # an aborted turn says so
     in_order = sorted(tools, key=lambda s: s.start_time)
     for turn, tool, ((name, _), (outcome, error)) in zip(turns, in_order, CALLS, strict=True):
         assert tool.parent.span_id == turn.context.span_id

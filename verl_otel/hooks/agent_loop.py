@@ -56,7 +56,29 @@ async def _timed_turn(coro: Coroutine[Any, Any, Any], ctx: _SampleCtx, agent_dat
 
 
 def _turn_done(ctx: _SampleCtx, agent_data: Any, start: int, prompt: int) -> None:
-    _agent(ctx).turn(start, time.monotonic_ns(), prompt, len(getattr(agent_data, "response_ids", None) or ()))
+    finish, ctx.finish = ctx.finish, ""
+    _agent(ctx).turn(start, time.monotonic_ns(), prompt, len(getattr(agent_data, "response_ids", None) or ()), finish)
+
+
+def noted_output(result: Any) -> Any:
+    """verl's LLM client's ``generate`` (hooks/engine.py), inside a sample: its output's stop reason is kept for
+    the turn that made the call (``aborted``: a weight sync cut it, and the turn holds what was generated)."""
+    if not isinstance(result, Coroutine) or current_sample() is None:
+        return result
+    return _noting(result)
+
+
+async def _noting(coro: Coroutine[Any, Any, Any]) -> Any:
+    output = await coro
+    safe(_note_finish, output)
+    return output
+
+
+def _note_finish(output: Any) -> None:
+    ctx = current_sample()
+    reason = getattr(output, "stop_reason", None)
+    if ctx is not None and reason:
+        ctx.finish = str(reason)[: sc.MAX_FINISH_CHARS]
 
 
 def processing_tools(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

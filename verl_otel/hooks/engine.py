@@ -67,10 +67,14 @@ def _carried(client: Any, kwargs: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def client_generate(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    from verl_otel.hooks.agent_loop import noted_output
+
     params = safe(_carried, instance, kwargs)
     if params is not None:
         kwargs = {**kwargs, "sampling_params": params}  # a copy: the agent loop's own dict is left as it was
-    return wrapped(*args, **kwargs)
+    result = wrapped(*args, **kwargs)
+    noted = safe(noted_output, result)  # the turn's finish reason
+    return result if noted is None else noted
 
 
 # -- server side -----------------------------------------------------------------------------------

@@ -266,7 +266,7 @@ class _SampleCtx:
     v1, whose run_agent_loop returns nothing (the output goes into TransferQueue), the output
     that the _agent_loop_postprocess hook sees (the last one: what verl was filling in)."""
 
-    __slots__ = ("agent", "engine", "output", "parent", "trajectory")
+    __slots__ = ("agent", "engine", "finish", "output", "parent", "trajectory")
 
     def __init__(self, parent: str | None, trajectory: dict[str, Any] | None = None) -> None:
         self.output: Any = None
@@ -274,6 +274,7 @@ class _SampleCtx:
         self.trajectory = trajectory  # verl's (held by verl anyway): the sample's index for a tool's stall
         self.engine: tuple[str, int] | None = None  # (traceparent, span id) for its engine requests, made once
         self.agent: AgentSample | None = None  # a tool agent loop's turns and tool calls (hooks/agent_loop.py)
+        self.finish = ""  # the stop reason of its last generate call, until its turn takes it (hooks/agent_loop.py)
 
 
 _SAMPLE: contextvars.ContextVar[_SampleCtx | None] = contextvars.ContextVar("verl_otel_sample", default=None)

@@ -25,8 +25,8 @@ from verl_otel.process.metrics import Reading
 from verl_otel.process.text import as_text
 from verl_otel.telemetry.services import Services
 
-# a turn: (start, generate end, end, prompt tokens, output tokens), monotonic ns
-Turn = tuple[int, int, int, int, int]
+# a turn: (start, generate end, end, prompt tokens, output tokens, finish reason ("": not said)), monotonic ns
+Turn = tuple[int, int, int, int, int, str]
 # a tool call: (start, end, turn, tool, outcome, error type, call id, argument chars, result chars, args, result)
 ToolCall = tuple[int, int, int, str, str, str, str, int, int, str, str]
 
@@ -46,18 +46,18 @@ class AgentSample:
         self.generate_ns = self.tools_ns = 0
         self.slowest: tuple[int, str] = (0, "")  # (ns, tool) of its slowest call
 
-    def turn(self, start: int, end: int, prompt_tokens: int, output_tokens: int) -> None:
+    def turn(self, start: int, end: int, prompt_tokens: int, output_tokens: int, finish: str = "") -> None:
         self.n_turns += 1
         self.generate_ns += end - start
         if len(self.turns) < sc.MAX_TURN_SPANS:
-            self.turns += ((start, end, end, prompt_tokens, output_tokens),)
+            self.turns += ((start, end, end, prompt_tokens, output_tokens, finish),)
 
     def tools_done(self, start: int, end: int) -> None:
         """The turn's tool calls ran from ``start`` to ``end`` (in parallel: counted once)."""
         self.tools_ns += end - start
         if self.turns and self.n_turns <= sc.MAX_TURN_SPANS:  # its turn has a record: the tools end it
-            s, g, _, p, o = self.turns[-1]
-            self.turns = (*self.turns[:-1], (s, g, end, p, o))
+            s, g, _, p, o, f = self.turns[-1]
+            self.turns = (*self.turns[:-1], (s, g, end, p, o, f))
 
     def tool_call(self, record: ToolCall) -> None:
         self.tool_calls += 1
@@ -99,13 +99,15 @@ def emit_children(services: Services, parent: Context, sample: AgentSample) -> N
     calls: dict[int, list[ToolCall]] = {}
     for call in sample.tools:
         calls.setdefault(call[2], []).append(call)
-    for i, (start, gen_end, end, prompt, output) in enumerate(sample.turns, 1):
-        attrs = {
+    for i, (start, gen_end, end, prompt, output, finish) in enumerate(sample.turns, 1):
+        attrs: dict[str, Any] = {
             sc.ATTR_TURN_INDEX: i,
             sc.ATTR_TURN_PROMPT_TOKENS: prompt,
             sc.ATTR_TURN_OUTPUT_TOKENS: output,
             sc.ATTR_TURN_GENERATE_S: (gen_end - start) / 1e9,
         }
+        if finish:
+            attrs[sc.ATTR_GENAI_FINISH_REASONS] = (finish,)
         turn = tracer.start_span(sc.SPAN_TURN, context=parent, attributes=attrs, start_time=start + offset)
         inner = trace.set_span_in_context(turn)
         last = end
