@@ -9,7 +9,7 @@ import os
 
 from verl_otel import semconv as sc
 from verl_otel.analysis.incidents import group
-from verl_otel.analysis.stall_records import StallRecord, from_spans, merge
+from verl_otel.analysis.stall_records import StallRecord, advice, from_spans, merge
 from verl_otel.analysis.step_traces import Span
 from verl_otel.cli.main import main
 from verl_otel.process import stall_frames
@@ -228,6 +228,7 @@ def test_a_slow_weight_sync_is_rooted_in_its_sender_the_receivers_beside_it():
     trainer = rec(sc.PROCESS_ROLE_TRAINER, sc.PHASE_UPDATE_WEIGHTS, at=3, elapsed=3, waits=sc.STALL_WAIT_RAY, pid=1)
     [inc] = group([*replicas, sender, trainer])
     assert inc.root is sender and inc.root_caught
+    assert advice(sender).startswith("the weight sync's transfer is slow or stuck"), advice(sender)
     assert {r.pid for r in inc.peers} == {20, 21} and inc.waiting == [trainer]
     # receivers that await the payload (their frames show the await) wait on it
     waiting = [

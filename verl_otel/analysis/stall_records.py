@@ -220,8 +220,18 @@ _ADVICE = {
 }
 
 
+#: a weight sync's own transfer (its kind is collective): no rank is missing when both sides are caught in it
+_WEIGHT_SYNC_ADVICE = (
+    "the weight sync's transfer is slow or stuck: its weights.sync and weights.receive spans give the bytes and "
+    "seconds of each part (gather, transfer, load); a replica that never joined holds the sender (compare their "
+    "stacks); for NCCL, TORCH_NCCL_TRACE_BUFFER_SIZE=2000 records a stuck broadcast"
+)
+
+
 def advice(rec: StallRecord) -> str:
     text = _ADVICE.get(rec.kind, _ADVICE[sc.STALL_UNKNOWN])
+    if rec.kind == sc.STALL_COLLECTIVE and rec.call in (sc.CALL_WEIGHT_SEND, sc.CALL_WEIGHT_RECEIVE):
+        text = _WEIGHT_SYNC_ADVICE
     if rec.kind == sc.STALL_UNKNOWN and rec.waits_for:
         text = f"it waits on {rec.waits_for}: read that process' own stall evidence (its frame says where)"
     if rec.moved is False:
