@@ -65,11 +65,11 @@ def test_every_turn_and_tool_call_is_a_span_under_its_sample(colocate_async_run)
             assert sample.attributes[sc.ATTR_SAMPLE_TOOL_CALLS_MADE] == len(mine), (sample.attributes, len(mine))
             turns_made = sample.attributes[sc.ATTR_SAMPLE_ASSISTANT_TURNS]
             own = sorted((t for t in turns if t.parent_id == sample.span_id), key=lambda t: t.start_ns)
-            finish = [t.attributes.get(sc.ATTR_GENAI_FINISH_REASONS) for t in own]
-            assert len(own) == turns_made and all(f == ("completed",) for f in finish[:-1]), finish
-            if finish[-1] != ("completed",):  # a next step's sample whose turn the weight sync aborted (verl aborts
+            finish = [list(t.attributes.get(sc.ATTR_GENAI_FINISH_REASONS) or ()) for t in own]  # JSON: lists
+            assert len(own) == turns_made and all(f == ["completed"] for f in finish[:-1]), finish
+            if finish[-1] != ["completed"]:  # a next step's sample whose turn the weight sync aborted (verl aborts
                 # what is in flight; the stand-in, as vLLM, hands back what it had): the turn says so, and ends it
-                assert finish[-1] == ("aborted",) and len(mine) == turns_made - 1, (finish, sample.attributes)
+                assert finish[-1] == ["aborted"] and len(mine) == turns_made - 1, (finish, sample.attributes)
                 assert 0 <= sample.end_ns - sync.start_ns <= 1e9, (sample.end_ns - sync.start_ns, sample.attributes)
                 cut += 1
             else:
