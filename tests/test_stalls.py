@@ -186,9 +186,11 @@ def test_innermost_skips_stdlib_and_picks_the_working_thread():
     assert stall_frames.classify(sc.PHASE_ADV, ()) == sc.STALL_UNKNOWN
 
 
-def test_an_awaiting_call_points_at_its_await_chain(watch):
+def test_an_awaiting_call_points_at_its_await_chain(watch, monkeypatch):
     """An agent-loop sample waiting on the engine is on no thread's stack: its task's await chain is."""
     import asyncio
+
+    calls: list = []  # (loop, gate) of the sample in flight
 
     async def wait_for_engine(gate: asyncio.Event) -> None:
         await gate.wait()
@@ -196,23 +198,37 @@ def test_an_awaiting_call_points_at_its_await_chain(watch):
     async def sample() -> None:
         gate = asyncio.Event()
         token = watch.enter(sc.CALL_AGENT_SAMPLE)
-        waiter = asyncio.ensure_future(wait_for_engine(gate))
-        await asyncio.sleep(0.3)
-        found = await asyncio.to_thread(watch.check)
-        gate.set()
-        await waiter
+        calls.append((asyncio.get_running_loop(), gate))
+        await wait_for_engine(gate)
         watch.exit(token)
-        return found
 
-    async def main() -> list:
-        return await asyncio.create_task(sample())
+    async def main() -> None:
+        await asyncio.create_task(sample())
 
-    [stall] = asyncio.run(main())
-    assert stall.frame.startswith("sample (test_stalls.py:") and stall.kind == sc.STALL_ROLLOUT
+    [stall] = _check_while_idle(watch, monkeypatch, main, calls)
+    assert stall.frame.startswith("wait_for_engine (test_stalls.py:") and stall.kind == sc.STALL_ROLLOUT
     assert "Awaiting" in Path(stall.evidence).read_text()
 
 
-def test_a_call_behind_a_frameless_coroutine_points_at_the_coroutine_it_awaits(watch):
+def _check_while_idle(watch: StallWatch, monkeypatch, main, calls: list) -> list:
+    """``main()`` on an event loop of its own thread (an actor's: no user frame below it), checked once the call
+    waits and the loop idles; the test's own thread is not part of the watched process. ``calls``: (loop, gate)."""
+    import asyncio
+
+    actor = threading.Thread(target=asyncio.run, args=(main(),), name="actor-loop")
+    actor.start()
+    real_capture = stall_frames.capture
+    monkeypatch.setattr(stall_frames, "capture", lambda: [s for s in real_capture() if s.name != "MainThread"])
+    try:
+        time.sleep(0.4)
+        return watch.check()
+    finally:
+        loop, gate = calls[0]
+        loop.call_soon_threadsafe(gate.set)
+        actor.join(10)
+
+
+def test_a_call_behind_a_frameless_coroutine_points_at_the_coroutine_it_awaits(watch, monkeypatch):
     """Ray runs an async actor's method in a compiled coroutine that shows no frame and no await chain: a weight
     sync's stall reads the chain of the verl coroutine its hook awaits (hooks/weight_sync.py), down through the
     ``async for`` over the checkpoint engine's stream (an asend object, which names its generator only to the GC)."""
@@ -236,23 +252,22 @@ def test_a_call_behind_a_frameless_coroutine_points_at_the_coroutine_it_awaits(w
         async for _ in receive_weights(gate):
             pass
 
-    async def hooked(gate: asyncio.Event) -> list:
+    calls: list = []  # (loop, gate) of the call in flight
+
+    async def hooked() -> None:  # hooks/weight_sync.py's _synced, in the task Ray's coroutine runs
+        gate = asyncio.Event()
         coro = update_weights(gate)
         held = watch.enter(sc.PHASE_UPDATE_WEIGHTS, call=sc.CALL_WEIGHT_RECEIVE, step=1, awaits=coro)
         blind = watch.enter(sc.PHASE_UPDATE_WEIGHTS, call=sc.CALL_WEIGHT_SEND, step=2)  # the running task's chain
-        waiter = asyncio.ensure_future(coro)
-        await asyncio.sleep(0.3)
-        found = await asyncio.to_thread(watch.check)
-        gate.set()
-        await waiter
+        calls.append((asyncio.get_running_loop(), gate))
+        await coro
         watch.exit(held)
         watch.exit(blind)
-        return found
 
-    async def main() -> list:
-        return await asyncio.ensure_future(Compiled(hooked(asyncio.Event())))
+    async def main() -> None:
+        await asyncio.ensure_future(Compiled(hooked()))
 
-    stalls = {s.call: s for s in asyncio.run(main())}
+    stalls = {s.call: s for s in _check_while_idle(watch, monkeypatch, main, calls)}
     received = stalls[sc.CALL_WEIGHT_RECEIVE]
     assert received.frame.startswith("broadcast (test_stalls.py:"), received
     assert received.waiting_on == sc.STALL_WAIT_AWAIT and received.kind == sc.STALL_COLLECTIVE
