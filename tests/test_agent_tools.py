@@ -196,6 +196,26 @@ def _top_text() -> str:
     return console.export_text()
 
 
+def test_a_generate_call_outside_a_turn_is_left_as_it_is(hooked):
+    """A single-turn loop's generate calls (most rollouts) carry no turn: the client hook adds nothing to them."""
+    tracker = trackers.current().rollout
+    trackers.current().wire(sc.PROCESS_ROLE_AGENT_LOOP)
+
+    async def server() -> str:
+        return "output"
+
+    async def sample(_self: Any, trajectory: dict[str, Any]) -> str:
+        call = server()
+        assert agent_loop.noted_output(call) is call
+        return await call
+
+    async def batch() -> Any:
+        tracker.batch_started(sc.MODE_TRAIN, 1, 1, PARENT)
+        return await rollout.run_agent_loop(sample, None, (None, {"step": 1, "sample_index": 0}), {})
+
+    assert asyncio.run(batch()) == "output"
+
+
 def test_uninstall_restores_the_tool_class_hooked_on_first_use(hooked):
     original = Sandbox.__dict__["execute"]
     agent_loop._hook_tool_class(_loop().tools["sandbox"])

@@ -48,6 +48,7 @@ def generating_turn(wrapped: Callable[..., Any], instance: Any, args: tuple[Any,
 
 async def _timed_turn(coro: Coroutine[Any, Any, Any], ctx: _SampleCtx, agent_data: Any) -> Any:
     prompt = safe(len, getattr(agent_data, "prompt_ids", ())) or 0
+    ctx.finish = ""  # a turn listens for its generate call's stop reason
     start = time.monotonic_ns()
     try:
         return await coro
@@ -56,14 +57,16 @@ async def _timed_turn(coro: Coroutine[Any, Any, Any], ctx: _SampleCtx, agent_dat
 
 
 def _turn_done(ctx: _SampleCtx, agent_data: Any, start: int, prompt: int) -> None:
-    finish, ctx.finish = ctx.finish, ""
+    finish, ctx.finish = ctx.finish or "", None
     _agent(ctx).turn(start, time.monotonic_ns(), prompt, len(getattr(agent_data, "response_ids", None) or ()), finish)
 
 
 def noted_output(result: Any) -> Any:
-    """verl's LLM client's ``generate`` (hooks/engine.py), inside a sample: its output's stop reason is kept for
-    the turn that made the call (``aborted``: a weight sync cut it, and the turn holds what was generated)."""
-    if not isinstance(result, Coroutine) or current_sample() is None:
+    """verl's LLM client's ``generate`` (hooks/engine.py), inside a tool agent loop's turn: its output's stop reason
+    is kept for the turn (``aborted``: a weight sync cut it, and the turn holds what was generated). Other calls
+    (a single-turn loop's) are returned as they are: nothing is added to their path."""
+    ctx = current_sample()
+    if not isinstance(result, Coroutine) or ctx is None or ctx.finish is None:
         return result
     return _noting(result)
 
@@ -77,7 +80,7 @@ async def _noting(coro: Coroutine[Any, Any, Any]) -> Any:
 def _note_finish(output: Any) -> None:
     ctx = current_sample()
     reason = getattr(output, "stop_reason", None)
-    if ctx is not None and reason:
+    if ctx is not None and ctx.finish is not None and reason:
         ctx.finish = str(reason)[: sc.MAX_FINISH_CHARS]
 
 

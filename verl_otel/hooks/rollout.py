@@ -274,7 +274,7 @@ class _SampleCtx:
         self.trajectory = trajectory  # verl's (held by verl anyway): the sample's index for a tool's stall
         self.engine: tuple[str, int] | None = None  # (traceparent, span id) for its engine requests, made once
         self.agent: AgentSample | None = None  # a tool agent loop's turns and tool calls (hooks/agent_loop.py)
-        self.finish = ""  # the stop reason of its last generate call, until its turn takes it (hooks/agent_loop.py)
+        self.finish: str | None = None  # in a tool turn: its generate call's stop reason (hooks/agent_loop.py)
 
 
 _SAMPLE: contextvars.ContextVar[_SampleCtx | None] = contextvars.ContextVar("verl_otel_sample", default=None)

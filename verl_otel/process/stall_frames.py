@@ -104,10 +104,7 @@ def await_chain(coro: Any, name: str) -> ThreadStack | None:
 
 def task_stack(task: Any) -> ThreadStack | None:
     """An asyncio task's await chain (see :func:`await_chain`)."""
-    try:
-        return await_chain(task.get_coro(), f"asyncio task {task.get_name()}")
-    except Exception:  # noqa: BLE001 - a task that finished meanwhile: no chain
-        return None
+    return await_chain(task.get_coro(), f"asyncio task {task.get_name()}")
 
 
 _ASEND = ("async_generator_asend", "async_generator_athrow")
