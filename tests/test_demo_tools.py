@@ -15,19 +15,23 @@ pytestmark = pytest.mark.integration  # the sandbox tool runs a Python subproces
 
 
 def test_the_stand_ins_tool_calls_parse_into_each_variant(tmp_path):
-    """Each sample's turns follow from its prompt alone (verl gives each turn's request an id of its own)."""
+    """Each sample's turns follow from its prompt alone (verl gives each turn's request an id of its own); a request
+    a weight sync aborted halfway, resumed with what it had, goes on with the same call (a colocate_async run's
+    sample once ended after one turn: the resumed half-call and a next turn's call made one unparsable call)."""
     from transformers import AutoTokenizer
     from verl.experimental.agent_loop.tool_parser import ToolParser
 
     tok = AutoTokenizer.from_pretrained(assets.build(tmp_path / "assets") / "tiny_model")
     vocab = tok.get_vocab()
     parser = ToolParser.get_tool_parser("hermes", tok)
-    script = tool_agent.Script(vocab["<tool_call>"])
+    script = tool_agent.Script(vocab)
     seen = set()
     for a in range(1, 12):
         prompt, calls = tok.encode(f"what is {a} plus 2 ?"), []
         while (words := script.answer(prompt)) is not None:
             ids = [vocab[w] for w in words] + [tok.eos_token_id]
+            half = ids[: len(ids) // 2]  # what the stand-in hands back when aborted
+            assert [*half, *(vocab[w] for w in script.answer([*prompt, *half]) or ()), tok.eos_token_id] == ids
             [call] = asyncio.run(parser.extract_tool_calls(ids))[1]
             calls.append((call.name, call.arguments))
             prompt = [*prompt, *ids, *tok.encode("found 3 apples")]  # the tool's answer, as the next turn's prompt

@@ -57,24 +57,15 @@ def test_every_turn_and_tool_call_is_a_span_under_its_sample(colocate_async_run)
         assert samples and turns and calls, (number, Counter(s.name for s in spans))
         assert all(by_id[t.parent_id].name == sc.SPAN_ROLLOUT_SAMPLE for t in turns)
         assert all(by_id[c.parent_id].name == sc.SPAN_TURN for c in calls)
-        root = by_step[number].root
-        sync = next(s for s in spans if s.name == sc.PHASE_UPDATE_WEIGHTS and s.parent_id == root.span_id)
-        cut = 0
         for sample in samples:  # the demo's stand-in answers over 3 turns, the first two with tool calls
             mine = [c for c in calls if by_id[by_id[c.parent_id].parent_id] is sample]
-            assert sample.attributes[sc.ATTR_SAMPLE_TOOL_CALLS_MADE] == len(mine), (sample.attributes, len(mine))
-            turns_made = sample.attributes[sc.ATTR_SAMPLE_ASSISTANT_TURNS]
-            own = sorted((t for t in turns if t.parent_id == sample.span_id), key=lambda t: t.start_ns)
+            assert sample.attributes[sc.ATTR_SAMPLE_TOOL_CALLS_MADE] == len(mine) == 2, (sample.attributes, len(mine))
+            own = [t for t in turns if t.parent_id == sample.span_id]
             finish = [list(t.attributes.get(sc.ATTR_GENAI_FINISH_REASONS) or ()) for t in own]  # JSON: lists
-            assert len(own) == turns_made and all(f == ["completed"] for f in finish[:-1]), finish
-            if finish[-1] != ["completed"]:  # a next step's sample whose turn the weight sync aborted (verl aborts
-                # what is in flight; the stand-in, as vLLM, hands back what it had): the turn says so, and ends it
-                assert finish[-1] == ["aborted"] and len(mine) == turns_made - 1, (finish, sample.attributes)
-                assert 0 <= sample.end_ns - sync.start_ns <= 1e9, (sample.end_ns - sync.start_ns, sample.attributes)
-                cut += 1
-            else:
-                assert turns_made == 3, (finish, sample.attributes)
-        assert cut <= len(samples) // 4, cut
+            # every turn completes: a request the weight sync aborted is resumed by verl's client (v1 trainers
+            # always resume), and the turn ends as the resumed request does
+            assert len(own) == sample.attributes[sc.ATTR_SAMPLE_ASSISTANT_TURNS] == 3, (finish, sample.attributes)
+            assert all(f == ["completed"] for f in finish), finish
         search = [c for c in calls if c.attributes[sc.ATTR_GENAI_TOOL_NAME] == SEARCH]
         raised = [c for c in search if c.attributes[sc.ATTR_TOOL_OUTCOME] == sc.TOOL_RAISED]
         if number == planted:  # every search call of the step raised, the backend's error type on each

@@ -88,7 +88,7 @@ class StubLLMServer:
         self.tok = token_ids
         self.word_ids = [v for k, v in token_ids.items() if not k.isdigit() and k != "####" and k[:1] not in '<{"']
         # --agent tool: tool calls, turn by turn
-        self.script = tool_agent.Script(token_ids["<tool_call>"]) if tool_agent.on() else None
+        self.script = tool_agent.Script(token_ids) if tool_agent.on() else None
         self.eos_id = eos_id
         self.response_length = response_length
         self.awake = awake  # a hybrid server sleeps until its first weight sync; a standalone one serves

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
 
 from verl_otel.demo import tools
@@ -67,26 +68,36 @@ def on() -> bool:
 class Script:
     """The stand-in server's side: what it answers on each turn of a sample. The turn is read from the prompt (the
     tool calls it already holds: verl's server client gives each turn's request an id of its own), the variant
-    from the sample's first prompt (a checksum), so the answers need no state."""
+    from the sample's first prompt (a checksum), so the answers need no state. A prompt that ends inside a call is
+    a resumed request (verl resumes a request a weight sync aborted with what it had): the answer goes on with that
+    call, as a model decoding on would."""
 
-    def __init__(self, call_id: int) -> None:
-        self.call_id = call_id  # the token id of <tool_call>
+    def __init__(self, token_ids: Mapping[str, int]) -> None:
+        self.call_id = token_ids["<tool_call>"]
+        self.close_id = token_ids["</tool_call>"]
 
     def answer(self, prompt_ids: list[int]) -> list[str] | None:
         """The next turn's words: a tool call, or None (the final answer, the stand-in's usual text)."""
         ids = list(prompt_ids)
-        turn = ids.count(self.call_id)
-        first = ids.index(self.call_id) if turn else len(ids)
+        turn = ids.count(self.close_id)
+        first = ids.index(self.call_id) if self.call_id in ids else len(ids)
         variant = zlib.crc32(",".join(map(str, ids[:first])).encode()) % 4
-        if turn == 0:
-            return _call('"search",', '{"query":', '"tom"}}' if variant == 1 else '"apples"}}')
-        if turn == 1:
-            if variant == 2:
-                return _call('"browse",', '{"query":', '"apples"}}')
-            if variant == 3:
-                return ["<tool_call>", '{"name":', '"run_python",', '"arguments":', '"oops"}', "</tool_call>"]
-            return _call('"run_python",', '{"expr":', '"2+3"}}')
-        return None
+        words = _turn(turn, variant)
+        if words is not None and ids.count(self.call_id) > turn:  # resumed inside this turn's call: the rest of it
+            return words[ids[::-1].index(self.call_id) + 1 :]  # the words from its <tool_call> on are there
+        return words
+
+
+def _turn(turn: int, variant: int) -> list[str] | None:
+    if turn == 0:
+        return _call('"search",', '{"query":', '"tom"}}' if variant == 1 else '"apples"}}')
+    if turn == 1:
+        if variant == 2:
+            return _call('"browse",', '{"query":', '"apples"}}')
+        if variant == 3:
+            return ["<tool_call>", '{"name":', '"run_python",', '"arguments":', '"oops"}', "</tool_call>"]
+        return _call('"run_python",', '{"expr":', '"2+3"}}')
+    return None
 
 
 def _call(name: str, key: str, value: str) -> list[str]:
