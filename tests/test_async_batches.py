@@ -88,16 +88,23 @@ def test_v1_colocate_async_step_links_to_the_step_that_submitted_its_prompts(col
     both tag theirs with global step 1), so its step span links to step 1's span."""
     run = colocate_async_run
     assert run.rc == 0, run.log_tail()
-    steps = {
-        s.attributes[sc.ATTR_GLOBAL_STEP]: s
-        for s in load_spans(run.out / "traces.jsonl")
-        if s.name == sc.SPAN_STEP and not s.parent_id
-    }
+    spans = load_spans(run.out / "traces.jsonl")
+    steps = {s.attributes[sc.ATTR_GLOBAL_STEP]: s for s in spans if s.name == sc.SPAN_STEP and not s.parent_id}
     (link,) = steps[2].links
     assert (link.trace_id, link.span_id) == (steps[1].trace_id, steps[1].span_id)
     assert link.attributes[sc.ATTR_GLOBAL_STEP] == 1 and link.attributes[sc.ATTR_ASYNC_SAMPLES] > 0
     assert link.attributes[sc.ATTR_STALENESS] == 1 - link.attributes[sc.ATTR_PARAM_VERSION]
     assert not steps[1].links  # step 1's prompts were its own (no earlier step to link to)
+    # each sample says the weights versions that began and finished it (verl's min/max_global_steps: a request a
+    # weight sync aborted is resumed on the next weights), none newer than the step that submitted it
+    samples = [s for s in spans if s.name == sc.SPAN_ROLLOUT_SAMPLE]
+    versions = [(s.attributes[sc.ATTR_PARAM_VERSION], s.attributes[sc.ATTR_PARAM_VERSION_END]) for s in samples]
+    assert samples and all(
+        a <= b <= a + 1 and b <= s.attributes[sc.ATTR_GLOBAL_STEP] for s, (a, b) in zip(samples, versions, strict=True)
+    ), versions
+    # the link's version is the oldest that finished one of the linked step's samples
+    ends = [b for s, (_, b) in zip(samples, versions, strict=True) if s.trace_id == steps[1].trace_id]
+    assert ends and min(ends) <= link.attributes[sc.ATTR_PARAM_VERSION] <= max(ends), (ends, link.attributes)
 
 
 def test_batch_of_mixed_versions():

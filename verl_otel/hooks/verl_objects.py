@@ -298,6 +298,11 @@ def sample_attributes(trajectory: Mapping[str, Any] | None, output: Any) -> dict
         if isinstance(extra.get(key), int):
             attrs[sc.ATTR_SAMPLE_TOOL_CALLS] = extra[key]
             break
+    # the weights versions that began and finished it (v1's async trainers: a request a weight sync aborted is
+    # resumed on the new weights, a partial rollout)
+    for key, attr in (("min_global_steps", sc.ATTR_PARAM_VERSION), ("max_global_steps", sc.ATTR_PARAM_VERSION_END)):
+        if (version := _int(extra.get(key))) is not None:
+            attrs[attr] = version
     score, _ = to_scalar(getattr(output, "reward_score", None))
     if score is not None:
         attrs[sc.ATTR_SAMPLE_SCORE] = score

@@ -226,9 +226,11 @@ SPAN_ROLLOUTER_GENERATE: Final = "rollouter.generate"
 SPAN_ROLLOUTER_VALIDATE: Final = "rollouter.validate"
 #: Parameter (weights) version: fully_async's ``current_param_version`` (one per parameter sync); on a v1
 #: step link, the oldest weights version (max_global_steps) that finished the linked samples. On v1 links
-#: ATTR_GLOBAL_STEP names the step that submitted the prompts.
+#: ATTR_GLOBAL_STEP names the step that submitted the prompts. On a sample (a fully_async rollouter's, or an
+#: agent-loop sample of a v1 async trainer): the weights version that began it (min_global_steps).
 ATTR_PARAM_VERSION: Final = "verl.param_version"
-#: On a fully_async rollouter sample: the weights version that finished it (partial rollouts span versions).
+#: On a sample: the weights version that finished it (max_global_steps; a partial rollout, cut by a weight sync
+#: and resumed on the new weights, spans versions).
 ATTR_PARAM_VERSION_END: Final = "verl.param_version_end"
 #: fully_async's RolloutSample.sample_id.
 ATTR_SAMPLE_ID: Final = "verl.sample.id"
