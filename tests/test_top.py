@@ -389,12 +389,12 @@ def test_live_view_in_a_terminal(tmp_path):
 
 
 def test_the_last_steps_gpu_split():
-    """The trainer's last finished step's GPU time by bucket (verl_step_gpu_seconds), largest first, with its
-    goodput; none before the first step ends."""
+    """The trainer's last finished step's GPU time by bucket (verl_step_gpu_seconds), largest first, its goodput
+    ahead of them (a narrow terminal cuts the smallest shares, not the goodput); none before the first step ends."""
     assert "GPU time" not in render(build_view(scrape(trainer_state())))
     st = trainer_state()
     for bucket, gpu_s in (("generating", 40.0), ("long_tail", 30.0), ("update_actor", 20.0), ("idle", 10.0)):
         st.set(sc.STEP_GPU_SECONDS, (bucket,), gpu_s)
     st.set(sc.GOODPUT_RATIO, (), 0.6)
     text = render(build_view(scrape(st)))
-    assert "GPU time, last step: generating 40%, long_tail 30%, update_actor 20%, idle 10% (goodput 60%)" in text
+    assert "GPU time, last step (goodput 60%): generating 40%, long_tail 30%, update_actor 20%, idle 10%" in text

@@ -97,7 +97,9 @@ def header(view: RunView, now: float) -> RenderableType:
         lines.append(Text("running: no phase", "dim"))
     split = gpu_split_text(view)
     if split:
-        lines.append(Text.assemble(("GPU time, last step: ", "bold"), split))
+        # goodput before the buckets: a narrow terminal cuts the line's end, the smallest shares
+        ratio = f" (goodput {view.goodput:.0%})" if view.goodput is not None else ""
+        lines.append(Text.assemble((f"GPU time, last step{ratio}: ", "bold"), split))
     if view.stalls:
         stuck = "; ".join(
             f"{proc}{_on(view.stall_hosts.get((proc, phase), []), view)} in {phase}" + (f" at {where}" if where else "")
@@ -119,8 +121,7 @@ def gpu_split_text(view: RunView) -> str:
     parts = [
         f"{b} {v / total:.0%}" for b, v in sorted(view.gpu_split.items(), key=lambda kv: -kv[1]) if v / total >= 0.005
     ]
-    ratio = f" (goodput {view.goodput:.0%})" if view.goodput is not None else ""
-    return ", ".join(parts) + ratio
+    return ", ".join(parts)
 
 
 def _on(hosts: list[str], view: RunView) -> str:
