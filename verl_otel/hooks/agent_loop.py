@@ -68,19 +68,19 @@ def noted_output(result: Any) -> Any:
     ctx = current_sample()
     if not isinstance(result, Coroutine) or ctx is None or ctx.finish is None:
         return result
-    return _noting(result)
+    return _noting(result, ctx)
 
 
-async def _noting(coro: Coroutine[Any, Any, Any]) -> Any:
+async def _noting(coro: Coroutine[Any, Any, Any], ctx: _SampleCtx) -> Any:
     output = await coro
-    safe(_note_finish, output)
+    safe(_note_finish, output, ctx)
     return output
 
 
-def _note_finish(output: Any) -> None:
-    ctx = current_sample()
+def _note_finish(output: Any, ctx: _SampleCtx) -> None:
+    """The turn's stop reason: its last call's (verl resends a request a weight sync aborted; the resumed call's)."""
     reason = getattr(output, "stop_reason", None)
-    if ctx is not None and ctx.finish is not None and reason:
+    if ctx.finish is not None and reason:
         ctx.finish = str(reason)[: sc.MAX_FINISH_CHARS]
 
 
